@@ -1,0 +1,101 @@
+//! `cargo xtask ci`, `cargo xtask loom`, `cargo xtask tidy`.
+
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+
+use crate::util::{cargo, run};
+
+/// The cfgs that route `dcache`'s and `pagecache`'s `sync` modules and
+/// crossbeam-epoch through loom.
+const LOOM_RUSTFLAGS: &str = "--cfg rcufs_loom --cfg crossbeam_loom";
+
+/// Runs every step, even after a failure, then prints a summary and fails if
+/// any step failed.
+pub fn ci() -> Result<()> {
+    type Step = (&'static str, fn() -> Result<()>);
+    let steps: [Step; 5] = [
+        ("fmt", fmt),
+        ("clippy", clippy),
+        ("test", test),
+        ("bench-build", bench_build),
+        ("loom", || loom(None)),
+    ];
+    let mut results = Vec::new();
+    for (name, step) in steps {
+        eprintln!("\nxtask ci: ===== {name} =====");
+        let start = Instant::now();
+        let result = step();
+        if let Err(e) = &result {
+            eprintln!("xtask ci: {name} FAILED: {e:#}");
+        }
+        results.push((name, result.is_ok(), start.elapsed()));
+    }
+    eprintln!("\nxtask ci: summary");
+    for (name, ok, took) in &results {
+        eprintln!(
+            "  {:<12} {:<6} {:>7.1}s",
+            name,
+            if *ok { "ok" } else { "FAILED" },
+            took.as_secs_f64()
+        );
+    }
+    let failed: Vec<&str> = results.iter().filter(|r| !r.1).map(|r| r.0).collect();
+    if !failed.is_empty() {
+        bail!("failed steps: {}", failed.join(", "));
+    }
+    eprintln!("xtask ci: all steps passed");
+    Ok(())
+}
+
+pub fn tidy() -> Result<()> {
+    fmt()?;
+    clippy()
+}
+
+fn fmt() -> Result<()> {
+    run(cargo().args(["fmt", "--all", "--", "--check"]))
+}
+
+fn clippy() -> Result<()> {
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--locked",
+        "--",
+        "-D",
+        "warnings",
+    ]))
+}
+
+fn test() -> Result<()> {
+    // The mount tests must run here: with this variable set they fail, rather
+    // than skip, when they cannot mount.
+    run(cargo()
+        .args(["test", "--workspace", "--locked"])
+        .env("RCUFS_REQUIRE_MOUNT", "1"))
+}
+
+/// Builds the benches (release) so that a bench that no longer compiles or
+/// links fails CI; running them is `cargo xtask bench`.
+fn bench_build() -> Result<()> {
+    run(cargo().args(["bench", "--workspace", "--locked", "--no-run"]))
+}
+
+/// Runs the loom models in release mode in a target directory of their own
+/// (the cfgs change every crate's build, so sharing `target/` would rebuild
+/// everything twice per CI run).
+pub fn loom(filter: Option<&str>) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args(["test", "--release", "--locked", "-p", "loom-tests"])
+        .env("RUSTFLAGS", LOOM_RUSTFLAGS)
+        .env("CARGO_TARGET_DIR", crate::util::root().join("target/loom"));
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        cmd.env("LOOM_MAX_PREEMPTIONS", "2");
+    }
+    if let Some(f) = filter {
+        cmd.args(["--", f]);
+    }
+    run(&mut cmd)
+}

@@ -1,0 +1,54 @@
+//! Project automation for rcufs, in the cargo-xtask style: `cargo xtask <task>`.
+//!
+//! Every task that needs a tool the preinstalled Rust toolchain does not ship
+//! installs it first (Debian packages through `apt-get`), so the tasks work on
+//! a fresh machine. Dependencies stay few so that this crate compiles fast.
+
+mod ci;
+mod util;
+
+use anyhow::{Result, bail};
+
+const HELP: &str = "\
+cargo xtask <TASK>
+
+Tasks:
+  ci              everything CI runs: fmt check, clippy -D warnings, all tests
+                  (mount tests included), loom models at preemption bound 2
+  loom [FILTER]   the loom models (release, LOOM_MAX_PREEMPTIONS=2 unless set)
+  bench           criterion benches of the cache crates against their peers
+  fsbench         the mount against the native source filesystem
+  demo            mount a generated example tree and show what rcufs does
+  tidy            fmt check and clippy only
+  help            this text
+";
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("xtask: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let task = args.next();
+    let rest: Vec<String> = args.collect();
+    match task.as_deref() {
+        Some("ci") => ci::ci(),
+        Some("loom") => ci::loom(rest.first().map(String::as_str)),
+        Some("tidy") => ci::tidy(),
+        Some("bench") => not_yet("bench", "the criterion benches"),
+        Some("fsbench") => not_yet("fsbench", "the filesystem benchmarks"),
+        Some("demo") => not_yet("demo", "the rcufs demo"),
+        None | Some("help" | "-h" | "--help") => {
+            print!("{HELP}");
+            Ok(())
+        }
+        Some(other) => bail!("unknown task `{other}`\n\n{HELP}"),
+    }
+}
+
+fn not_yet(task: &str, what: &str) -> Result<()> {
+    bail!("`cargo xtask {task}`: {what} do not exist yet in this revision")
+}

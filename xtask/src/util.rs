@@ -1,0 +1,70 @@
+//! Running commands, finding the workspace, installing Debian packages.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// The workspace root (the parent of this crate's manifest directory).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+/// A `cargo` command run from the workspace root.
+pub fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+/// Runs `cmd` with inherited stdio and fails unless it exits with status 0.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("xtask: $ {}", display(cmd));
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start `{}`", display(cmd)))?;
+    if !status.success() {
+        bail!("`{}` failed: {status}", display(cmd));
+    }
+    Ok(())
+}
+
+fn display(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+/// Whether `program` is on `PATH`.
+pub fn have(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+/// Installs the Debian packages that provide the missing `programs`
+/// (`(program, package)` pairs). Runs `apt-get update` once, first.
+#[allow(dead_code)] // Used by the tasks that need outside tools.
+pub fn ensure_programs(programs: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&str> = programs
+        .iter()
+        .filter(|(prog, _)| !have(prog))
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !have("apt-get") {
+        bail!("missing programs from packages {missing:?} and no apt-get to install them");
+    }
+    eprintln!("xtask: installing Debian packages {missing:?}");
+    run(Command::new("apt-get").args(["update", "-qq"]))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
