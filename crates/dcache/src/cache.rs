@@ -12,7 +12,7 @@
 //! the crate docs.
 //!
 //! Lock order (outer to inner): rename lock, then child-map locks (two only in
-//! rename, by address), then bucket locks (two only in rename, by index),
+//! rename, by node id), then bucket locks (two only in rename, by index),
 //! then the LRU lock. The LRU lock is a leaf: nothing is acquired while it is
 //! held. No thread takes a child-map lock while holding a bucket lock or the
 //! LRU lock.
@@ -713,6 +713,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         if x.is_negative() {
             if self.unhash(&x) {
                 sh.counters.add(Event::Dropped, 1);
+                cleanup.push(x);
             }
             return false;
         }
@@ -736,10 +737,11 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         }
         let new_hash = sh.table.hash(npn.id, new_name);
         let same_parent = ptr::eq(opn, npn);
-        // Child-map locks: by address when there are two.
+        // Child-map locks: by id when there are two (not by address: loom
+        // needs every execution of a model to take the same branches).
         let (mut old_children, mut new_children) = if same_parent {
             (opn.children.lock(), None)
-        } else if (opn as *const Node<T>) < (npn as *const Node<T>) {
+        } else if opn.id < npn.id {
             let o = opn.children.lock();
             (o, Some(npn.children.lock()))
         } else {
@@ -1011,8 +1013,12 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 finish(f, stats);
                 continue;
             }
+            // Everything below an unhashed node goes, whatever the filter says:
+            // it is unreachable by lookups from `dir` already, and must not
+            // stay hashed under an unhashed parent.
+            let parent_gone = !top.node.is_hashed();
             for child in batch.drain(..).rev() {
-                let drop_it = child.payload().is_none_or(&mut *filter);
+                let drop_it = parent_gone || !child.is_hashed() || child.payload().is_none_or(&mut *filter);
                 let dropping = if drop_it {
                     self.unhash(&child)
                 } else {

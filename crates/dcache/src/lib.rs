@@ -20,7 +20,10 @@
 //!     other => panic!("{other:?}"),
 //! }
 //! assert!(matches!(cache.lookup(&etc, b"shadow"), Lookup::Negative));
-//! assert_eq!(cache.drop_subtree(&root, |_| true).dropped, 3);
+//! // `etc` is still held, so it is only unhashed; the other two are freed.
+//! let dropped = cache.drop_subtree(&root, |_| true);
+//! assert_eq!((dropped.dropped, dropped.busy), (2, 1));
+//! assert!(!etc.is_hashed());
 //! ```
 //!
 //! # Design
@@ -80,7 +83,7 @@
 //!   counts it); the bucket lock decides who unlinks it.
 //! - Every cached child is in its parent's child map and holds one reference
 //!   on its parent; a node under an unhashed parent is never hashed.
-//! - Lock order: rename lock → child-map locks (by address) → bucket locks (by
+//! - Lock order: rename lock → child-map locks (by node id) → bucket locks (by
 //!   index) → LRU lock (a leaf).
 //!
 //! # Concurrency
