@@ -442,6 +442,20 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         self.sh().table.len()
     }
 
+    /// Sizes of the per-entry structures, in bytes: the node (with its hash
+    /// and LRU links, state word, child-map header and payload), the key
+    /// object (parent id, hash, name pointer; the name bytes are a separate
+    /// allocation), and one hash bucket (there is one bucket per two entries
+    /// of `max_entries`). For overhead accounting.
+    #[doc(hidden)]
+    pub fn layout_bytes() -> (usize, usize, usize) {
+        (
+            std::mem::size_of::<Node<T>>(),
+            std::mem::size_of::<crate::node::Key>(),
+            std::mem::size_of::<crate::table::Bucket<T>>(),
+        )
+    }
+
     /// The bucket a name under `parent` hashes to (for tests and models that
     /// want names in the same or in different chains).
     #[doc(hidden)]
