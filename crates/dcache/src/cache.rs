@@ -267,7 +267,8 @@ impl<T: Send + Sync + 'static> Dentry<T> {
 
     /// The current parent (`None` for the root).
     pub fn parent(&self) -> Option<Dentry<T>> {
-        let guard = epoch::pin();
+        // The pin keeps a parent we read valid while we take a reference.
+        let _guard = epoch::pin();
         loop {
             // Acquire: pairs with the Release store of the new parent in
             // rename.
@@ -279,9 +280,9 @@ impl<T: Send + Sync + 'static> Dentry<T> {
                 // SAFETY: we just took the reference.
                 return Some(unsafe { Dentry::from_counted(pr, self.shared) });
             }
-            // The old parent died after a rename moved us away; reload.
+            // The old parent died after a rename moved us away (the pin keeps
+            // its memory valid); reload the pointer.
             spin_loop();
-            let _ = &guard;
         }
     }
 
@@ -412,6 +413,14 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         }
     }
 
+    /// Panics if `d` belongs to another cache: mixing caches would link
+    /// nodes of one into the child maps and reference counts of the other.
+    #[inline]
+    #[track_caller]
+    fn own(&self, d: &Dentry<T>) {
+        assert!(d.shared == self.shared, "dcache: a handle from another cache");
+    }
+
     #[inline]
     fn sh(&self) -> &Shared<T> {
         // SAFETY: the cache holds a reference on the root, which keeps the
@@ -460,6 +469,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// want names in the same or in different chains).
     #[doc(hidden)]
     pub fn bucket_of(&self, parent: &Dentry<T>, name: &[u8]) -> usize {
+        self.own(parent);
         let sh = self.sh();
         sh.table.index(sh.table.hash(parent.id(), name))
     }
@@ -495,6 +505,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
 
     /// Looks `name` up under `parent`, taking a reference on a positive hit.
     pub fn lookup(&self, parent: &Dentry<T>, name: &[u8]) -> Lookup<T> {
+        self.own(parent);
         let sh = self.sh();
         let guard = epoch::pin();
         let pid = parent.node().id;
@@ -522,6 +533,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// payload while the lookup is pinned. `None` is a miss, `Some(f(None))`
     /// a negative hit, `Some(f(Some(payload)))` a positive hit.
     pub fn lookup_with<R>(&self, parent: &Dentry<T>, name: &[u8], f: impl FnOnce(Option<&T>) -> R) -> Option<R> {
+        self.own(parent);
         let sh = self.sh();
         let guard = epoch::pin();
         let pid = parent.node().id;
@@ -568,6 +580,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     }
 
     fn insert_inner(&self, parent: &Dentry<T>, name: &[u8], payload: Option<T>, replace: bool) -> Dentry<T> {
+        self.own(parent);
         let sh = self.sh();
         let guard = epoch::pin();
         let pnode = parent.node();
@@ -668,6 +681,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// (unlink, rmdir). Returns whether an entry (positive or negative) was
     /// cached.
     pub fn remove(&self, parent: &Dentry<T>, name: &[u8]) -> bool {
+        self.own(parent);
         let sh = self.sh();
         let found = {
             let guard = epoch::pin();
@@ -694,6 +708,8 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// old name (a cached negative one is removed), or if the move would put
     /// a directory under itself.
     pub fn rename(&self, old_parent: &Dentry<T>, old_name: &[u8], new_parent: &Dentry<T>, new_name: &[u8]) -> bool {
+        self.own(old_parent);
+        self.own(new_parent);
         let mut cleanup = Vec::new();
         let moved = {
             let _rename = self.sh().rename_lock.lock();
@@ -842,6 +858,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// business. A walk that raced with a rename is retried, so the result is
     /// a path that existed at one moment.
     pub fn walk<'a>(&self, start: &Dentry<T>, components: impl IntoIterator<Item = &'a [u8]>) -> Walk<T> {
+        self.own(start);
         let comps: Vec<&[u8]> = components.into_iter().collect();
         let sh = self.sh();
         let guard = epoch::pin();
@@ -932,6 +949,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// lookup under `dir` hits an entry that existed before the call, except
     /// those the filter kept.
     pub fn drop_subtree(&self, dir: &Dentry<T>, mut filter: impl FnMut(&T) -> bool) -> DropStats {
+        self.own(dir);
         let sh = self.sh();
         // Entries whose insertion happened before this call have smaller ids;
         // entries inserted during the call are left alone, which bounds the
@@ -1236,11 +1254,16 @@ impl<'c, T: Send + Sync + 'static> Pinned<'c, T> {
 
     /// Looks `name` up under a counted `parent`; `None` is a miss.
     pub fn lookup(&self, parent: &Dentry<T>, name: &[u8]) -> Option<DentryRef<'_, T>> {
+        self.cache.own(parent);
         self.lookup_id(parent.id(), name)
     }
 
     /// Looks `name` up under a pinned `parent`.
     pub fn lookup_in(&self, parent: DentryRef<'_, T>, name: &[u8]) -> Option<DentryRef<'_, T>> {
+        assert!(
+            ptr::eq(parent.pinned.cache, self.cache),
+            "dcache: a reference from another cache"
+        );
         self.lookup_id(parent.id(), name)
     }
 

@@ -397,3 +397,12 @@ fn payloads_are_dropped() {
     }
     assert_eq!(Arc::strong_count(&token), 1);
 }
+
+#[test]
+#[should_panic(expected = "a handle from another cache")]
+fn handles_of_another_cache_are_refused() {
+    let c1 = cache();
+    let c2 = cache();
+    let r2 = c2.root();
+    c1.insert(&r2, b"x", Some(1));
+}
