@@ -10,6 +10,9 @@
 //! execution. Payloads carry a flag their `Drop` clears (a plain std atomic:
 //! it is an observer, not part of the protocol), so a model can check that no
 //! payload is freed while a handle or a pin can still reach it.
+//!
+//! The model names start with `dcache_` so that `cargo xtask loom dcache`
+//! selects them.
 
 use std::sync::Arc as StdArc;
 use std::sync::atomic::{AtomicBool as StdAtomicBool, Ordering as StdOrdering};
@@ -83,7 +86,7 @@ fn names_in(c: &Dcache<P>, parent: &Dentry<P>, same_bucket: bool) -> (Vec<u8>, V
 /// either gets a live payload or misses, never a freed one; afterwards the
 /// name is gone and the entry is freed once the last handle goes.
 #[test]
-fn lookup_vs_unhash_and_reclaim() {
+fn dcache_lookup_vs_unhash_and_reclaim() {
     loom::model(|| {
         let c = StdArc::new(cache());
         let root = c.root();
@@ -112,7 +115,7 @@ fn lookup_vs_unhash_and_reclaim() {
 /// entry is gone. After all handles are dropped, a still-cached entry is on
 /// the LRU (hashed and unused implies listed).
 #[test]
-fn referenced_and_refcount_vs_prune() {
+fn dcache_referenced_and_refcount_vs_prune() {
     loom::model(|| {
         let c = StdArc::new(cache());
         let root = c.root();
@@ -139,7 +142,7 @@ fn referenced_and_refcount_vs_prune() {
 /// Two threads that miss the same name and insert it end with one entry,
 /// and both get a handle on it (`d_alloc_parallel`).
 #[test]
-fn racing_inserts_of_one_name() {
+fn dcache_racing_inserts_of_one_name() {
     loom::model(|| {
         let c = StdArc::new(cache());
         let root = c.root();
@@ -163,7 +166,7 @@ fn racing_inserts_of_one_name() {
 /// behind the moved one (the rename sequence count makes it retry), and sees
 /// the moved entry under its old or its new name.
 #[test]
-fn rename_vs_lookup() {
+fn dcache_rename_vs_lookup() {
     loom::model(|| {
         let c = StdArc::new(cache());
         let root = c.root();
@@ -204,7 +207,7 @@ fn rename_vs_lookup() {
 /// `d`, and the new entry is cached only if its parent still is (a node under
 /// an unhashed parent is never hashed).
 #[test]
-fn drop_subtree_vs_insert() {
+fn dcache_drop_subtree_vs_insert() {
     loom::model(|| {
         let c = StdArc::new(cache());
         let root = c.root();
@@ -235,7 +238,7 @@ fn drop_subtree_vs_insert() {
 /// A rename that moves an entry from outside into a directory being dropped:
 /// whichever order, nothing that existed before the drop is left under it.
 #[test]
-fn rename_vs_drop_subtree() {
+fn dcache_rename_vs_drop_subtree() {
     loom::model(|| {
         let c = StdArc::new(cache());
         let root = c.root();
