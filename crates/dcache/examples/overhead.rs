@@ -41,11 +41,19 @@ static GLOBAL: Counting = Counting;
 
 fn main() {
     let n: usize = std::env::args().nth(1).map_or(100_000, |a| a.parse().expect("ENTRIES"));
-    let (b0, a0) = (BYTES.load(Ordering::Relaxed), ALLOCS.load(Ordering::Relaxed));
-    let c = Dcache::new(Config { max_entries: n + 200, ..Config::default() }, 0u64);
+    let b0 = BYTES.load(Ordering::Relaxed);
+    let c = Dcache::new(
+        Config {
+            max_entries: n + 200,
+            ..Config::default()
+        },
+        0u64,
+    );
     let (b1, a1) = (BYTES.load(Ordering::Relaxed), ALLOCS.load(Ordering::Relaxed));
     let root = c.root();
-    let dirs: Vec<_> = (0..100).map(|i| c.insert(&root, format!("dir-{i:012}").as_bytes(), Some(i))).collect();
+    let dirs: Vec<_> = (0..100)
+        .map(|i| c.insert(&root, format!("dir-{i:012}").as_bytes(), Some(i)))
+        .collect();
     for i in 0..n {
         let d = &dirs[i % dirs.len()];
         drop(c.insert(d, format!("file-{i:011}").as_bytes(), Some(i as u64)));
@@ -56,7 +64,9 @@ fn main() {
     let table = (b1 - b0) as f64 / (n + 100) as f64;
     println!("entries {}, buckets {}", c.len(), c.buckets());
     println!("size_of: node {node} B (payload Option<u64> = 16 B of it), key {key} B, bucket {bucket} B");
-    println!("heap per entry: {per:.1} B in entries ({:.2} allocations), {table:.1} B of table and fixed state", (a2 - a1) as f64 / (n + 100) as f64);
+    println!(
+        "heap per entry: {per:.1} B in entries ({:.2} allocations), {table:.1} B of table and fixed state",
+        (a2 - a1) as f64 / (n + 100) as f64
+    );
     println!("total {:.1} B per entry, payload included", per + table);
-    let _ = a0;
 }
