@@ -282,7 +282,11 @@ fn run(ops: Vec<Op>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(if cfg!(debug_assertions) { 128 } else { 512 }))]
+    // PROPTEST_CASES overrides the default number of cases.
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok())
+            .unwrap_or(if cfg!(debug_assertions) { 128 } else { 512 })
+    ))]
     #[test]
     fn matches_model(ops in proptest::collection::vec(op(), 1..60)) {
         run(ops);
