@@ -98,6 +98,32 @@
 //! entry. Every protocol has a loom model in the `loom-tests` crate
 //! (`tests/dcache.rs`).
 
+//!
+//! ## Memory ordering, in brief
+//!
+//! - *Publication*: a node is fully built before insert stores it at a chain
+//!   head with Release; every chain link is loaded with Acquire, so a reader
+//!   that reaches a node sees its key and payload. A rename publishes a new
+//!   key with a Release swap, read with Acquire.
+//! - *Reclamation*: unlinking stores the predecessor's link with Release and
+//!   leaves the node's own link alone; the node is handed to
+//!   `defer_destroy` only by its killer, after it left every structure, so a
+//!   reader pinned before the unlink keeps valid memory.
+//! - *Counts*: every decision about the last reference (free it, put it on
+//!   the LRU, take it off) is a read-modify-write of the one state word, so
+//!   the word's modification order settles races without fences. Decrements
+//!   are Release and the transition to `DEAD` is Acquire (as in `Arc`).
+//! - *Rename*: the count is made odd (AcqRel) before the moved node's links
+//!   change; the misleading link a reader could follow is stored with
+//!   Release after that, so a reader that followed it (Acquire) sees the
+//!   count changed when it re-checks after a miss, and retries.
+//! - *Subtree drop* reads the rename count with read-modify-writes at the
+//!   start and end of a pass, which are totally ordered with the renames'
+//!   increments: a rename either precedes the pass entirely (its effects are
+//!   visible to it) or changes the count the pass re-reads.
+//! - *Locks* (parking_lot mutexes) order everything else: child maps, chain
+//!   writers, the LRU lists.
+
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 mod cache;
