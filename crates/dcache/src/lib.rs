@@ -148,7 +148,7 @@ pub struct Config {
     /// The most negative entries kept; inserting beyond it prunes negatives.
     pub max_negative: usize,
     /// Entries pruned per capacity-triggered pass, and children handled per
-    /// locked step of `drop_subtree`.
+    /// locked step of `drop_subtree` (clamped to `1..=MAX_BATCH`).
     pub prune_batch: usize,
 }
 
@@ -163,9 +163,14 @@ impl Default for Config {
 }
 
 impl Config {
-    /// `prune_batch` of at least 1, and `max_negative` at most `max_entries`.
+    /// The largest batch: a batch is also how many children `drop_subtree`
+    /// collects under one lock, so it bounds lock hold times.
+    pub const MAX_BATCH: usize = 4096;
+
+    /// `prune_batch` in `1..=MAX_BATCH`, and `max_negative` at most
+    /// `max_entries`.
     fn normalized(mut self) -> Self {
-        self.prune_batch = self.prune_batch.max(1);
+        self.prune_batch = self.prune_batch.clamp(1, Self::MAX_BATCH);
         self.max_negative = self.max_negative.min(self.max_entries);
         self
     }
