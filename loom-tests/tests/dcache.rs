@@ -261,3 +261,38 @@ fn dcache_rename_vs_drop_subtree() {
         assert_eq!(stats.dropped + stats.busy, if y_cached { 1 } else { 2 }, "{stats:?}");
     });
 }
+
+/// `Dentry::parent` against a rename that moves the entry away and the
+/// removal that then frees its old parent: the reader gets the old or the
+/// new parent, alive, never a freed one.
+#[test]
+fn dcache_parent_vs_rename_and_free() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        let a = c.insert(&root, b"a", Some(P::new(1).0));
+        let b = c.insert(&root, b"b", Some(P::new(2).0));
+        let x = c.insert(&a, b"x", Some(P::new(3).0));
+        let (a_id, b_id) = (a.id(), b.id());
+        drop(a);
+        let reader = {
+            let x = x.clone();
+            thread::spawn(move || {
+                let p = x.parent().expect("x has a parent");
+                let v = p.payload().expect("positive");
+                assert!(v.alive.load(StdOrdering::SeqCst), "a freed parent was returned");
+                assert!(p.id() == a_id || p.id() == b_id);
+            })
+        };
+        let moved = {
+            let Lookup::Positive(a) = c.lookup(&root, b"a") else {
+                panic!("a is cached")
+            };
+            c.rename(&a, b"x", &b, b"x")
+        };
+        assert!(moved);
+        assert!(c.remove(&root, b"a"));
+        reader.join().unwrap();
+        assert_eq!(x.parent().map(|p| p.id()), Some(b_id));
+    });
+}
