@@ -948,6 +948,11 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// batches, and restarts if a rename interferes. After it returns, no
     /// lookup under `dir` hits an entry that existed before the call, except
     /// those the filter kept.
+    ///
+    /// An entry that a concurrent rename moves out of the subtree just after
+    /// the walk collected it may still be dropped (at its new place). That
+    /// costs a later miss, never a stale hit; the kernel's `d_invalidate`
+    /// has the same window.
     pub fn drop_subtree(&self, dir: &Dentry<T>, mut filter: impl FnMut(&T) -> bool) -> DropStats {
         self.own(dir);
         let sh = self.sh();
