@@ -951,8 +951,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     ///
     /// An entry that a concurrent rename moves out of the subtree just after
     /// the walk collected it may still be dropped (at its new place). That
-    /// costs a later miss, never a stale hit; the kernel's `d_invalidate`
-    /// has the same window.
+    /// costs a later miss, never a stale hit.
     pub fn drop_subtree(&self, dir: &Dentry<T>, mut filter: impl FnMut(&T) -> bool) -> DropStats {
         self.own(dir);
         let sh = self.sh();
