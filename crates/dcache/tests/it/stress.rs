@@ -113,6 +113,11 @@ fn readers_never_miss_stable_entries_under_churn() {
         .map(|i| c.insert(&root, &name(i), Some(Payload::new(i as u64))))
         .collect();
     let scratch = c.insert(&root, b"scratch", Some(Payload::new(999)));
+    // A stable directory with stable children, for walks and pinned lookups.
+    let sdir = c.insert(&root, b"stable-dir", Some(Payload::new(500)));
+    let schildren: Vec<Dentry<Payload>> = (0..8)
+        .map(|i| c.insert(&sdir, &name(i), Some(Payload::new(600 + i as u64))))
+        .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let reads = Arc::new(AtomicUsize::new(0));
     let mut handles = Vec::new();
@@ -129,6 +134,19 @@ fn readers_never_miss_stable_entries_under_churn() {
                 }
                 let v = c.lookup_with(&root, &name(k), |p| p.map(Payload::verify));
                 assert_eq!(v, Some(Some(k as u64)));
+                // A whole-path walk and a pinned two-step lookup of stable
+                // entries behind churned chains.
+                let j = k % 8;
+                match c.walk(&root, [&b"stable-dir"[..], &name(j)[..]]) {
+                    dcache::Walk::Found(d) => assert_eq!(d.payload().unwrap().verify(), 600 + j as u64),
+                    other => panic!("stable path {j} missed: {other:?}"),
+                }
+                {
+                    let p = c.pin();
+                    let d = p.lookup_in(p.root(), b"stable-dir").expect("stable dir");
+                    let e = p.lookup_in(d, &name(j)).expect("stable child");
+                    assert_eq!(e.payload().unwrap().verify(), 600 + j as u64);
+                }
                 // Churned names: whatever is found must be alive.
                 let _ = c.lookup_with(&root, &name(1000 + k), |p| p.map(Payload::verify));
                 i += 1;
@@ -137,7 +155,7 @@ fn readers_never_miss_stable_entries_under_churn() {
         }));
     }
     let writer = {
-        let (c, stop) = (c.clone(), stop.clone());
+        let (c, stop, sdir) = (c.clone(), stop.clone(), sdir.clone());
         thread::spawn(move || {
             let root = c.root();
             let rounds = scaled(20_000);
@@ -146,6 +164,14 @@ fn readers_never_miss_stable_entries_under_churn() {
                 let b = name(1000 + (r + 7) % 32);
                 match r % 6 {
                     0 => drop(c.insert(&root, &a, Some(Payload::new(1000 + (r % 32) as u64)))),
+                    1 if r % 12 == 1 => {
+                        // Through the stable directory and back.
+                        // Only this thread moves churned entries, so the way
+                        // back works whenever the way there did.
+                        if c.rename(&root, &a, &sdir, &b) {
+                            assert!(c.rename(&sdir, &b, &root, &a));
+                        }
+                    }
                     1 => drop(c.rename(&root, &a, &root, &b)),
                     2 => drop(c.remove(&root, &a)),
                     3 => drop(c.insert(&root, &a, None)),
@@ -165,6 +191,10 @@ fn readers_never_miss_stable_entries_under_churn() {
         h.join().unwrap();
     }
     assert!(reads.load(Ordering::Relaxed) > 0);
+    for (i, d) in schildren.iter().enumerate() {
+        assert!(d.is_hashed());
+        assert_eq!(d.payload().unwrap().verify(), 600 + i as u64);
+    }
     for (i, d) in stable.iter().enumerate() {
         assert!(d.is_hashed());
         assert_eq!(d.payload().unwrap().verify(), i as u64);
