@@ -60,7 +60,7 @@
 //! every bit whose subtree holds no tagged entry (a lock-free existence check
 //! first makes this rare).
 
-mod node;
+pub(crate) mod node;
 pub(crate) mod write;
 
 #[cfg(test)]
