@@ -62,6 +62,68 @@ mod imp {
     pub(crate) fn spin_loop() {
         std::hint::spin_loop();
     }
+
+    /// Gives the processor to another thread: used by waits that may last
+    /// longer than a few spins (a remover waiting for a page's exclusive bit).
+    pub(crate) fn yield_now() {
+        std::thread::yield_now();
+    }
+
+    /// The guard type of [`Mutex::lock`].
+    pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+
+    /// A condition variable whose `wait` takes and returns the guard, as
+    /// loom's does after unwrapping.
+    #[derive(Debug, Default)]
+    pub(crate) struct Condvar(parking_lot::Condvar);
+
+    impl Condvar {
+        pub(crate) const fn new() -> Self {
+            Self(parking_lot::Condvar::new())
+        }
+
+        pub(crate) fn wait<'a, T>(&self, mut guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+            self.0.wait(&mut guard);
+            guard
+        }
+
+        pub(crate) fn notify_all(&self) {
+            self.0.notify_all();
+        }
+    }
+
+    /// Pads and aligns a value to a cache line, so that per-thread counters do
+    /// not share lines.
+    pub(crate) use crossbeam_utils::CachePadded;
+
+    /// The epoch domain of a structure. In the normal build every structure
+    /// uses crossbeam-epoch's global collector (pinning is then a thread-local
+    /// operation); the type is a zero-sized token so that the loom build can
+    /// give each structure a collector of its own.
+    #[derive(Debug, Clone, Default)]
+    pub(crate) struct Domain;
+
+    impl Domain {
+        pub(crate) fn new() -> Self {
+            Self
+        }
+
+        pub(crate) fn pin(&self) -> epoch::Guard {
+            epoch::pin()
+        }
+    }
+
+    /// A small per-thread number used to pick a counter shard: the address
+    /// of a thread-local, hashed.
+    pub(crate) fn shard_hint() -> usize {
+        thread_local! {
+            static MARK: u8 = const { 0 };
+        }
+        MARK.with(|m| {
+            let addr = std::ptr::from_ref(m) as usize;
+            (addr >> 6) ^ (addr >> 12)
+        })
+    }
 }
 
 #[cfg(rcufs_loom)]
@@ -97,6 +159,105 @@ mod imp {
     /// make the progress the spinner waits for.
     pub(crate) fn spin_loop() {
         loom::thread::yield_now();
+    }
+
+    /// Gives the processor to another thread.
+    pub(crate) fn yield_now() {
+        loom::thread::yield_now();
+    }
+
+    /// The guard type of [`Mutex::lock`].
+    pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+
+    /// loom's condition variable with the poisoning unwrapped.
+    #[derive(Debug, Default)]
+    pub(crate) struct Condvar(loom::sync::Condvar);
+
+    impl Condvar {
+        pub(crate) fn new() -> Self {
+            Self(loom::sync::Condvar::new())
+        }
+
+        pub(crate) fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+            self.0.wait(guard).expect("loom mutex poisoned")
+        }
+
+        pub(crate) fn notify_all(&self) {
+            self.0.notify_all();
+        }
+    }
+
+    /// Padding does not matter to loom; the name stays for identical call sites.
+    pub(crate) use crossbeam_utils::CachePadded;
+
+    /// Each structure owns a fresh collector under loom, because statics (the
+    /// global collector) persist across the iterations of a model. Each loom
+    /// thread registers once per domain and keeps its handle here: a fresh
+    /// registration per pin would make every pin run a full collection
+    /// (crossbeam collects on a participant's first pin), which multiplies
+    /// the interleavings loom explores for nothing.
+    #[derive(Debug, Clone)]
+    pub(crate) struct Domain(loom::sync::Arc<DomainInner>);
+
+    #[derive(Debug)]
+    pub(crate) struct DomainInner {
+        collector: epoch::Collector,
+        /// Not a loom mutex on purpose: loom runs one thread at a time and
+        /// this lock is never held across a loom operation, so it adds no
+        /// interleaving; it only keeps the bookkeeping sound.
+        handles: std::sync::Mutex<Vec<(loom::thread::ThreadId, Box<LocalHandleCell>)>>,
+    }
+
+    /// A `LocalHandle` used only by the loom thread that registered it.
+    #[derive(Debug)]
+    struct LocalHandleCell(epoch::LocalHandle);
+
+    // SAFETY: a handle is only used by the loom thread whose id it is filed
+    // under (see `Domain::pin`); it moves between OS threads only inside
+    // loom's scheduler, which runs one model thread at a time.
+    unsafe impl Send for LocalHandleCell {}
+
+    impl Default for Domain {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl Domain {
+        pub(crate) fn new() -> Self {
+            Self(loom::sync::Arc::new(DomainInner {
+                collector: epoch::Collector::new(),
+                handles: std::sync::Mutex::new(Vec::new()),
+            }))
+        }
+
+        pub(crate) fn pin(&self) -> epoch::Guard {
+            let me = loom::thread::current().id();
+            // The std lock is never held across a loom operation (register,
+            // pin): loom could switch to a thread that then blocks on it for
+            // real.
+            let found = {
+                let handles = self.0.handles.lock().expect("domain handles");
+                handles
+                    .iter()
+                    .find(|(id, _)| *id == me)
+                    .map(|(_, h)| std::ptr::from_ref(&h.0))
+            };
+            if let Some(h) = found {
+                // SAFETY: handles are boxed and only dropped with the domain,
+                // which `self` keeps alive; this one belongs to this thread.
+                return unsafe { &*h }.pin();
+            }
+            let h = Box::new(LocalHandleCell(self.0.collector.register()));
+            let guard = h.0.pin();
+            self.0.handles.lock().expect("domain handles").push((me, h));
+            guard
+        }
+    }
+
+    /// One shard is enough under loom.
+    pub(crate) fn shard_hint() -> usize {
+        0
     }
 }
 
