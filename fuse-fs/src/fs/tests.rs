@@ -375,3 +375,90 @@ fn names_changed_in_the_source_are_seen_after_the_revalidation_interval() {
     std::fs::remove_file(t.src.join("later")).expect("rm");
     err(t.fs.lookup(ROOT_INO, b"later"), libc::ENOENT);
 }
+
+fn pc(fs: &Fs, key: &str) -> u64 {
+    fs.stats_json()["pagecache"][key].as_u64().expect("counter")
+}
+
+#[test]
+fn reads_are_served_from_the_page_cache() {
+    let t = setup(default_cfg());
+    let f = walk(&t.fs, "d/e/f").expect("f");
+    assert_eq!(read_all(&t.fs, f.ino), vec![7u8; 10_000]);
+    let fills = pc(&t.fs, "fills");
+    assert_eq!(fills, 3, "10,000 bytes are three pages, each filled once");
+    let hits = pc(&t.fs, "hits");
+    assert_eq!(read_all(&t.fs, f.ino), vec![7u8; 10_000]);
+    assert_eq!(pc(&t.fs, "fills"), fills, "a second read fills nothing");
+    assert!(pc(&t.fs, "hits") > hits);
+}
+
+#[test]
+fn concurrent_cold_reads_fill_each_page_once() {
+    let t = setup(default_cfg());
+    let f = walk(&t.fs, "d/e/f").expect("f");
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4).map(|_| s.spawn(|| read_all(&t.fs, f.ino))).collect();
+        for h in handles {
+            assert_eq!(h.join().expect("reader"), vec![7u8; 10_000]);
+        }
+    });
+    assert_eq!(pc(&t.fs, "fills"), 3);
+}
+
+#[test]
+fn a_pages_drop_frees_the_pages_of_files_under_the_directory() {
+    let t = setup(default_cfg());
+    let d = walk(&t.fs, "d").expect("d");
+    let a = walk(&t.fs, "a.txt").expect("a");
+    let f = walk(&t.fs, "d/e/f").expect("f");
+    read_all(&t.fs, f.ino);
+    read_all(&t.fs, a.ino);
+    let out = t.fs.drop_dir(d.ino, DropMode::Pages, ME).expect("drop");
+    assert_eq!(out.args.pages_dropped, 3);
+    assert_eq!(out.args.bytes_freed, 3 * 4096, "bytes freed are whole pages of memory");
+    assert_eq!(out.args.dentries_dropped, 0);
+    assert_eq!(pc(&t.fs, "pages"), 1, "a.txt is outside d and keeps its page");
+    let fills = pc(&t.fs, "fills");
+    read_all(&t.fs, f.ino);
+    assert_eq!(
+        pc(&t.fs, "fills"),
+        fills + 3,
+        "the dropped pages are read from the source again"
+    );
+}
+
+#[test]
+fn writes_past_the_end_and_truncates_keep_cached_reads_exact() {
+    let t = setup(default_cfg());
+    let a = walk(&t.fs, "a.txt").expect("a");
+    assert_eq!(read_all(&t.fs, a.ino), b"hello");
+    let o = t.fs.open(a.ino, libc::O_RDWR).expect("open");
+    t.fs.write(o.fh, 8192, b"far").expect("write past the end");
+    t.fs.release(o.fh).expect("release");
+    let mut want = b"hello".to_vec();
+    want.resize(8192, 0);
+    want.extend_from_slice(b"far");
+    assert_eq!(read_all(&t.fs, a.ino), want);
+    t.fs.setattr(
+        a.ino,
+        SetAttr {
+            size: Some(4100),
+            ..SetAttr::default()
+        },
+    )
+    .expect("shrink");
+    want.truncate(4100);
+    assert_eq!(read_all(&t.fs, a.ino), want);
+    t.fs.setattr(
+        a.ino,
+        SetAttr {
+            size: Some(5000),
+            ..SetAttr::default()
+        },
+    )
+    .expect("grow");
+    want.resize(5000, 0);
+    assert_eq!(read_all(&t.fs, a.ino), want);
+    assert_eq!(std::fs::read(t.src.join("a.txt")).expect("source"), want);
+}
