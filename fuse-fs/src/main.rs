@@ -1,8 +1,12 @@
 //! `rcufs`: the command line of the passthrough filesystem.
 //!
 //! `rcufs mount` hands its options to the library's `mount()` and then waits,
-//! in the foreground, for SIGINT/SIGTERM (then unmounts cleanly) or for an
-//! unmount from outside (then reaps the session). `rcufs drop` and
+//! in the foreground, until the mount goes away. An unmount from outside
+//! ends the session directly. The first SIGINT/SIGTERM unmounts from a
+//! signal thread: a plain unmount if nothing on the mount is in use, else a
+//! lazy one (the mount leaves the namespace at once, open files keep working
+//! and the daemon exits when the last one closes, as libfuse does); a second
+//! signal aborts the FUSE connection for a prompt exit. `rcufs drop` and
 //! `rcufs stats` are clients of a running mount (see `client.rs`).
 //!
 //! Exit codes: 0 on success, 1 on any failure (every failing directory of a
@@ -14,8 +18,13 @@ mod client;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::Result;
+use std::os::unix::fs::MetadataExt;
+
+use anyhow::{Context, Result};
 use clap::Parser;
+use fuse_fs::MountOptions;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
 use cli::{Cli, Command, DropCmd, MountArgs, StatsCmd};
 
@@ -47,9 +56,58 @@ fn init_tracing() {
         .init();
 }
 
+/// Mounts, then serves until the mount goes away: unmounted from outside, or
+/// unmounted by the signal thread on SIGINT/SIGTERM.
 fn mount(args: MountArgs) -> Result<()> {
-    cli::preflight(&args, &client::mounts()?)?;
-    anyhow::bail!("the filesystem itself is not built yet in this revision: `rcufs mount` cannot serve a mount")
+    let dcache_negative = args.dcache_negative.unwrap_or(args.dcache_entries / 4);
+    let opts = MountOptions {
+        source: args.source,
+        mountpoint: args.mountpoint,
+        threads: args.threads,
+        dcache_entries: args.dcache_entries,
+        dcache_negative,
+        page_cache_bytes: args.page_cache_size,
+        kernel_cache: args.kernel_cache,
+        revalidate: args.revalidate,
+        fuse_options: args.options,
+    };
+    // Register before mounting, so that a signal that arrives while the
+    // mount is being set up is queued rather than killing the process with
+    // a mount half made.
+    let mut signals = Signals::new([SIGINT, SIGTERM]).context("installing the SIGINT/SIGTERM handlers")?;
+    let mounted = fuse_fs::mount(opts)?;
+    let mountpoint = std::fs::canonicalize(mounted.mountpoint()).context("resolving the mount point")?;
+    let dev = std::fs::metadata(&mountpoint).context("stat of the new mount")?.dev();
+    tracing::info!(mountpoint = %mountpoint.display(), "serving; unmount it or send SIGINT/SIGTERM to stop");
+
+    let handle = signals.handle();
+    let signal_thread = std::thread::Builder::new()
+        .name("rcufs-signals".into())
+        .spawn(move || {
+            let mut seen = 0;
+            for sig in signals.forever() {
+                seen += 1;
+                if seen == 1 {
+                    tracing::info!(signal = sig, "unmounting");
+                    if let Err(e) = client::unmount(&mountpoint) {
+                        tracing::error!("{e:#}");
+                    }
+                } else {
+                    tracing::warn!(signal = sig, "second signal: aborting the FUSE connection");
+                    if let Err(e) = client::abort_connection(dev) {
+                        tracing::error!("{e:#}");
+                    }
+                }
+            }
+        })
+        .context("starting the signal thread")?;
+    let result = mounted.wait();
+    handle.close();
+    // The thread leaves its loop once the handle is closed.
+    let _ = signal_thread.join();
+    result?;
+    tracing::info!("unmounted");
+    Ok(())
 }
 
 fn drop_dirs(args: &DropCmd) -> Result<()> {
