@@ -186,14 +186,6 @@ pub fn unmount(mountpoint: &Path) -> Result<()> {
     }
 }
 
-/// Aborts the FUSE connection of the mount with device `dev` (through
-/// `/sys/fs/fuse/connections/MINOR/abort`): every pending and later request
-/// fails with ENOTCONN and the session ends.
-pub fn abort_connection(dev: u64) -> Result<()> {
-    let path = format!("/sys/fs/fuse/connections/{}/abort", libc::minor(dev));
-    std::fs::write(&path, "1").with_context(|| format!("writing {path}"))
-}
-
 /// Why a drop of one directory failed, with the errno kept for callers that
 /// test for it.
 #[derive(Debug)]

@@ -6,7 +6,7 @@
 //! signal thread: a plain unmount if nothing on the mount is in use, else a
 //! lazy one (the mount leaves the namespace at once, open files keep working
 //! and the daemon exits when the last one closes, as libfuse does); a second
-//! signal aborts the FUSE connection for a prompt exit. `rcufs drop` and
+//! signal exits at once, which aborts the FUSE connection. `rcufs drop` and
 //! `rcufs stats` are clients of a running mount (see `client.rs`).
 //!
 //! Exit codes: 0 on success, 1 on any failure (every failing directory of a
@@ -17,8 +17,6 @@ mod client;
 
 use std::process::ExitCode;
 use std::time::Instant;
-
-use std::os::unix::fs::MetadataExt;
 
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -49,7 +47,11 @@ fn main() -> ExitCode {
 /// for everything else).
 fn init_tracing() {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,rcufs=info,fuse_fs=info"));
+    // fuser's mount guard warns "Unmount failed" whenever the mount is already
+    // gone when the session ends, which is every ordinary exit here (the
+    // unmount comes from outside the session), so its module logs errors only.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("warn,fuser::mnt=error,rcufs=info,fuse_fs=info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -77,7 +79,6 @@ fn mount(args: MountArgs) -> Result<()> {
     let mut signals = Signals::new([SIGINT, SIGTERM]).context("installing the SIGINT/SIGTERM handlers")?;
     let mounted = fuse_fs::mount(opts)?;
     let mountpoint = std::fs::canonicalize(mounted.mountpoint()).context("resolving the mount point")?;
-    let dev = std::fs::metadata(&mountpoint).context("stat of the new mount")?.dev();
     tracing::info!(mountpoint = %mountpoint.display(), "serving; unmount it or send SIGINT/SIGTERM to stop");
 
     let handle = signals.handle();
@@ -93,10 +94,13 @@ fn mount(args: MountArgs) -> Result<()> {
                         tracing::error!("{e:#}");
                     }
                 } else {
-                    tracing::warn!(signal = sig, "second signal: aborting the FUSE connection");
-                    if let Err(e) = client::abort_connection(dev) {
-                        tracing::error!("{e:#}");
-                    }
+                    // Exiting closes every /dev/fuse descriptor, which makes
+                    // the kernel abort the connection (no fusectl needed).
+                    tracing::warn!(
+                        signal = sig,
+                        "second signal: exiting now; files still open on the mount fail"
+                    );
+                    std::process::exit(1);
                 }
             }
         })
