@@ -338,12 +338,18 @@ pub fn format_stats(json: &str, mount: &MountEntry) -> Result<String> {
         .as_object()
         .ok_or_else(|| anyhow!("the stats are not a JSON object"))?;
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "rcufs mount {} (source {})",
-        mount.mount_point.display(),
-        mount.source
-    );
+    // The mount source is the source directory when the mount records it;
+    // a direct mount(2) by the FUSE library records only the name "rcufs".
+    if mount.source.is_empty() || mount.source == "rcufs" {
+        let _ = writeln!(out, "rcufs mount {}", mount.mount_point.display());
+    } else {
+        let _ = writeln!(
+            out,
+            "rcufs mount {} (source {})",
+            mount.mount_point.display(),
+            mount.source
+        );
+    }
     // Scalars first, then one block per section.
     for (key, v) in obj.iter().filter(|(_, v)| !v.is_object()) {
         let _ = writeln!(out, "  {key}: {v}");
