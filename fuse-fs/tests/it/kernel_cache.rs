@@ -76,3 +76,46 @@ fn drop_invalidates_the_kernel_entries_and_pages() {
     );
     drop(f);
 }
+
+#[test]
+fn a_walk_past_the_descriptor_limit_does_not_run_out_of_descriptors() {
+    // RLIMIT_NOFILE's hard limit here is 20,000: a passthrough that keeps one
+    // descriptor per inode the kernel knows fails past it.
+    const DIRS: usize = 50;
+    const PER_DIR: usize = 500;
+    let Some(m) = Mount::with(ARGS, |src| {
+        for d in 0..DIRS {
+            let dir = src.join(format!("d{d:02}"));
+            fs::create_dir(&dir).unwrap();
+            for f in 0..PER_DIR {
+                fs::write(dir.join(format!("f{f:03}")), [d as u8, f as u8]).unwrap();
+            }
+        }
+    }) else {
+        return;
+    };
+    let mut seen = 0;
+    for d in 0..DIRS {
+        for e in fs::read_dir(m.at(&format!("d{d:02}"))).unwrap() {
+            let e = e.unwrap();
+            assert!(e.metadata().unwrap().is_file());
+            seen += 1;
+        }
+        // Read a few files of each directory: data still flows.
+        for f in [0, PER_DIR / 2, PER_DIR - 1] {
+            assert_eq!(fs::read(m.at(&format!("d{d:02}/f{f:03}"))).unwrap(), [d as u8, f as u8]);
+        }
+    }
+    assert_eq!(seen, DIRS * PER_DIR);
+    let known = m.stat("inodes", "known");
+    let fds = m.stat("inodes", "open_fds");
+    assert!(
+        known >= (DIRS * PER_DIR) as u64,
+        "the kernel holds {} inodes but rcufs knows {known}",
+        DIRS * PER_DIR
+    );
+    assert!(fds < 20_000, "{fds} descriptors open for {known} inodes");
+    // The mount still creates and opens files.
+    fs::write(m.at("d00/after"), b"after").unwrap();
+    assert_eq!(fs::read(m.at("d00/after")).unwrap(), b"after");
+}
