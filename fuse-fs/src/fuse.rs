@@ -609,7 +609,6 @@ impl Filesystem for FuseAdapter {
 /// What `mount.rs` needs from fuser, kept here so that only this file names it.
 pub mod session {
     use super::*;
-    use std::os::fd::OwnedFd;
     use std::path::{Path, PathBuf};
 
     use crate::sys;
@@ -730,7 +729,7 @@ pub mod session {
         let data = std::ffi::CString::new(data).expect("no NUL in mount data");
         sys::mount(c"rcufs", &target, c"fuse.rcufs", flags, &data)?;
         let acl = cfg.acl;
-        let session = match fuser::Session::from_fd(adapter, OwnedFd::from(dev), acl, cfg) {
+        let session = match fuser::Session::from_fd(adapter, dev, acl, cfg) {
             Ok(s) => s,
             Err(e) => {
                 let _ = sys::umount(&target, libc::MNT_DETACH);
