@@ -415,22 +415,16 @@ impl InodeTable {
                     let known = self.mounts.read().expect("mounts lock").contains_key(&mount_id);
                     if !known {
                         // `open_by_handle_at` refuses `O_PATH` mount descriptors
-                        // (EBADF), so this one is a real open: the object is
-                        // almost always the root directory of a mount.
+                        // (EBADF), so this one is a real open of a directory:
+                        // the object itself (a mount's root is a directory) or,
+                        // for a non-directory, its parent on the same filesystem.
                         let fd = sys::openat(
                             new.parent,
                             new.name,
                             libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
                             0,
                         )
-                        .or_else(|_| {
-                            sys::openat(
-                                new.parent,
-                                new.name,
-                                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW,
-                                0,
-                            )
-                        })?;
+                        .or_else(|_| sys::reopen(new.parent, libc::O_RDONLY | libc::O_DIRECTORY))?;
                         self.mounts
                             .write()
                             .expect("mounts lock")
