@@ -159,7 +159,8 @@ pub fn unmount(mountpoint: &Path) -> Result<()> {
     if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
         return Ok(());
     }
-    match std::io::Error::last_os_error().raw_os_error() {
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
         Some(libc::EBUSY) => {
             tracing::info!(
                 "{} is in use: detaching it lazily; exiting once the last file closes",
@@ -182,7 +183,7 @@ pub fn unmount(mountpoint: &Path) -> Result<()> {
             }
             Ok(())
         }
-        _ => Err(std::io::Error::last_os_error()).with_context(|| format!("unmounting {}", mountpoint.display())),
+        _ => Err(err).with_context(|| format!("unmounting {}", mountpoint.display())),
     }
 }
 
