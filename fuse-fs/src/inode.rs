@@ -121,6 +121,10 @@ pub struct Inode {
     pub attr: Mutex<AttrState>,
     /// What the page cache saw at the last open or write; `None` before the first open.
     pub data_stamp: Mutex<Option<Stamp>>,
+    /// Directories: the stamp under which the cached names below were last
+    /// checked against the source, and when (see `Fs::revalidate_dir`). Kept
+    /// apart from `attr` so that a GETATTR refresh does not hide a change.
+    pub names_stamp: Mutex<Option<(Stamp, Instant)>>,
     /// The dentry this inode was last found under (the dcache's counted
     /// handle), held only while the kernel knows the node id so that it never
     /// forms a cycle with the payload; see `names.rs`.
@@ -325,6 +329,7 @@ impl InodeTable {
             stale: AtomicBool::new(false),
             attr: Mutex::new(AttrState { st, at: Instant::now() }),
             data_stamp: Mutex::new(None),
+            names_stamp: Mutex::new(None),
             dentry: Mutex::new(None),
             link: Mutex::new((ROOT_INO, Box::default())),
         });
@@ -386,6 +391,7 @@ impl InodeTable {
                 at: Instant::now(),
             }),
             data_stamp: Mutex::new(None),
+            names_stamp: Mutex::new(None),
             dentry: Mutex::new(None),
             link: Mutex::new((new.parent_ino, new.name.to_bytes().into())),
         });
