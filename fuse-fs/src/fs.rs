@@ -588,6 +588,7 @@ impl Fs {
                 let a = inode.attr();
                 if self.fresh(a.at) {
                     self.table.remember(&inode, 1);
+                    self.names.attach(&parent, name, &inode);
                     inode.set_link(parent.ino, name);
                     return Ok(self.entry_of(&inode));
                 }

@@ -483,13 +483,20 @@ impl InodeTable {
             if left > 0 {
                 return None;
             }
-            map.remove(&ino)?
+            let removed = map.remove(&ino)?;
+            // The kernel no longer knows the node id: release its dentry so
+            // that the dcache may evict it (and with it the payload's
+            // reference). Taken under the shard lock so that a racing LOOKUP
+            // that revives the node id attaches a dentry after this, not before.
+            let dentry = removed.dentry.lock().expect("dentry lock").take();
+            (removed, dentry)
         };
+        let (removed, dentry) = removed;
+        {
+            // Released outside the shard lock.
+            let _released = dentry;
+        }
         self.pool.remove(ino);
-        // The kernel no longer knows the node id: release its dentry so that
-        // the dcache may evict it (and with it the payload's reference).
-        let dentry = removed.dentry.lock().expect("dentry lock").take();
-        let _released = dentry;
         if Arc::strong_count(&removed) == 1 {
             let mut keys = self.by_key[Self::key_shard(&removed.key)].lock().expect("key lock");
             if keys
