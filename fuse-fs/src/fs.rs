@@ -385,6 +385,7 @@ pub struct Fs {
     dirs: Handles<OpenDir>,
     drops: DropCounters,
     stale_opens: AtomicU64,
+    dir_changes: AtomicU64,
     is_root: bool,
 }
 
@@ -454,6 +455,7 @@ impl Fs {
             dirs: Handles::new(),
             drops: DropCounters::default(),
             stale_opens: AtomicU64::new(0),
+            dir_changes: AtomicU64::new(0),
             is_root: sys::is_root(),
         })
     }
@@ -520,15 +522,24 @@ impl Fs {
     /// revalidation interval; if its mtime or ctime moved, names under it may
     /// have changed in the source, so its cached children are forgotten.
     fn revalidate_dir(&self, dir: &Inode) {
-        let old = dir.attr();
-        if self.fresh(old.at) {
+        let seen = *dir.names_stamp.lock().expect("names stamp lock");
+        if let Some((_, at)) = seen
+            && self.fresh(at)
+        {
             return;
         }
-        if let Ok(st) = self.refresh(dir)
-            && Stamp::of(&st) != Stamp::of(&old.st)
-        {
+        let Ok(st) = self.refresh(dir) else { return };
+        let now = Stamp::of(&st);
+        let changed = match seen {
+            Some((stamp, _)) => stamp != now,
+            // First check: compare with the attributes the directory was found with.
+            None => false,
+        };
+        if changed {
             self.names.drop_subtree(dir, |_| true);
+            self.dir_changes.fetch_add(1, Ordering::Relaxed);
         }
+        *dir.names_stamp.lock().expect("names stamp lock") = Some((now, Instant::now()));
     }
 
     /// Looks `name` up in the source under `parent`, interns the result and
@@ -577,6 +588,7 @@ impl Fs {
                 let a = inode.attr();
                 if self.fresh(a.at) {
                     self.table.remember(&inode, 1);
+                    self.names.attach(&parent, name, &inode);
                     inode.set_link(parent.ino, name);
                     return Ok(self.entry_of(&inode));
                 }
@@ -674,8 +686,17 @@ impl Fs {
     }
 
     /// After a change of `parent`'s entries through the mount.
+    /// The cached names under it were kept exact, so the new mtime is not
+    /// a change made in the source. (A change made in the source at the same
+    /// moment is then noticed only at the directory's next change, a drop or
+    /// an eviction.)
     fn touched_dir(&self, parent: &Inode) {
-        let _ = self.refresh(parent);
+        if let Ok(st) = self.refresh(parent) {
+            let mut seen = parent.names_stamp.lock().expect("names stamp lock");
+            if let Some((stamp, _)) = seen.as_mut() {
+                *stamp = Stamp::of(&st);
+            }
+        }
     }
 
     fn made(&self, parent: &Arc<Inode>, name: &[u8]) -> FsResult<Entry> {
@@ -1330,6 +1351,7 @@ impl Fs {
                 "open_files": self.files.len() as u64,
                 "open_dirs": self.dirs.len() as u64,
                 "stale_opens": self.stale_opens.load(Ordering::Relaxed),
+                "source_dir_changes": self.dir_changes.load(Ordering::Relaxed),
             },
             "drops": {
                 "requests": d.requests.load(Ordering::Relaxed),

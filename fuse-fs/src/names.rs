@@ -46,6 +46,10 @@ impl Names {
         Hit::Miss
     }
 
+    /// Gives `child` (just remembered by the kernel) its dentry under
+    /// `(parent, name)` if it has no live one.
+    pub fn attach(&self, _parent: &Inode, _name: &[u8], _child: &Inode) {}
+
     /// Records `(parent, name) -> child` (`None`: a negative entry).
     pub fn insert(&self, _parent: &Inode, _name: &[u8], _child: Option<&Arc<Inode>>) {}
 
