@@ -262,6 +262,14 @@ impl Mount {
 impl Drop for Mount {
     fn drop(&mut self) {
         self.cleanup();
+        let log = self.log_text();
+        if std::thread::panicking() {
+            // The test failed: the daemon's side of the story helps.
+            eprintln!("rcufs log of the failed test:\n{log}");
+        } else if log.contains("panicked at") {
+            // The daemon must never panic, whatever a request carries.
+            panic!("the rcufs daemon panicked during this test:\n{log}");
+        }
     }
 }
 
