@@ -1212,24 +1212,35 @@ impl Fs {
         Ok((out.args.to_bytes().to_vec(), out.inval))
     }
 
-    /// Whether the inodes under `dir` found by their recorded links, walking
-    /// up through the inodes the kernel knows.
-    fn under(&self, dir: u64, inode: &Inode) -> Option<u32> {
-        let mut depth = 0;
+    /// How deep `inode` lies under directory `dir` (1 = a child), following
+    /// the recorded links up through the inodes the kernel knows; `None` if
+    /// it is not under it. `memo` remembers the answer for every directory
+    /// passed on the way, so one drop walks each chain once.
+    fn under(&self, dir: u64, inode: &Inode, memo: &mut HashMap<u64, Option<u32>>) -> Option<u32> {
+        let mut chain = Vec::new();
         let mut cur = inode.link.lock().expect("link lock").0;
-        let mut seen = inode.ino;
-        for _ in 0..4096 {
-            depth += 1;
+        let base = loop {
             if cur == dir {
-                return Some(depth);
+                break Some(0);
             }
-            if cur == ROOT_INO || cur == seen {
-                return None;
+            if let Some(&known) = memo.get(&cur) {
+                break known;
             }
-            seen = cur;
-            cur = self.table.get(cur).ok()?.link.lock().expect("link lock").0;
+            if cur == ROOT_INO || chain.contains(&cur) || chain.len() > 4096 {
+                break None;
+            }
+            chain.push(cur);
+            match self.table.get(cur) {
+                Ok(parent) => cur = parent.link.lock().expect("link lock").0,
+                Err(_) => break None,
+            }
+        };
+        // chain[i] lies base + (chain.len() - i) levels under `dir`.
+        let n = chain.len() as u32;
+        for (i, ino) in chain.iter().enumerate() {
+            memo.insert(*ino, base.map(|b| b + n - i as u32));
         }
-        None
+        base.map(|b| b + n + 1)
     }
 
     /// Drops the caches under directory `ino` (seeds 001 and 004): the
@@ -1262,14 +1273,15 @@ impl Fs {
             out.args.dentries_dropped = sub.dropped;
             out.args.busy = sub.busy;
         }
+        let mut memo = HashMap::new();
         for inode in self.table.snapshot() {
-            if let Some(depth) = self.under(dir.ino, &inode) {
+            if let Some(depth) = self.under(dir.ino, &inode, &mut memo) {
                 found.insert(inode.ino, (inode, depth));
             }
         }
         for (inode, depth) in found.values_mut() {
             if *depth == 0 {
-                *depth = self.under(dir.ino, inode).unwrap_or(1);
+                *depth = self.under(dir.ino, inode, &mut memo).unwrap_or(1);
             }
         }
         let mut list: Vec<(Arc<Inode>, u32)> = found.into_values().collect();

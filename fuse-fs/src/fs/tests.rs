@@ -462,3 +462,49 @@ fn writes_past_the_end_and_truncates_keep_cached_reads_exact() {
     assert_eq!(read_all(&t.fs, a.ino), want);
     assert_eq!(std::fs::read(t.src.join("a.txt")).expect("source"), want);
 }
+
+#[test]
+fn kernel_cache_drops_invalidate_bottom_up() {
+    let t = setup(FsConfig {
+        kernel_cache: true,
+        ..default_cfg()
+    });
+    let d = walk(&t.fs, "d").expect("d");
+    let e = walk(&t.fs, "d/e").expect("e");
+    let f = walk(&t.fs, "d/e/f").expect("f");
+    let out = t.fs.drop_dir(d.ino, DropMode::All, ME).expect("drop");
+    let pos = |want: &Inval| out.inval.iter().position(|i| i == want);
+    let f_entry = pos(&Inval::Entry {
+        parent: e.ino,
+        name: b"f".to_vec(),
+    })
+    .expect("f's entry is invalidated");
+    let e_entry = pos(&Inval::Entry {
+        parent: d.ino,
+        name: b"e".to_vec(),
+    })
+    .expect("e's entry is invalidated");
+    assert!(f_entry < e_entry, "children before parents: {:?}", out.inval);
+    assert!(
+        pos(&Inval::Inode { ino: f.ino, offset: 0 }).is_some(),
+        "f's pages and attributes"
+    );
+    assert!(
+        !out.inval
+            .iter()
+            .any(|i| matches!(i, Inval::Entry { name, .. } if name == b"d")),
+        "the directory itself stays"
+    );
+    // Without kernel caching there is nothing in the kernel to invalidate.
+    let plain = setup(default_cfg());
+    let d = walk(&plain.fs, "d").expect("d");
+    walk(&plain.fs, "d/e/f").expect("f");
+    assert!(
+        plain
+            .fs
+            .drop_dir(d.ino, DropMode::All, ME)
+            .expect("drop")
+            .inval
+            .is_empty()
+    );
+}
