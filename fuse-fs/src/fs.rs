@@ -1325,7 +1325,7 @@ impl Fs {
         if mode.drops_dentries() {
             dir.expire_attr();
         }
-        out.args.skipped = skipped_inos.len() as u64 + if mode.drops_dentries() { sub.skipped } else { 0 };
+        out.args.skipped = skipped_inos.len() as u64;
         out.args.elapsed_ns = start.elapsed().as_nanos() as u64;
         let d = &self.drops;
         d.dentries.fetch_add(out.args.dentries_dropped, Ordering::Relaxed);
