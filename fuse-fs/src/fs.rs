@@ -499,8 +499,15 @@ impl Fs {
         }
     }
 
-    fn negative(&self) -> FsResult<Entry> {
+    fn negative(&self, parent: &Inode, name: &[u8]) -> FsResult<Entry> {
         if self.cfg.kernel_cache {
+            // Remembered so that a drop can invalidate the kernel's copy; a
+            // directory with more than this many outstanding names relies on
+            // the entry timeout for the rest.
+            let mut names = parent.kernel_negatives.lock().expect("negatives lock");
+            if names.len() < 4096 && !names.iter().any(|n| &**n == name) {
+                names.push(name.into());
+            }
             Ok(Entry {
                 ino: 0,
                 attr: Attr::from_stat(0, &sys::zero_stat()),
@@ -593,12 +600,12 @@ impl Fs {
                     return Ok(self.entry_of(&inode));
                 }
             }
-            Hit::Negative => return self.negative(),
+            Hit::Negative => return self.negative(&parent, name),
             Hit::Miss => {}
         }
         match self.lookup_source(&parent, name, true)? {
             Some(inode) => Ok(self.entry_of(&inode)),
-            None => self.negative(),
+            None => self.negative(&parent, name),
         }
     }
 
@@ -1258,9 +1265,23 @@ impl Fs {
         }
         self.drops.requests.fetch_add(1, Ordering::Relaxed);
         let mut out = DropOutcome::default();
-        // Every inode under the directory: the dcache's view and the kernel's.
+        // Every inode under the directory: the kernel's view (the inodes it
+        // knows, by their recorded parent chain) and the dcache's.
         let mut found: HashMap<u64, (Arc<Inode>, u32)> = HashMap::new();
         let mut skipped_inos = std::collections::HashSet::new();
+        let mut memo = HashMap::new();
+        for inode in self.table.snapshot() {
+            if let Some(depth) = self.under(dir.ino, &inode, &mut memo) {
+                if mode.drops_dentries() && owner(&inode) {
+                    // Let go of the inode's dentry so that the drop frees it
+                    // rather than finding it in use; the next lookup of the
+                    // name attaches a fresh one.
+                    let released = inode.dentry.lock().expect("dentry lock").take();
+                    drop(released);
+                }
+                found.insert(inode.ino, (inode, depth));
+            }
+        }
         let sub = self.names.drop_subtree(&dir, |inode| {
             let ok = owner(inode);
             if !ok {
@@ -1273,15 +1294,25 @@ impl Fs {
             out.args.dentries_dropped = sub.dropped;
             out.args.busy = sub.busy;
         }
-        let mut memo = HashMap::new();
-        for inode in self.table.snapshot() {
-            if let Some(depth) = self.under(dir.ino, &inode, &mut memo) {
-                found.insert(inode.ino, (inode, depth));
-            }
-        }
         for (inode, depth) in found.values_mut() {
             if *depth == 0 {
                 *depth = self.under(dir.ino, inode, &mut memo).unwrap_or(1);
+            }
+        }
+        if mode.drops_dentries() && self.cfg.kernel_cache {
+            // The kernel's negative entries under the directory, deepest first.
+            let mut dirs: Vec<(&Arc<Inode>, u32)> = found
+                .values()
+                .filter(|(i, _)| i.is_dir())
+                .map(|(i, d)| (i, *d))
+                .collect();
+            dirs.sort_by_key(|e| std::cmp::Reverse(e.1));
+            for (d, _) in dirs.into_iter().chain(std::iter::once((&dir, 0))) {
+                let names = std::mem::take(&mut *d.kernel_negatives.lock().expect("negatives lock"));
+                out.inval.extend(names.into_iter().map(|name| Inval::Entry {
+                    parent: d.ino,
+                    name: name.into_vec(),
+                }));
             }
         }
         let mut list: Vec<(Arc<Inode>, u32)> = found.into_values().collect();

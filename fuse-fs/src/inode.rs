@@ -125,6 +125,9 @@ pub struct Inode {
     /// checked against the source, and when (see `Fs::revalidate_dir`). Kept
     /// apart from `attr` so that a GETATTR refresh does not hide a change.
     pub names_stamp: Mutex<Option<(Stamp, Instant)>>,
+    /// Directories, kernel-cache mode: names answered to the kernel as
+    /// negative entries (which it caches), so that a drop can invalidate them.
+    pub kernel_negatives: Mutex<Vec<Box<[u8]>>>,
     /// The dentry this inode was last found under (the dcache's counted
     /// handle), held only while the kernel knows the node id so that it never
     /// forms a cycle with the payload; see `names.rs`.
@@ -330,6 +333,7 @@ impl InodeTable {
             attr: Mutex::new(AttrState { st, at: Instant::now() }),
             data_stamp: Mutex::new(None),
             names_stamp: Mutex::new(None),
+            kernel_negatives: Mutex::new(Vec::new()),
             dentry: Mutex::new(None),
             link: Mutex::new((ROOT_INO, Box::default())),
         });
@@ -392,6 +396,7 @@ impl InodeTable {
             }),
             data_stamp: Mutex::new(None),
             names_stamp: Mutex::new(None),
+            kernel_negatives: Mutex::new(Vec::new()),
             dentry: Mutex::new(None),
             link: Mutex::new((new.parent_ino, new.name.to_bytes().into())),
         });
