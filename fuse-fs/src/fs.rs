@@ -661,9 +661,9 @@ impl Fs {
         }
         let st = sys::fstat(pfd.as_fd())?;
         inode.set_attr(st);
-        if set.size.is_some() {
-            self.note_own_change(&inode, &st);
-        }
+        // The cached pages stayed exact (a size change went through
+        // `resized`), so the new ctime/mtime/size are rcufs's own doing.
+        self.note_own_change(&inode, &st);
         Ok(Attr::from_stat(ino, &st))
     }
 
@@ -755,16 +755,20 @@ impl Fs {
         let fd = self.table.path_fd(&inode)?;
         let pfd = self.table.path_fd(&parent)?;
         sys::link_fd(fd.as_fd(), pfd.as_fd(), &cstr(new_name)?)?;
-        self.made(&parent, new_name)
+        let entry = self.made(&parent, new_name)?;
+        let st = inode.attr().st;
+        self.note_own_change(&inode, &st);
+        Ok(entry)
     }
 
     /// After a name went away: refresh the inode it named, if known.
     fn unnamed(&self, key: Option<crate::inode::Key>) {
-        if let Some(inode) = key.and_then(|k| self.table.find(k))
-            && self.refresh(&inode).is_err()
-        {
-            let mut a = inode.attr.lock().expect("attr lock");
-            a.st.st_nlink = 0;
+        if let Some(inode) = key.and_then(|k| self.table.find(k)) {
+            match self.refresh(&inode) {
+                // Another name is left; its ctime moved through the mount.
+                Ok(st) => self.note_own_change(&inode, &st),
+                Err(_) => inode.attr.lock().expect("attr lock").st.st_nlink = 0,
+            }
         }
     }
 
@@ -821,6 +825,7 @@ impl Fs {
             && let Some(moved) = self.table.find(key_of(&st))
         {
             moved.set_attr(st);
+            self.note_own_change(&moved, &st);
             moved.set_link(np.ino, new_name);
         }
         if flags & libc::RENAME_EXCHANGE == 0 {

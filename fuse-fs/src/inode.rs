@@ -376,6 +376,7 @@ impl InodeTable {
         if let Some(inode) = found
             && inode.kind == kind
             && !inode.is_stale()
+            && self.same_object(&inode, &new)
         {
             inode.set_attr(new.st);
             inode.set_link(new.parent_ino, new.name.to_bytes());
@@ -416,6 +417,28 @@ impl InodeTable {
             self.sweep_keys();
         }
         Ok(result)
+    }
+
+    /// Whether `inode` (found by key) is still the object `new` describes:
+    /// inode numbers are reused once a file is deleted, and the dcache may
+    /// keep an inode alive past its file's deletion in the source. The file
+    /// handle carries the generation, so equal handles mean the same object;
+    /// a pinned descriptor of a deleted file shows no links. A mismatch marks
+    /// the old inode stale.
+    fn same_object(&self, inode: &Inode, new: &NewInode<'_>) -> bool {
+        let same = match &inode.backing {
+            Backing::Handle { handle, .. } => {
+                let flags = if new.name.is_empty() { libc::AT_EMPTY_PATH } else { 0 };
+                sys::name_to_handle_at(new.parent, new.name, flags).is_ok_and(|(h, _)| &h == handle)
+            }
+            Backing::Pinned(fd) => {
+                sys::fstat(fd.as_fd()).is_ok_and(|st| st.st_nlink > 0 || st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+            }
+        };
+        if !same {
+            inode.stale.store(true, Ordering::Relaxed);
+        }
+        same
     }
 
     fn make_backing(&self, new: &NewInode<'_>) -> FsResult<Backing> {
