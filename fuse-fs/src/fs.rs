@@ -161,12 +161,16 @@ pub struct Attr {
     pub blksize: u32,
 }
 
+/// A `stat` time as `SystemTime`; an unrepresentable one becomes the epoch
+/// (a request never panics on a strange timestamp).
 fn time(sec: i64, nsec: i64) -> SystemTime {
-    if sec >= 0 {
-        UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
+    let nanos = Duration::from_nanos(nsec.clamp(0, 999_999_999) as u64);
+    let t = if sec >= 0 {
+        UNIX_EPOCH.checked_add(Duration::from_secs(sec as u64))
     } else {
-        UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec as u64)
-    }
+        UNIX_EPOCH.checked_sub(Duration::from_secs(sec.unsigned_abs()))
+    };
+    t.and_then(|t| t.checked_add(nanos)).unwrap_or(UNIX_EPOCH)
 }
 
 impl Attr {
