@@ -1233,6 +1233,10 @@ impl Fs {
     /// it is not under it. `memo` remembers the answer for every directory
     /// passed on the way, so one drop walks each chain once.
     fn under(&self, dir: u64, inode: &Inode, memo: &mut HashMap<u64, Option<u32>>) -> Option<u32> {
+        if inode.ino == dir || inode.ino == ROOT_INO {
+            // Nothing is under itself; the root's link names itself.
+            return None;
+        }
         let mut chain = Vec::new();
         let mut cur = inode.link.lock().expect("link lock").0;
         let base = loop {

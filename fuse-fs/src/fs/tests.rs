@@ -673,3 +673,15 @@ fn extreme_timestamps_do_not_panic() {
         .expect("a pre-1970 mtime");
     assert_eq!(attr.mtime, long_ago);
 }
+
+#[test]
+fn a_drop_of_the_root_drops_everything_below_it() {
+    let t = setup(default_cfg());
+    walk(&t.fs, "d/e/f").expect("f");
+    walk(&t.fs, "a.txt").expect("a");
+    let before = dc(&t.fs, "entries");
+    assert!(before >= 4, "d, e, f and a.txt are cached: {before}");
+    let out = t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("drop");
+    assert_eq!(out.args.dentries_dropped + out.args.busy, before, "{:?}", out.args);
+    assert_eq!(dc(&t.fs, "entries"), 0);
+}
