@@ -161,12 +161,16 @@ pub struct Attr {
     pub blksize: u32,
 }
 
+/// A `stat` time as `SystemTime`; an unrepresentable one becomes the epoch
+/// (a request never panics on a strange timestamp).
 fn time(sec: i64, nsec: i64) -> SystemTime {
-    if sec >= 0 {
-        UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
+    let nanos = Duration::from_nanos(nsec.clamp(0, 999_999_999) as u64);
+    let t = if sec >= 0 {
+        UNIX_EPOCH.checked_add(Duration::from_secs(sec as u64))
     } else {
-        UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec as u64)
-    }
+        UNIX_EPOCH.checked_sub(Duration::from_secs(sec.unsigned_abs()))
+    };
+    t.and_then(|t| t.checked_add(nanos)).unwrap_or(UNIX_EPOCH)
 }
 
 impl Attr {
@@ -1229,6 +1233,10 @@ impl Fs {
     /// it is not under it. `memo` remembers the answer for every directory
     /// passed on the way, so one drop walks each chain once.
     fn under(&self, dir: u64, inode: &Inode, memo: &mut HashMap<u64, Option<u32>>) -> Option<u32> {
+        if inode.ino == dir || inode.ino == ROOT_INO {
+            // Nothing is under itself; the root's link names itself.
+            return None;
+        }
         let mut chain = Vec::new();
         let mut cur = inode.link.lock().expect("link lock").0;
         let base = loop {

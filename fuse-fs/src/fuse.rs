@@ -72,6 +72,16 @@ fn errno(e: FsError) -> Errno {
     Errno::from_i32(e.errno())
 }
 
+/// The xattr replies never say ENOSYS: the kernel would stop sending that
+/// xattr operation for the whole mount (and so lose `user.rcufs.*`).
+fn xattr_errno(e: FsError) -> Errno {
+    if e.errno() == libc::ENOSYS {
+        errno(FsError::new(libc::ENOTSUP))
+    } else {
+        errno(e)
+    }
+}
+
 fn caller(req: &Request) -> Caller {
     Caller {
         uid: req.uid(),
@@ -470,7 +480,7 @@ impl Filesystem for FuseAdapter {
                 reply.ok();
                 self.send_inval(inval);
             }
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(xattr_errno(e)),
         }
     }
 
@@ -479,7 +489,7 @@ impl Filesystem for FuseAdapter {
         match self.fs.getxattr(ino.0, name.as_bytes(), size) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(xattr_errno(e)),
         }
     }
 
@@ -488,7 +498,7 @@ impl Filesystem for FuseAdapter {
         match self.fs.listxattr(ino.0, size) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(xattr_errno(e)),
         }
     }
 
@@ -496,7 +506,7 @@ impl Filesystem for FuseAdapter {
         let _s = span!("removexattr", req, ino.0);
         match self.fs.removexattr(ino.0, name.as_bytes()) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(xattr_errno(e)),
         }
     }
 

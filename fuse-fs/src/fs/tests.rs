@@ -651,3 +651,37 @@ fn a_file_replaced_in_the_source_gets_a_fresh_inode() {
     let b = walk(&t.fs, "a.txt").expect("a again");
     assert_eq!(read_all(&t.fs, b.ino), b"replaced");
 }
+
+#[test]
+fn extreme_timestamps_do_not_panic() {
+    assert!(time(i64::MIN, 0) < UNIX_EPOCH);
+    assert!(time(i64::MAX, 999_999_999) > UNIX_EPOCH);
+    assert_eq!(time(0, -5), UNIX_EPOCH, "a nonsense nanosecond field is clamped");
+    assert_eq!(time(-1, 500_000_000), UNIX_EPOCH - Duration::from_millis(500));
+    assert_eq!(time(1, 5), UNIX_EPOCH + Duration::new(1, 5));
+    let t = setup(default_cfg());
+    let a = walk(&t.fs, "a.txt").expect("a");
+    let long_ago = UNIX_EPOCH - Duration::from_secs(86_400 * 365);
+    let attr =
+        t.fs.setattr(
+            a.ino,
+            SetAttr {
+                mtime: Some(Some(long_ago)),
+                ..SetAttr::default()
+            },
+        )
+        .expect("a pre-1970 mtime");
+    assert_eq!(attr.mtime, long_ago);
+}
+
+#[test]
+fn a_drop_of_the_root_drops_everything_below_it() {
+    let t = setup(default_cfg());
+    walk(&t.fs, "d/e/f").expect("f");
+    walk(&t.fs, "a.txt").expect("a");
+    let before = dc(&t.fs, "entries");
+    assert!(before >= 4, "d, e, f and a.txt are cached: {before}");
+    let out = t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("drop");
+    assert_eq!(out.args.dentries_dropped + out.args.busy, before, "{:?}", out.args);
+    assert_eq!(dc(&t.fs, "entries"), 0);
+}
