@@ -165,3 +165,31 @@ fn a_walk_past_the_descriptor_limit_does_not_run_out_of_descriptors() {
     fs::write(m.at("d00/after"), b"after").unwrap();
     assert_eq!(fs::read(m.at("d00/after")).unwrap(), b"after");
 }
+
+#[test]
+fn forgotten_inodes_leave_the_inode_table() {
+    let Some(m) = Mount::with(ARGS, |src| {
+        for i in 0..1000 {
+            write_tree(src, &[(&format!("many/f{i:04}"), b"x")]);
+        }
+    }) else {
+        return;
+    };
+    for e in fs::read_dir(m.at("many")).unwrap() {
+        e.unwrap().metadata().unwrap();
+    }
+    let known = m.stat("inodes", "known");
+    assert!(known >= 1000, "{known} inodes known after a walk of 1000 files");
+    // The drop invalidates the kernel's entries; the kernel then evicts the
+    // unused inodes and sends FORGET for each, which rcufs must honour.
+    sys::drop_dir(&m.at("many"), DropMode::All).unwrap();
+    let mut last = known;
+    let shrank = eventually(Duration::from_secs(10), || {
+        last = m.stat("inodes", "known");
+        last < 100
+    });
+    assert!(
+        shrank,
+        "still {last} inodes known 10 s after the kernel was told to forget 1000"
+    );
+}
