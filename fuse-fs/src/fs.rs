@@ -442,8 +442,7 @@ fn timespec(t: Option<Option<SystemTime>>) -> libc::timespec {
 impl Fs {
     /// A filesystem mirroring the directory `source`.
     pub fn new(source: &std::path::Path, cfg: FsConfig) -> FsResult<Self> {
-        // SAFETY: `umask` only sets the process file mode creation mask.
-        unsafe { libc::umask(0) };
+        sys::clear_umask();
         let path = sys::cstr(std::os::unix::ffi::OsStrExt::as_bytes(source.as_os_str()))?;
         let root_fd = sys::open_path(&path, libc::O_PATH | libc::O_DIRECTORY)?;
         let (table, root) = InodeTable::new(root_fd, cfg.fd_pool, cfg.use_handles)?;
