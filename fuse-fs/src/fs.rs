@@ -442,8 +442,7 @@ fn timespec(t: Option<Option<SystemTime>>) -> libc::timespec {
 impl Fs {
     /// A filesystem mirroring the directory `source`.
     pub fn new(source: &std::path::Path, cfg: FsConfig) -> FsResult<Self> {
-        // SAFETY: `umask` only sets the process file mode creation mask.
-        unsafe { libc::umask(0) };
+        sys::clear_umask();
         let path = sys::cstr(std::os::unix::ffi::OsStrExt::as_bytes(source.as_os_str()))?;
         let root_fd = sys::open_path(&path, libc::O_PATH | libc::O_DIRECTORY)?;
         let (table, root) = InodeTable::new(root_fd, cfg.fd_pool, cfg.use_handles)?;
@@ -505,13 +504,8 @@ impl Fs {
 
     fn negative(&self, parent: &Inode, name: &[u8]) -> FsResult<Entry> {
         if self.cfg.kernel_cache {
-            // Remembered so that a drop can invalidate the kernel's copy; a
-            // directory with more than this many outstanding names relies on
-            // the entry timeout for the rest.
-            let mut names = parent.kernel_negatives.lock().expect("negatives lock");
-            if names.len() < 4096 && !names.iter().any(|n| &**n == name) {
-                names.push(name.into());
-            }
+            // Remembered so that a drop can invalidate the kernel's copy.
+            parent.push_kernel_negative(name);
             Ok(Entry {
                 ino: 0,
                 attr: Attr::from_stat(0, &sys::zero_stat()),
@@ -533,7 +527,7 @@ impl Fs {
     /// revalidation interval; if its mtime or ctime moved, names under it may
     /// have changed in the source, so its cached children are forgotten.
     fn revalidate_dir(&self, dir: &Inode) {
-        let seen = *dir.names_stamp.lock().expect("names stamp lock");
+        let seen = dir.names_stamp();
         if let Some((_, at)) = seen
             && self.fresh(at)
         {
@@ -550,7 +544,7 @@ impl Fs {
             self.names.drop_subtree(dir, |_| true);
             self.dir_changes.fetch_add(1, Ordering::Relaxed);
         }
-        *dir.names_stamp.lock().expect("names stamp lock") = Some((now, Instant::now()));
+        dir.set_names_stamp(now, Instant::now());
     }
 
     /// Looks `name` up in the source under `parent`, interns the result and
@@ -703,10 +697,7 @@ impl Fs {
     /// an eviction.)
     fn touched_dir(&self, parent: &Inode) {
         if let Ok(st) = self.refresh(parent) {
-            let mut seen = parent.names_stamp.lock().expect("names stamp lock");
-            if let Some((stamp, _)) = seen.as_mut() {
-                *stamp = Stamp::of(&st);
-            }
+            parent.advance_names_stamp(Stamp::of(&st));
         }
     }
 
@@ -1321,7 +1312,7 @@ impl Fs {
                 .collect();
             dirs.sort_by_key(|e| std::cmp::Reverse(e.1));
             for (d, _) in dirs.into_iter().chain(std::iter::once((&dir, 0))) {
-                let names = std::mem::take(&mut *d.kernel_negatives.lock().expect("negatives lock"));
+                let names = d.take_kernel_negatives();
                 out.inval.extend(names.into_iter().map(|name| Inval::Entry {
                     parent: d.ino,
                     name: name.into_vec(),

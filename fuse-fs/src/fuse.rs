@@ -5,6 +5,13 @@
 //! `Ok(v)` into the reply's success form, `Err(e)` into `reply.error(e.errno())`.
 //! Expected errnos (ENOENT, EEXIST, ...) are logged at debug, others at warn.
 //!
+//! The `session` module mounts: as root it calls mount(2) itself with the
+//! filesystem type `fuse.rcufs` and `default_permissions`, then hands the
+//! `/dev/fuse` descriptor to fuser (`Session::from_fd`), because fuser's own
+//! mount always names the type `fuse`; the INIT handshake has happened when
+//! it returns. `batch_forget` is fuser's default (one `forget` per node):
+//! fuser 0.18 does not export the type of its argument.
+//!
 //! Kernel cache invalidations (kernel-cache mode, after a drop) are handed to
 //! a worker thread *after* the reply has been sent: the kernel holds the
 //! directory's inode lock while a SETXATTR on it is in flight, so sending
