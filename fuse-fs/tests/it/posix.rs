@@ -692,3 +692,30 @@ fn a_mount_point_inside_the_source_is_served_without_collisions() {
     drop(m);
     drop(submount);
 }
+
+#[test]
+fn names_and_attributes_changed_in_the_source_are_seen_within_revalidate() {
+    let Some(m) = Mount::with(&["--revalidate", "0.2"], tree) else {
+        return;
+    };
+    assert_eq!(errno(&fs::metadata(m.at("a/born"))), Some(libc::ENOENT));
+    let before = fs::metadata(m.at("a/one")).unwrap().mode() & 0o777;
+    assert_ne!(before, 0o600);
+    fs::write(m.src_at("a/born"), b"new").unwrap();
+    fs::set_permissions(m.src_at("a/one"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::remove_file(m.src_at("top")).unwrap();
+    let wait = Duration::from_secs(5);
+    assert!(
+        crate::harness::eventually(wait, || fs::metadata(m.at("a/born")).is_ok()),
+        "a new name"
+    );
+    assert!(
+        crate::harness::eventually(wait, || fs::metadata(m.at("a/one")).unwrap().mode() & 0o777 == 0o600),
+        "a new mode"
+    );
+    assert!(
+        crate::harness::eventually(wait, || errno(&fs::metadata(m.at("top"))) == Some(libc::ENOENT)),
+        "a removed name"
+    );
+    assert_eq!(fs::read(m.at("a/born")).unwrap(), b"new");
+}
