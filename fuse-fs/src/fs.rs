@@ -591,7 +591,8 @@ impl Fs {
         match self.names.lookup(&parent, name) {
             Hit::Positive(inode) => {
                 let a = inode.attr();
-                if self.fresh(a.at) {
+                // A stale inode (its source object is gone) is never answered.
+                if self.fresh(a.at) && !inode.is_stale() {
                     self.table.remember(&inode, 1);
                     self.names.attach(&parent, name, &inode);
                     inode.set_link(parent.ino, name);
