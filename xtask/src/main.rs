@@ -5,6 +5,7 @@
 //! a fresh machine. Dependencies stay few so that this crate compiles fast.
 
 mod ci;
+mod demo;
 mod util;
 
 use anyhow::{Result, bail};
@@ -40,7 +41,7 @@ fn run() -> Result<()> {
         Some("tidy") => ci::tidy(),
         Some("bench") => not_yet("bench", "the criterion benches"),
         Some("fsbench") => not_yet("fsbench", "the filesystem benchmarks"),
-        Some("demo") => not_yet("demo", "the rcufs demo"),
+        Some("demo") => demo::demo(),
         None | Some("help" | "-h" | "--help") => {
             print!("{HELP}");
             Ok(())

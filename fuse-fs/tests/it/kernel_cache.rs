@@ -1,0 +1,214 @@
+//! `--kernel-cache`: the kernel caches entries, attributes and pages too;
+//! the operations stay correct and a drop also invalidates the kernel's
+//! copies. The invalidations are sent after the drop's reply, from another
+//! thread, so the checks after a drop allow them a moment to arrive.
+
+use std::fs;
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::time::Duration;
+
+use fuse_fs::protocol::{DropMode, XATTR_DROP};
+
+use crate::harness::{Mount, content, eventually, write_tree};
+use crate::sys::{self, errno};
+
+const ARGS: &[&str] = &["--kernel-cache", "--revalidate", "3600"];
+
+fn tree(src: &std::path::Path) {
+    for i in 0..10 {
+        write_tree(src, &[(&format!("d/f{i}"), &content(i, 9000))]);
+    }
+}
+
+#[test]
+fn basic_operations_are_correct() {
+    let Some(m) = Mount::with(ARGS, tree) else { return };
+    assert_eq!(m.stats()["kernel_cache"], serde_json::Value::Bool(true));
+    for _ in 0..2 {
+        for i in 0..10 {
+            assert_eq!(fs::read(m.at(&format!("d/f{i}"))).unwrap(), content(i, 9000));
+        }
+    }
+    fs::write(m.at("d/new"), b"new").unwrap();
+    assert_eq!(fs::read(m.at("d/new")).unwrap(), b"new");
+    assert_eq!(fs::read(m.src_at("d/new")).unwrap(), b"new");
+    fs::write(m.at("d/new"), b"newer and longer").unwrap();
+    assert_eq!(fs::read(m.at("d/new")).unwrap(), b"newer and longer");
+    fs::rename(m.at("d/new"), m.at("d/renamed")).unwrap();
+    assert_eq!(errno(&fs::metadata(m.at("d/new"))), Some(libc::ENOENT));
+    assert_eq!(fs::read(m.at("d/renamed")).unwrap(), b"newer and longer");
+    fs::remove_file(m.at("d/renamed")).unwrap();
+    assert_eq!(errno(&fs::metadata(m.at("d/renamed"))), Some(libc::ENOENT));
+    let names: Vec<_> = fs::read_dir(m.at("d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 10);
+}
+
+#[test]
+fn drop_invalidates_kernel_entries_attributes_and_pages() {
+    let Some(m) = Mount::with(ARGS, tree) else { return };
+    // Cache in the kernel: a name, attributes, and the pages of an open file.
+    assert_eq!(fs::read(m.at("d/f1")).unwrap(), content(1, 9000));
+    let mode = fs::metadata(m.at("d/f2")).unwrap().permissions().mode();
+    let open = fs::File::open(m.at("d/f3")).unwrap();
+    let mut buf = vec![0; 9000];
+    open.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, content(3, 9000));
+
+    // Change all three directly in the source.
+    fs::remove_file(m.src_at("d/f1")).unwrap();
+    fs::set_permissions(m.src_at("d/f2"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(m.src_at("d/f3"))
+        .unwrap()
+        .write_all_at(&content(33, 9000), 0)
+        .unwrap();
+    // Before the drop the cached copies answer (revalidate is 3600 s).
+    assert!(
+        fs::metadata(m.at("d/f1")).is_ok(),
+        "the removed name should still be cached"
+    );
+    assert_eq!(fs::metadata(m.at("d/f2")).unwrap().permissions().mode(), mode);
+    open.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(
+        buf,
+        content(3, 9000),
+        "the open file should still read its cached pages"
+    );
+
+    let out = sys::drop_dir(&m.at("d"), DropMode::All).unwrap();
+    assert!(crate::drop::unhashed(&out) >= 1, "{out:?}");
+    // The kernel invalidations are sent right after the reply.
+    assert!(
+        eventually(Duration::from_secs(5), || errno(&fs::metadata(m.at("d/f1")))
+            == Some(libc::ENOENT)),
+        "the name removed in the source is still visible 5 s after the drop"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || fs::metadata(m.at("d/f2"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+            == 0o600),
+        "the old mode is still shown 5 s after the drop"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            open.read_exact_at(&mut buf, 0).unwrap();
+            buf == content(33, 9000)
+        }),
+        "the open file still reads the old pages 5 s after the drop"
+    );
+}
+
+#[test]
+fn drop_invalidates_kernel_negative_entries() {
+    let Some(m) = Mount::with(ARGS, tree) else { return };
+    assert_eq!(errno(&fs::metadata(m.at("d/late"))), Some(libc::ENOENT));
+    fs::write(m.src_at("d/late"), b"late").unwrap();
+    assert_eq!(
+        errno(&fs::metadata(m.at("d/late"))),
+        Some(libc::ENOENT),
+        "negative entries should be cached"
+    );
+    sys::setxattr(&m.at("d"), XATTR_DROP, b"all", 0).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || fs::metadata(m.at("d/late")).is_ok()),
+        "the name made in the source is still hidden 5 s after the drop"
+    );
+    assert_eq!(fs::read(m.at("d/late")).unwrap(), b"late");
+}
+
+#[test]
+fn a_walk_past_the_descriptor_limit_does_not_run_out_of_descriptors() {
+    // RLIMIT_NOFILE's hard limit here is 20,000: a passthrough that keeps one
+    // descriptor per inode the kernel knows fails past it. The daemon gets a
+    // limit of 512 so that 2,000 files are enough to cross it.
+    const NOFILE: u64 = 512;
+    const DIRS: usize = 40;
+    const PER_DIR: usize = 50;
+    let Some(m) = Mount::with_nofile(ARGS, Some(NOFILE), |src| {
+        for d in 0..DIRS {
+            let dir = src.join(format!("d{d:02}"));
+            fs::create_dir(&dir).unwrap();
+            for f in 0..PER_DIR {
+                fs::write(dir.join(format!("f{f:03}")), [d as u8, f as u8]).unwrap();
+            }
+        }
+    }) else {
+        return;
+    };
+    // The premise: the daemon really runs under the lower limit.
+    let limits = fs::read_to_string(format!("/proc/{}/limits", m.pid())).unwrap();
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap();
+    let hard: u64 = line.split_whitespace().nth(4).unwrap().parse().unwrap();
+    assert_eq!(hard, NOFILE, "{line}");
+    let mut seen = 0;
+    for d in 0..DIRS {
+        for e in fs::read_dir(m.at(&format!("d{d:02}"))).unwrap() {
+            let e = e.unwrap();
+            assert!(e.metadata().unwrap().is_file());
+            seen += 1;
+        }
+        // Read a few files of each directory: data still flows.
+        for f in [0, PER_DIR / 2, PER_DIR - 1] {
+            assert_eq!(fs::read(m.at(&format!("d{d:02}/f{f:03}"))).unwrap(), [d as u8, f as u8]);
+        }
+    }
+    assert_eq!(seen, DIRS * PER_DIR);
+    let known = m.stat("inodes", "known");
+    let fds = m.stat("inodes", "open_fds");
+    assert!(
+        known >= (DIRS * PER_DIR) as u64,
+        "the kernel holds {} inodes but rcufs knows {known}",
+        DIRS * PER_DIR
+    );
+    assert!(
+        fds < NOFILE,
+        "{fds} descriptors open for {known} inodes under a limit of {NOFILE}"
+    );
+    // The mount still creates and opens files, many at once.
+    fs::write(m.at("d00/after"), b"after").unwrap();
+    assert_eq!(fs::read(m.at("d00/after")).unwrap(), b"after");
+    let open: Vec<(usize, usize, fs::File)> = (1..3)
+        .flat_map(|d| (0..PER_DIR).map(move |f| (d, f)))
+        .map(|(d, f)| (d, f, fs::File::open(m.at(&format!("d{d:02}/f{f:03}"))).unwrap()))
+        .collect();
+    for (d, f, file) in &open {
+        let mut buf = [0u8; 2];
+        file.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(buf, [*d as u8, *f as u8]);
+    }
+}
+
+#[test]
+fn forgotten_inodes_leave_the_inode_table() {
+    let Some(m) = Mount::with(ARGS, |src| {
+        for i in 0..1000 {
+            write_tree(src, &[(&format!("many/f{i:04}"), b"x")]);
+        }
+    }) else {
+        return;
+    };
+    for e in fs::read_dir(m.at("many")).unwrap() {
+        e.unwrap().metadata().unwrap();
+    }
+    let known = m.stat("inodes", "known");
+    assert!(known >= 1000, "{known} inodes known after a walk of 1000 files");
+    // The drop invalidates the kernel's entries; the kernel then evicts the
+    // unused inodes and sends FORGET for each, which rcufs must honour.
+    sys::drop_dir(&m.at("many"), DropMode::All).unwrap();
+    let mut last = known;
+    let shrank = eventually(Duration::from_secs(10), || {
+        last = m.stat("inodes", "known");
+        last < 100
+    });
+    assert!(
+        shrank,
+        "still {last} inodes known 10 s after the kernel was told to forget 1000"
+    );
+}
