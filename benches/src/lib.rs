@@ -1,1 +1,253 @@
-//! Shared helpers for the criterion benches in `benches/benches/` (none yet).
+//! Shared helpers for the benches in `benches/benches/`: the criterion
+//! configuration every group uses, the multi-threaded timing loop, workload
+//! generators (realistic file names, Zipf-distributed keys, sparse indexes) and
+//! the side files the benches write for `cargo xtask bench`.
+//!
+//! # Method
+//!
+//! Every group runs rcufs's structure and its competitors side by side, on the
+//! same pre-generated inputs, at 1 and 2 threads. A multi-threaded measurement
+//! uses `iter_custom`: `threads` scoped threads each run `iters` operations and
+//! the wall time from a common start (a barrier) to the last thread's end is
+//! the sample. The group's `Throughput` is `threads` elements (or bytes) per
+//! iteration, so criterion's throughput figures are totals across threads and
+//! a perfect 1 → 2 thread scaling doubles them.
+//!
+//! Inputs are generated before timing with a fixed seed, so every run and every
+//! contender sees the same keys in the same order. Nothing allocates inside a
+//! timed loop unless the operation itself does (an insert on a cache miss).
+//!
+//! # Environment
+//!
+//! - `RCUFS_BENCH_QUICK=1`: shorter warm-up and measurement (smoke runs).
+//! - `RCUFS_BENCH_OUT=DIR`: where benches write side results that criterion
+//!   does not measure (hit ratios, the seed 002 table) as JSON; `cargo xtask
+//!   bench` sets it to `target/rcufs-bench/raw`.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+/// The thread counts every multi-threaded group measures (this machine has 2 cores).
+pub const THREADS: [usize; 2] = [1, 2];
+
+/// The seed of every generator, so that all contenders see the same input.
+pub const SEED: u64 = 0x5eed_0000_0002_0004;
+
+/// Whether `RCUFS_BENCH_QUICK` asks for short smoke runs.
+pub fn quick() -> bool {
+    std::env::var_os("RCUFS_BENCH_QUICK").is_some_and(|v| v != "0")
+}
+
+/// The criterion configuration of every group: short warm-up and measurement
+/// (this machine is shared and `cargo xtask bench` must stay within minutes),
+/// few samples, medians reported by the xtask.
+pub fn criterion() -> criterion::Criterion {
+    let (warm, measure) = if quick() {
+        (Duration::from_millis(300), Duration::from_millis(700))
+    } else {
+        (Duration::from_secs(1), Duration::from_secs(2))
+    };
+    criterion::Criterion::default()
+        .warm_up_time(warm)
+        .measurement_time(measure)
+        .sample_size(20)
+        .nresamples(10_000)
+        .without_plots()
+}
+
+/// A deterministic generator for inputs.
+pub fn rng(stream: u64) -> StdRng {
+    StdRng::seed_from_u64(SEED ^ stream.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+/// Runs `op(thread, iters)` on `threads` scoped threads started together and
+/// returns the wall time from the common start to the end of the slowest one.
+///
+/// `op` runs the thread's whole share of the work (it is handed `iters`, the
+/// number of operations criterion asked for, and the thread's index, so that
+/// each thread can start at its own offset in the input).
+pub fn timed_threads<F>(threads: usize, iters: u64, op: F) -> Duration
+where
+    F: Fn(usize, u64) + Sync,
+{
+    if threads == 1 {
+        let start = Instant::now();
+        op(0, iters);
+        return start.elapsed();
+    }
+    let barrier = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                let op = &op;
+                s.spawn(move || {
+                    barrier.wait();
+                    op(t, iters);
+                    Instant::now()
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let end = handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread panicked"))
+            .max()
+            .expect("at least one thread");
+        end.saturating_duration_since(start)
+    })
+}
+
+/// Cycles through `items` from `offset`, `iters` times, calling `f` on each.
+/// Each thread passes a different offset so that threads do not walk the same
+/// input in lock step.
+#[inline]
+pub fn cycle<T>(items: &[T], offset: usize, iters: u64, mut f: impl FnMut(&T)) {
+    let n = items.len();
+    let mut i = offset % n;
+    for _ in 0..iters {
+        f(&items[i]);
+        i += 1;
+        if i == n {
+            i = 0;
+        }
+    }
+}
+
+/// Name stems and suffixes from real trees (a Linux source tree, /usr/lib).
+const STEMS: &[&str] = &[
+    "README",
+    "Makefile",
+    "Kconfig",
+    "config",
+    "main",
+    "lib",
+    "src",
+    "include",
+    "index",
+    "util",
+    "test",
+    "module",
+    "driver",
+    "core",
+    "build",
+    "package",
+    "setup",
+    "init",
+    "inode",
+    "dcache",
+    "namei",
+    "super",
+    "file",
+    "page",
+    "alloc",
+    "x86_64-linux-gnu",
+    "python3",
+    "share",
+    "locale",
+    "icons",
+    "systemd",
+    "libssl",
+    "libcrypto",
+    "bin",
+];
+const SUFFIXES: &[&str] = &[
+    "", "", "", ".c", ".h", ".rs", ".o", ".so", ".so.3", ".md", ".txt", ".json", ".py", ".toml", ".d", ".png",
+];
+
+/// `n` distinct realistic file names (3 to 30 bytes): a stem from real trees,
+/// often a short random infix, and a common suffix.
+pub fn names(n: usize, stream: u64) -> Vec<Box<[u8]>> {
+    let mut rng = rng(stream);
+    let mut seen = std::collections::HashSet::with_capacity(n);
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let stem = STEMS[rng.random_range(0..STEMS.len())];
+        let suffix = SUFFIXES[rng.random_range(0..SUFFIXES.len())];
+        let name = match rng.random_range(0..4) {
+            0 => format!("{stem}{suffix}"),
+            1 => format!("{stem}{}{suffix}", rng.random_range(0..1000)),
+            2 => format!("{stem}_{:x}{suffix}", rng.random::<u32>() & 0xfffff),
+            _ => format!("{}-{stem}{suffix}", rng.random_range(0..100)),
+        };
+        if seen.insert(name.clone()) {
+            out.push(name.into_bytes().into_boxed_slice());
+        }
+    }
+    out
+}
+
+/// A random permutation of `0..n` (the probe order of hit benchmarks).
+pub fn permutation(n: usize, stream: u64) -> Vec<u32> {
+    let mut v: Vec<u32> = (0..n as u32).collect();
+    v.shuffle(&mut rng(stream));
+    v
+}
+
+/// `samples` keys in `0..n` drawn from a Zipf distribution of exponent `s`
+/// (key 0 most popular; keys are then scattered by a fixed permutation so
+/// that popular keys are not neighbours in memory).
+pub fn zipf_keys(n: usize, s: f64, samples: usize, stream: u64) -> Vec<u32> {
+    let mut cdf = Vec::with_capacity(n);
+    let mut total = 0.0;
+    for k in 1..=n {
+        total += 1.0 / (k as f64).powf(s);
+        cdf.push(total);
+    }
+    let scatter = permutation(n, stream ^ 0xabc);
+    let mut rng = rng(stream);
+    (0..samples)
+        .map(|_| {
+            let u = rng.random::<f64>() * total;
+            let rank = cdf.partition_point(|&c| c < u).min(n - 1);
+            scatter[rank]
+        })
+        .collect()
+}
+
+/// `n` distinct indexes spread uniformly over `0..2^bits` (sorted).
+pub fn sparse_indexes(n: usize, bits: u32, stream: u64) -> Vec<u64> {
+    let mut rng = rng(stream);
+    let mut set = std::collections::BTreeSet::new();
+    while set.len() < n {
+        set.insert(rng.random::<u64>() >> (64 - bits));
+    }
+    set.into_iter().collect()
+}
+
+/// Where side results go (`RCUFS_BENCH_OUT`), if anywhere.
+pub fn out_dir() -> Option<PathBuf> {
+    std::env::var_os("RCUFS_BENCH_OUT").map(PathBuf::from)
+}
+
+/// Writes `value` as `RCUFS_BENCH_OUT/<name>.json` (when the variable is set)
+/// and always prints it, so a plain `cargo bench` shows it too.
+pub fn write_side_result(name: &str, value: &serde_json::Value) {
+    let text = serde_json::to_string_pretty(value).expect("JSON values serialise");
+    println!(
+        "side result {name}: {}",
+        serde_json::to_string(value).expect("serialises")
+    );
+    if let Some(dir) = out_dir()
+        && let Err(e) =
+            std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(dir.join(format!("{name}.json")), text))
+    {
+        eprintln!("warning: cannot write side result {name} to {}: {e}", dir.display());
+    }
+}
+
+/// Keeps `x` alive and opaque to the optimiser.
+#[inline]
+pub fn consume<T>(x: T) {
+    black_box(x);
+}
+
+#[cfg(test)]
+mod tests;
