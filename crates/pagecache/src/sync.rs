@@ -62,6 +62,68 @@ mod imp {
     pub(crate) fn spin_loop() {
         std::hint::spin_loop();
     }
+
+    /// Gives the processor to another thread: used by waits that may last
+    /// longer than a few spins (a remover waiting for a page's exclusive bit).
+    pub(crate) fn yield_now() {
+        std::thread::yield_now();
+    }
+
+    /// The guard type of [`Mutex::lock`].
+    pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+
+    /// A condition variable whose `wait` takes and returns the guard, as
+    /// loom's does after unwrapping.
+    #[derive(Debug, Default)]
+    pub(crate) struct Condvar(parking_lot::Condvar);
+
+    impl Condvar {
+        pub(crate) const fn new() -> Self {
+            Self(parking_lot::Condvar::new())
+        }
+
+        pub(crate) fn wait<'a, T>(&self, mut guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+            self.0.wait(&mut guard);
+            guard
+        }
+
+        pub(crate) fn notify_all(&self) {
+            self.0.notify_all();
+        }
+    }
+
+    /// Pads and aligns a value to a cache line, so that per-thread counters do
+    /// not share lines.
+    pub(crate) use crossbeam_utils::CachePadded;
+
+    /// The epoch domain of a structure. In the normal build every structure
+    /// uses crossbeam-epoch's global collector (pinning is then a thread-local
+    /// operation); the type is a zero-sized token so that the loom build can
+    /// give each structure a collector of its own.
+    #[derive(Debug, Clone, Default)]
+    pub(crate) struct Domain;
+
+    impl Domain {
+        pub(crate) fn new() -> Self {
+            Self
+        }
+
+        pub(crate) fn pin(&self) -> epoch::Guard {
+            epoch::pin()
+        }
+    }
+
+    /// A small per-thread number used to pick a counter shard: the address
+    /// of a thread-local, hashed.
+    pub(crate) fn shard_hint() -> usize {
+        thread_local! {
+            static MARK: u8 = const { 0 };
+        }
+        MARK.with(|m| {
+            let addr = std::ptr::from_ref(m) as usize;
+            (addr >> 6) ^ (addr >> 12)
+        })
+    }
 }
 
 #[cfg(rcufs_loom)]
@@ -97,6 +159,63 @@ mod imp {
     /// make the progress the spinner waits for.
     pub(crate) fn spin_loop() {
         loom::thread::yield_now();
+    }
+
+    /// Gives the processor to another thread.
+    pub(crate) fn yield_now() {
+        loom::thread::yield_now();
+    }
+
+    /// The guard type of [`Mutex::lock`].
+    pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+
+    /// loom's condition variable with the poisoning unwrapped.
+    #[derive(Debug, Default)]
+    pub(crate) struct Condvar(loom::sync::Condvar);
+
+    impl Condvar {
+        pub(crate) fn new() -> Self {
+            Self(loom::sync::Condvar::new())
+        }
+
+        pub(crate) fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+            self.0.wait(guard).expect("loom mutex poisoned")
+        }
+
+        pub(crate) fn notify_all(&self) {
+            self.0.notify_all();
+        }
+    }
+
+    /// Padding does not matter to loom; the name stays for identical call sites.
+    pub(crate) use crossbeam_utils::CachePadded;
+
+    /// Each structure owns a fresh collector under loom, because statics (the
+    /// global collector) persist across the iterations of a model.
+    #[derive(Debug, Clone)]
+    pub(crate) struct Domain(epoch::Collector);
+
+    impl Default for Domain {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    impl Domain {
+        pub(crate) fn new() -> Self {
+            Self(epoch::Collector::new())
+        }
+
+        /// Registers a participant for this one pin; the guard keeps the
+        /// participant alive after the handle is dropped.
+        pub(crate) fn pin(&self) -> epoch::Guard {
+            self.0.register().pin()
+        }
+    }
+
+    /// One shard is enough under loom.
+    pub(crate) fn shard_hint() -> usize {
+        0
     }
 }
 

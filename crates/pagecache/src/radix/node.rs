@@ -1,0 +1,222 @@
+//! The radix-tree node: slots, per-tag bitmaps, the node lock, the count of
+//! occupied slots and the `dead` flag (seed 002, "A Concurrent Pagecache",
+//! §2.1 for the tag bitmaps and §2.4 for the per-node lock).
+//!
+//! A node's height never changes: a node of height 1 is a leaf whose slots
+//! hold items, a higher node holds child nodes. A node's key range never
+//! changes either (growing puts a new root above the old one at slot 0,
+//! shrinking removes the root above its slot-0 child), which is what lets an
+//! optimistic operation lock a node found without locks and then only check
+//! that it is still attached.
+//!
+//! # Invariants (every field that changes is written only under the node lock)
+//! - `count` is the number of non-null slots.
+//! - `dead` is set, under the node lock, exactly when the node is unlinked
+//!   from the tree (an emptied node removed from its parent, or a root
+//!   replaced by its only child); a dead node is never written again, and it
+//!   is freed only after the epoch grace period.
+//! - `tags[t]` bit `s` set implies slot `s` is non-null; for an inner node,
+//!   child `s` having any tag-`t` bit implies bit `s` of `tags[t]` is set
+//!   (the "child tagged ⇒ parent tagged" invariant **I1**, kept at every
+//!   instant by setting tags top-down and clearing them bottom-up). The
+//!   converse holds after quiescence.
+
+use crate::sync::epoch::{Atomic, Guard, Shared};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
+
+/// Bits of the index consumed by one level: 6 (64 slots, as in Linux), or 2
+/// under loom so that a handful of keys builds a deep tree.
+#[cfg(not(rcufs_loom))]
+pub const SHIFT: u32 = 6;
+/// Bits of the index consumed by one level (loom build).
+#[cfg(rcufs_loom)]
+pub const SHIFT: u32 = 2;
+
+/// Slots per node.
+pub const SLOTS: usize = 1 << SHIFT;
+
+/// Mask of the slot bits.
+pub(crate) const MASK: u64 = SLOTS as u64 - 1;
+
+/// The height of a tree that can hold every `u64` key.
+pub const MAX_HEIGHT: usize = 64_usize.div_ceil(SHIFT as usize);
+
+/// Number of tags kept per entry.
+pub const NUM_TAGS: usize = 4;
+
+/// The largest index a tree (or subtree) of `height` levels covers.
+pub(crate) fn max_index(height: usize) -> u64 {
+    let bits = SHIFT as usize * height;
+    if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 }
+}
+
+/// The smallest height whose tree covers `index`.
+pub(crate) fn height_for(index: u64) -> usize {
+    let mut h = 1;
+    while max_index(h) < index {
+        h += 1;
+    }
+    h
+}
+
+/// The slot of `index` in a node of `height`.
+pub(crate) fn slot_of(index: u64, height: usize) -> usize {
+    ((index >> (SHIFT as usize * (height - 1))) & MASK) as usize
+}
+
+/// The bit of slot `s` in a tag bitmap.
+pub(crate) fn bit(s: usize) -> u64 {
+    1u64 << s
+}
+
+/// The slots of a node: child nodes or items, fixed when the node is made.
+pub(crate) enum Slots<V> {
+    Inner(Box<[Atomic<Node<V>>]>),
+    Leaf(Box<[Atomic<V>]>),
+}
+
+/// One node of the tree.
+pub(crate) struct Node<V> {
+    /// 1 for a leaf.
+    pub(crate) height: usize,
+    /// Set when the node is unlinked; read under the node lock to validate.
+    pub(crate) dead: AtomicBool,
+    /// Occupied slots; written under the lock, read with `Relaxed` as a hint
+    /// by optimistic descents and validated under the lock.
+    pub(crate) count: AtomicU32,
+    /// The node lock of seed 002 §2.4 (unused in `Mode::Serial`).
+    pub(crate) lock: Mutex<()>,
+    /// One bitmap per tag, bit `s` for slot `s`.
+    pub(crate) tags: [AtomicU64; NUM_TAGS],
+    pub(crate) slots: Slots<V>,
+}
+
+impl<V> Node<V> {
+    pub(crate) fn new(height: usize) -> Self {
+        let slots = if height == 1 {
+            Slots::Leaf((0..SLOTS).map(|_| Atomic::null()).collect())
+        } else {
+            Slots::Inner((0..SLOTS).map(|_| Atomic::null()).collect())
+        };
+        Self {
+            height,
+            dead: AtomicBool::new(false),
+            count: AtomicU32::new(0),
+            lock: Mutex::new(()),
+            tags: std::array::from_fn(|_| AtomicU64::new(0)),
+            slots,
+        }
+    }
+
+    pub(crate) fn is_leaf(&self) -> bool {
+        self.height == 1
+    }
+
+    /// The child at slot `s` of an inner node (null for a leaf).
+    pub(crate) fn child<'g>(&self, s: usize, guard: &'g Guard) -> Shared<'g, Node<V>> {
+        match &self.slots {
+            // Acquire: the child's initialisation happens before its
+            // publication; pairs with the Release store in `set_child`.
+            Slots::Inner(c) => c[s].load(Ordering::Acquire, guard),
+            Slots::Leaf(_) => Shared::null(),
+        }
+    }
+
+    /// The item at slot `s` of a leaf (null for an inner node).
+    pub(crate) fn item<'g>(&self, s: usize, guard: &'g Guard) -> Shared<'g, V> {
+        match &self.slots {
+            // Acquire: pairs with the Release store in `set_item`, so the
+            // item's contents are visible to the reader.
+            Slots::Leaf(items) => items[s].load(Ordering::Acquire, guard),
+            Slots::Inner(_) => Shared::null(),
+        }
+    }
+
+    /// Publishes (or clears) a child. Caller holds the node lock (or the
+    /// serial writer lock).
+    pub(crate) fn set_child(&self, s: usize, child: Shared<'_, Node<V>>) {
+        if let Slots::Inner(c) = &self.slots {
+            // Release: publishes the child's initialisation; pairs with the
+            // Acquire load in `child`.
+            c[s].store(child, Ordering::Release);
+        }
+    }
+
+    /// Publishes (or clears) an item. Caller holds the node lock (or the
+    /// serial writer lock).
+    pub(crate) fn set_item(&self, s: usize, item: Shared<'_, V>) {
+        if let Slots::Leaf(items) = &self.slots {
+            // Release: publishes the item's contents; pairs with the Acquire
+            // load in `item`.
+            items[s].store(item, Ordering::Release);
+        }
+    }
+
+    /// Whether slot `s` is occupied.
+    pub(crate) fn occupied(&self, s: usize, guard: &Guard) -> bool {
+        match &self.slots {
+            Slots::Inner(c) => !c[s].load(Ordering::Relaxed, guard).is_null(),
+            Slots::Leaf(items) => !items[s].load(Ordering::Relaxed, guard).is_null(),
+        }
+    }
+
+    pub(crate) fn count(&self) -> u32 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn add_count(&self, delta: i32) {
+        // Relaxed: written under the node lock; the lock orders it.
+        let c = self.count.load(Ordering::Relaxed);
+        self.count.store(c.wrapping_add_signed(delta), Ordering::Relaxed);
+    }
+
+    /// The tag-`t` bitmap. Lock-free readers use it as a hint only.
+    pub(crate) fn tag_bits(&self, t: usize) -> u64 {
+        // Acquire: a tagged gang lookup reads the bitmap and then the slot;
+        // pairs with the Release in `set_tag_bit`/`clear_tag_bit`.
+        self.tags[t].load(Ordering::Acquire)
+    }
+
+    /// The tag-`t` bitmap, read under the node lock or as a hint that a
+    /// later locked read validates.
+    pub(crate) fn tag_bits_relaxed(&self, t: usize) -> u64 {
+        self.tags[t].load(Ordering::Relaxed)
+    }
+
+    /// Whether any tag is set on this node.
+    pub(crate) fn any_tag(&self, t: usize) -> bool {
+        self.tags[t].load(Ordering::Relaxed) != 0
+    }
+
+    /// Sets bit `s` of tag `t`; returns whether it was clear. Under the lock.
+    pub(crate) fn set_tag_bit(&self, t: usize, s: usize) -> bool {
+        let old = self.tags[t].load(Ordering::Relaxed);
+        if old & bit(s) != 0 {
+            return false;
+        }
+        // Release: orders the bit after the slot it describes; pairs with the
+        // Acquire load in `tag_bits`.
+        self.tags[t].store(old | bit(s), Ordering::Release);
+        true
+    }
+
+    /// Clears bit `s` of tag `t`; returns whether it was set. Under the lock.
+    pub(crate) fn clear_tag_bit(&self, t: usize, s: usize) -> bool {
+        let old = self.tags[t].load(Ordering::Relaxed);
+        if old & bit(s) == 0 {
+            return false;
+        }
+        // Release: pairs with the Acquire load in `tag_bits`.
+        self.tags[t].store(old & !bit(s), Ordering::Release);
+        true
+    }
+
+    pub(crate) fn is_dead(&self) -> bool {
+        // Relaxed: written and validated under the node lock.
+        self.dead.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn mark_dead(&self) {
+        self.dead.store(true, Ordering::Relaxed);
+    }
+}

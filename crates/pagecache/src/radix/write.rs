@@ -1,0 +1,615 @@
+//! The writers of the radix tree: the explicit lock context, ladder locking,
+//! path locking and optimistic entry (seed 002, "A Concurrent Pagecache",
+//! §2.4.1, §2.4.2, §2.4.3 and §5).
+//!
+//! Every writer runs one of two skeletons from a *start node* that it holds
+//! locked:
+//! - [`RadixTree::insert_from`] and [`RadixTree::set_tag_from`] are the
+//!   uni-directional operations: ladder locking, each step locks the child
+//!   and then releases everything above it.
+//! - [`RadixTree::path_from`] runs remove and clear-tag: it keeps the locks
+//!   of the path, releasing everything above a node as soon as that node is
+//!   found to be a termination point, then modifies the bottom and walks back
+//!   up through the held locks only.
+//!
+//! The start node is either the root, reached under the root lock (`Serial`
+//! and `LockCoupled`, and the fallback of `Optimistic`), or a node found by a
+//! lock-free descent and validated under its lock (`Optimistic`). Validation
+//! is what makes the optimistic start equivalent to a coupled descent: the
+//! node is not dead (so it is still linked at its fixed key range), and the
+//! entry condition holds under its lock (for insert nothing more; for
+//! set-tag the node already has the tag, so by invariant I1 every ancestor
+//! has it too; for remove and clear-tag the node is a termination point, so
+//! no ancestor will change).
+//!
+//! In `Serial` mode the root lock is the single writer lock, held for the
+//! whole operation, and node locks are never taken.
+
+use super::node::{MAX_HEIGHT, NUM_TAGS, Node, bit, height_for, max_index, slot_of};
+use super::{RadixTree, Tag};
+use crate::Mode;
+use crate::sync::MutexGuard;
+use crate::sync::Ordering;
+use crate::sync::epoch::{Guard, Owned, Shared};
+
+/// The locks one writer holds: the lock context of seed 002 §2.4.3, made a
+/// value. `path[i]` for `i < depth` are the nodes of the walk from the start
+/// node down; `guards[i]` is `Some` while `path[i]`'s lock is held.
+/// Everything strictly above `top` has been released. `root` holds the
+/// tree's root lock (in `Serial` mode, for the whole operation).
+pub(crate) struct LockCtx<'a, V> {
+    serial: bool,
+    root: Option<MutexGuard<'a, ()>>,
+    /// Whether `path[0]` is the tree's root reached under the root lock, and
+    /// no termination point has been found since (so the root may change).
+    at_root: bool,
+    path: [Option<&'a Node<V>>; MAX_HEIGHT],
+    guards: [Option<MutexGuard<'a, ()>>; MAX_HEIGHT],
+    depth: usize,
+    top: usize,
+}
+
+impl<'a, V> LockCtx<'a, V> {
+    fn empty(serial: bool, root: Option<MutexGuard<'a, ()>>) -> Self {
+        Self {
+            serial,
+            root,
+            at_root: false,
+            path: [None; MAX_HEIGHT],
+            guards: std::array::from_fn(|_| None),
+            depth: 0,
+            top: 0,
+        }
+    }
+
+    /// Locks `node` (not in `Serial` mode) and appends it to the path.
+    fn push(&mut self, node: &'a Node<V>) {
+        let guard = if self.serial { None } else { Some(node.lock.lock()) };
+        self.push_locked(node, guard);
+    }
+
+    fn push_locked(&mut self, node: &'a Node<V>, guard: Option<MutexGuard<'a, ()>>) {
+        self.path[self.depth] = Some(node);
+        self.guards[self.depth] = guard;
+        self.depth += 1;
+    }
+
+    fn last(&self) -> &'a Node<V> {
+        self.path[self.depth - 1].expect("lock context has a node")
+    }
+
+    fn node(&self, i: usize) -> &'a Node<V> {
+        self.path[i].expect("lock context has a node")
+    }
+
+    /// Releases every lock above the last node (the ladder step, and the
+    /// release at a termination point). In `Serial` mode the writer lock
+    /// stays held; only the bookkeeping moves.
+    fn release_above_last(&mut self) {
+        let last = self.depth - 1;
+        if last == self.top && !self.at_root {
+            return;
+        }
+        self.at_root = false;
+        if !self.serial {
+            self.root = None;
+        }
+        for g in &mut self.guards[self.top..last] {
+            *g = None;
+        }
+        self.top = last;
+    }
+
+    /// Releases the node locks below the first node, keeping the root lock
+    /// and the first node's lock (before shrinking the tree).
+    fn release_below_first(&mut self) {
+        for g in &mut self.guards[1..self.depth] {
+            *g = None;
+        }
+        self.depth = 1;
+    }
+}
+
+/// The two bi-directional operations.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum PathOp {
+    Remove,
+    ClearTag(usize),
+}
+
+/// Whether `node`, on the path through slot `s`, is a termination point of
+/// `op` (see the module docs of `radix`). `is_root` applies the stricter rule
+/// that keeps the root lock when the tree may shrink.
+fn is_term<V>(node: &Node<V>, s: usize, op: PathOp, is_root: bool) -> bool {
+    match op {
+        PathOp::ClearTag(t) => node.tag_bits_relaxed(t) & !bit(s) != 0,
+        PathOp::Remove => {
+            let need = if is_root { 3 } else { 2 };
+            node.count() >= need
+                && (0..NUM_TAGS).all(|t| {
+                    let b = node.tag_bits_relaxed(t);
+                    b & bit(s) == 0 || b & !bit(s) != 0
+                })
+        }
+    }
+}
+
+impl<V: Send + Sync + 'static> RadixTree<V> {
+    fn serial(&self) -> bool {
+        self.mode() == Mode::Serial
+    }
+
+    /// Takes the root lock and starts a context at the root; grows or
+    /// creates the root to cover `grow_to` if given. Returns None (with
+    /// nothing locked) if the tree is empty or too short and `grow_to` is
+    /// None.
+    fn start_at_root<'a>(&'a self, index: u64, grow: bool, guard: &'a Guard) -> Option<LockCtx<'a, V>> {
+        let serial = self.serial();
+        let root_guard = self.root_lock.lock();
+        let mut ctx = LockCtx::empty(serial, Some(root_guard));
+        // Acquire: pairs with the Release stores below (made under the same
+        // lock by an earlier holder; the lock already orders them).
+        let mut root = self.root.load(Ordering::Acquire, guard);
+        if root.is_null() {
+            if !grow {
+                return None;
+            }
+            root = Owned::new(Node::new(height_for(index))).into_shared(guard);
+            // Release: publishes the new root's initialisation; pairs with
+            // the Acquire loads of the root in lookups.
+            self.root.store(root, Ordering::Release);
+        }
+        // SAFETY: the root is linked and we hold the root lock, so it cannot
+        // be retired while `guard` is pinned.
+        let mut r = unsafe { root.deref() };
+        if index > max_index(r.height) {
+            if !grow {
+                return None;
+            }
+            while index > max_index(r.height) {
+                // Lock the old root so that its tag bitmaps are stable while
+                // the new root's bits are computed from them.
+                let _old = if serial { None } else { Some(r.lock.lock()) };
+                let up = Node::new(r.height + 1);
+                for t in 0..NUM_TAGS {
+                    if r.any_tag(t) {
+                        up.set_tag_bit(t, 0);
+                    }
+                }
+                up.set_child(0, root);
+                up.add_count(1);
+                root = Owned::new(up).into_shared(guard);
+                // Release: publishes the new root; pairs with the Acquire
+                // loads of the root in lookups.
+                self.root.store(root, Ordering::Release);
+                // SAFETY: just published under the root lock; not retired.
+                r = unsafe { root.deref() };
+            }
+        }
+        ctx.push(r);
+        ctx.at_root = true;
+        Some(ctx)
+    }
+
+    // ----- insert -------------------------------------------------------
+
+    /// Inserts `value` at `index`; gives it back if the index is occupied.
+    pub fn insert(&self, index: u64, value: V) -> Result<(), V> {
+        let guard = self.raw_pin();
+        if self.mode() == Mode::Optimistic
+            && let Some(ctx) = self.optimistic_insert_start(index, &guard)
+        {
+            return self.insert_from(ctx, index, value, &guard);
+        }
+        let ctx = self.start_at_root(index, true, &guard).expect("growing start");
+        self.insert_from(ctx, index, value, &guard)
+    }
+
+    /// Lock-free descent to the lowest existing node on the path of `index`,
+    /// locked and validated (not dead), or None.
+    fn optimistic_insert_start<'a>(&'a self, index: u64, guard: &'a Guard) -> Option<LockCtx<'a, V>> {
+        // Acquire: pairs with the Release stores of the root.
+        let root = self.root.load(Ordering::Acquire, guard);
+        // SAFETY: reachable while `guard` is pinned.
+        let mut node = unsafe { root.as_ref() }?;
+        if index > max_index(node.height) {
+            return None;
+        }
+        while !node.is_leaf() {
+            let child = node.child(slot_of(index, node.height), guard);
+            // SAFETY: reachable while `guard` is pinned.
+            match unsafe { child.as_ref() } {
+                Some(c) => node = c,
+                None => break,
+            }
+        }
+        let lock = node.lock.lock();
+        if node.is_dead() {
+            return None;
+        }
+        let mut ctx = LockCtx::empty(false, None);
+        ctx.push_locked(node, Some(lock));
+        Some(ctx)
+    }
+
+    /// Ladder locking from the context's last node down to the leaf.
+    fn insert_from<'a>(&'a self, mut ctx: LockCtx<'a, V>, index: u64, value: V, guard: &'a Guard) -> Result<(), V> {
+        loop {
+            let node = ctx.last();
+            let s = slot_of(index, node.height);
+            if node.is_leaf() {
+                if node.occupied(s, guard) {
+                    return Err(value);
+                }
+                node.set_item(s, Owned::new(value).into_shared(guard));
+                node.add_count(1);
+                self.len_counter().incr();
+                return Ok(());
+            }
+            let mut child = node.child(s, guard);
+            if child.is_null() {
+                child = Owned::new(Node::new(node.height - 1)).into_shared(guard);
+                node.set_child(s, child);
+                node.add_count(1);
+            }
+            // SAFETY: the child is linked under `node`, whose lock we hold, so
+            // it cannot be unlinked (that needs this lock) before we lock it.
+            ctx.push(unsafe { child.deref() });
+            ctx.release_above_last();
+        }
+    }
+
+    // ----- set_tag ------------------------------------------------------
+
+    /// Sets `tag` on the entry at `index`; false if there is no entry.
+    pub fn set_tag(&self, index: u64, tag: Tag) -> bool {
+        let t = tag.idx();
+        let guard = self.raw_pin();
+        // Lock-free fast paths: a missing entry, or one already tagged.
+        match self.find_leaf(index, &guard) {
+            None => return false,
+            Some((leaf, s)) => {
+                if leaf.item(s, &guard).is_null() {
+                    return false;
+                }
+                if leaf.tag_bits(t) & bit(s) != 0 {
+                    return true;
+                }
+            }
+        }
+        if self.mode() == Mode::Optimistic
+            && let Some(ctx) = self.optimistic_tag_start(index, t, &guard)
+        {
+            return self.set_tag_from(ctx, index, t, &guard);
+        }
+        match self.start_at_root(index, false, &guard) {
+            Some(ctx) => self.set_tag_from(ctx, index, t, &guard),
+            None => false,
+        }
+    }
+
+    /// Lock-free descent to the lowest node on the path that already has a
+    /// tag-`t` bit, locked and validated (not dead, still tagged), or None.
+    fn optimistic_tag_start<'a>(&'a self, index: u64, t: usize, guard: &'a Guard) -> Option<LockCtx<'a, V>> {
+        // Acquire: pairs with the Release stores of the root.
+        let root = self.root.load(Ordering::Acquire, guard);
+        // SAFETY: reachable while `guard` is pinned.
+        let mut node = unsafe { root.as_ref() }?;
+        if index > max_index(node.height) {
+            return None;
+        }
+        let mut best = None;
+        loop {
+            if node.any_tag(t) {
+                best = Some(node);
+            }
+            if node.is_leaf() {
+                break;
+            }
+            let child = node.child(slot_of(index, node.height), guard);
+            // SAFETY: reachable while `guard` is pinned.
+            match unsafe { child.as_ref() } {
+                Some(c) => node = c,
+                None => return None,
+            }
+        }
+        let node = best?;
+        let lock = node.lock.lock();
+        if node.is_dead() || !node.any_tag(t) {
+            return None;
+        }
+        let mut ctx = LockCtx::empty(false, None);
+        ctx.push_locked(node, Some(lock));
+        Some(ctx)
+    }
+
+    /// Ladder locking down to the leaf, setting the tag-`t` bit of the path
+    /// slot in each node top-down (so a tagged child always has its parent's
+    /// bit: invariant I1).
+    fn set_tag_from<'a>(&'a self, mut ctx: LockCtx<'a, V>, index: u64, t: usize, guard: &'a Guard) -> bool {
+        let mut set_above = false;
+        loop {
+            let node = ctx.last();
+            let s = slot_of(index, node.height);
+            if node.is_leaf() {
+                if node.occupied(s, guard) {
+                    node.set_tag_bit(t, s);
+                    return true;
+                }
+                break;
+            }
+            let child = node.child(s, guard);
+            if child.is_null() {
+                break;
+            }
+            set_above |= node.set_tag_bit(t, s);
+            // SAFETY: linked under `node`, whose lock we hold.
+            ctx.push(unsafe { child.deref() });
+            ctx.release_above_last();
+        }
+        drop(ctx);
+        if set_above {
+            // The entry vanished after the lock-free check: undo the bits set
+            // on the way down that no tagged entry justifies, with a full
+            // clear-tag walk from the root (never optimistic: it must run
+            // even though the entry is missing).
+            if let Some(ctx) = self.start_at_root(index, false, guard) {
+                self.path_from(ctx, index, PathOp::ClearTag(t), None::<fn(&V) -> bool>, guard);
+            }
+        }
+        false
+    }
+
+    // ----- remove and clear_tag -----------------------------------------
+
+    /// Removes the entry at `index`; false if there was none.
+    pub fn remove(&self, index: u64) -> bool {
+        let guard = self.raw_pin();
+        self.path_op(index, PathOp::Remove, None::<fn(&V) -> bool>, &guard)
+            .is_some()
+    }
+
+    /// Removes the entry at `index` if `pred` (called under the leaf lock)
+    /// accepts it.
+    pub fn remove_if(&self, index: u64, pred: impl FnOnce(&V) -> bool) -> bool {
+        let guard = self.raw_pin();
+        self.path_op(index, PathOp::Remove, Some(pred), &guard).is_some()
+    }
+
+    /// Removes the entry at `index` and returns a clone of it.
+    pub fn take(&self, index: u64) -> Option<V>
+    where
+        V: Clone,
+    {
+        let guard = self.raw_pin();
+        let item = self.path_op(index, PathOp::Remove, None::<fn(&V) -> bool>, &guard)?;
+        // SAFETY: the item was retired while `guard` is pinned, so it is not
+        // freed yet.
+        Some(unsafe { item.deref() }.clone())
+    }
+
+    /// Clears `tag` on the entry at `index`; true if it was set.
+    pub fn clear_tag(&self, index: u64, tag: Tag) -> bool {
+        let guard = self.raw_pin();
+        if !self.get_tag(index, tag) {
+            // Linearizes at the lock-free read: the tag was clear.
+            return false;
+        }
+        self.path_op(index, PathOp::ClearTag(tag.idx()), None::<fn(&V) -> bool>, &guard)
+            .is_some()
+    }
+
+    /// Runs remove or clear-tag: optimistic start if the mode allows and
+    /// validation succeeds, else from the root. For remove, returns the
+    /// removed (retired) item; for clear-tag, Some(null) if the bit was
+    /// cleared.
+    fn path_op<'a>(
+        &'a self,
+        index: u64,
+        op: PathOp,
+        pred: Option<impl FnOnce(&V) -> bool>,
+        guard: &'a Guard,
+    ) -> Option<Shared<'a, V>> {
+        if self.mode() == Mode::Optimistic {
+            match self.optimistic_path_start(index, op, guard) {
+                Ok(ctx) => return self.path_from(ctx, index, op, pred, guard),
+                Err(Missing) => return None,
+                Err(Fallback) => {}
+            }
+        }
+        let ctx = self.start_at_root(index, false, guard)?;
+        self.path_from(ctx, index, op, pred, guard)
+    }
+
+    /// Lock-free descent that finds the lowest termination point of `op` on
+    /// the path of `index`, locks and validates it.
+    fn optimistic_path_start<'a>(&'a self, index: u64, op: PathOp, guard: &'a Guard) -> Result<LockCtx<'a, V>, Start> {
+        // Acquire: pairs with the Release stores of the root.
+        let root = self.root.load(Ordering::Acquire, guard);
+        // SAFETY: reachable while `guard` is pinned.
+        let mut node = unsafe { root.as_ref() }.ok_or(Missing)?;
+        if index > max_index(node.height) {
+            return Err(Missing);
+        }
+        let mut best = None;
+        loop {
+            let s = slot_of(index, node.height);
+            if is_term(node, s, op, false) {
+                best = Some(node);
+            }
+            if node.is_leaf() {
+                if node.item(s, guard).is_null() {
+                    return Err(Missing);
+                }
+                break;
+            }
+            let child = node.child(s, guard);
+            // SAFETY: reachable while `guard` is pinned.
+            match unsafe { child.as_ref() } {
+                Some(c) => node = c,
+                None => return Err(Missing),
+            }
+        }
+        let node = best.ok_or(Fallback)?;
+        let lock = node.lock.lock();
+        if node.is_dead() || !is_term(node, slot_of(index, node.height), op, false) {
+            return Err(Fallback);
+        }
+        let mut ctx = LockCtx::empty(false, None);
+        ctx.push_locked(node, Some(lock));
+        Ok(ctx)
+    }
+
+    /// Path locking from the context's last node (the root under the root
+    /// lock, or a validated termination point).
+    fn path_from<'a>(
+        &'a self,
+        mut ctx: LockCtx<'a, V>,
+        index: u64,
+        op: PathOp,
+        pred: Option<impl FnOnce(&V) -> bool>,
+        guard: &'a Guard,
+    ) -> Option<Shared<'a, V>> {
+        // Descend, keeping locks, releasing above each termination point.
+        loop {
+            let node = ctx.last();
+            let s = slot_of(index, node.height);
+            if is_term(node, s, op, ctx.at_root && ctx.depth == 1) {
+                ctx.release_above_last();
+            }
+            if node.is_leaf() {
+                break;
+            }
+            if let PathOp::ClearTag(t) = op
+                && node.tag_bits_relaxed(t) & bit(s) == 0
+            {
+                break; // Nothing below is tagged (I1); walk up from here.
+            }
+            let child = node.child(s, guard);
+            if child.is_null() {
+                if op == PathOp::Remove {
+                    return None;
+                }
+                break;
+            }
+            // SAFETY: linked under `node`, whose lock we hold.
+            ctx.push(unsafe { child.deref() });
+        }
+        let bottom = ctx.last();
+        let s = slot_of(index, bottom.height);
+        match op {
+            PathOp::Remove => {
+                let item = bottom.item(s, guard);
+                // SAFETY: the item is in a slot of a leaf we hold locked.
+                let value = unsafe { item.as_ref() }?;
+                if let Some(pred) = pred
+                    && !pred(value)
+                {
+                    return None;
+                }
+                for t in 0..NUM_TAGS {
+                    bottom.clear_tag_bit(t, s);
+                }
+                bottom.set_item(s, Shared::null());
+                bottom.add_count(-1);
+                self.len_counter().add(-1);
+                // SAFETY: the item is unlinked; readers that loaded it are
+                // pinned, and the destructor runs after they unpin.
+                unsafe { guard.defer_destroy(item) };
+                self.walk_up_remove(&mut ctx, index, guard);
+                Some(item)
+            }
+            PathOp::ClearTag(t) => {
+                let cleared = bottom.is_leaf() && bottom.clear_tag_bit(t, s);
+                for d in (ctx.top..ctx.depth - 1).rev() {
+                    let (parent, child) = (ctx.node(d), ctx.node(d + 1));
+                    if child.any_tag(t) {
+                        break;
+                    }
+                    parent.clear_tag_bit(t, slot_of(index, parent.height));
+                }
+                cleared.then(Shared::null)
+            }
+        }
+    }
+
+    /// After a removal at the bottom of `ctx`: unlink emptied nodes and clear
+    /// parents' tag bits upward through the held locks; then, if the root
+    /// lock is still held, empty or shrink the root.
+    fn walk_up_remove<'a>(&'a self, ctx: &mut LockCtx<'a, V>, index: u64, guard: &'a Guard) {
+        for d in (ctx.top..ctx.depth - 1).rev() {
+            let (parent, child) = (ctx.node(d), ctx.node(d + 1));
+            let ps = slot_of(index, parent.height);
+            if child.count() == 0 {
+                let shared = parent.child(ps, guard);
+                parent.set_child(ps, Shared::null());
+                for t in 0..NUM_TAGS {
+                    parent.clear_tag_bit(t, ps);
+                }
+                parent.add_count(-1);
+                child.mark_dead();
+                // SAFETY: the child is unlinked and dead; lock-free readers
+                // that reached it are pinned, and lockers validate `dead`.
+                unsafe { guard.defer_destroy(shared) };
+            } else {
+                let mut changed = false;
+                for t in 0..NUM_TAGS {
+                    if !child.any_tag(t) {
+                        changed |= parent.clear_tag_bit(t, ps);
+                    }
+                }
+                if !changed {
+                    break;
+                }
+            }
+        }
+        if !ctx.at_root {
+            return;
+        }
+        // We hold the root lock and the root's lock: empty or shrink.
+        ctx.release_below_first();
+        // Acquire: pairs with the Release stores of the root.
+        let mut root = self.root.load(Ordering::Acquire, guard);
+        // SAFETY: linked, and we hold the root lock.
+        let mut r = unsafe { root.deref() };
+        if r.count() == 0 {
+            r.mark_dead();
+            // Release: pairs with the Acquire loads of the root in lookups.
+            self.root.store(Shared::null(), Ordering::Release);
+            // SAFETY: unlinked and dead; see `defer_destroy` above.
+            unsafe { guard.defer_destroy(root) };
+            return;
+        }
+        let mut held: Option<MutexGuard<'a, ()>> = None;
+        while r.height > 1 && r.count() == 1 {
+            let child = r.child(0, guard);
+            if child.is_null() {
+                break;
+            }
+            // SAFETY: linked under the root, which we hold locked.
+            let c = unsafe { child.deref() };
+            let c_lock = if ctx.serial { None } else { Some(c.lock.lock()) };
+            r.mark_dead();
+            // Release: publishes the child as root; pairs with the Acquire
+            // loads of the root in lookups. Readers still holding the old
+            // root see the same child at its slot 0.
+            self.root.store(child, Ordering::Release);
+            // SAFETY: the old root is unlinked and dead; readers that hold it
+            // are pinned.
+            unsafe { guard.defer_destroy(root) };
+            held = c_lock;
+            root = child;
+            r = c;
+        }
+        drop(held);
+    }
+}
+
+/// Why an optimistic start did not happen.
+enum Start {
+    /// The entry is not there (linearizes at the lock-free read).
+    Missing,
+    /// Validation failed or no entry point exists: use the root.
+    Fallback,
+}
+use Start::{Fallback, Missing};
