@@ -374,7 +374,7 @@ fn markdown(points: &[Point], summary: &[Value], side: &BTreeMap<String, Value>)
             );
             let _ = writeln!(
                 s,
-                "| operation | serial | lockcoupled | gain | optimistic | gain | paper gain |\n|---|---:|---:|---:|---:|---:|---:|"
+                "| operation | serial | lockcoupled | gain | optimistic | gain | paper gain | serial, 1 thread |\n|---|---:|---:|---:|---:|---:|---:|---:|"
             );
             for row in v["rows"]
                 .as_array()
@@ -385,14 +385,15 @@ fn markdown(points: &[Point], summary: &[Value], side: &BTreeMap<String, Value>)
                 let f = |k: &str| row[k].as_f64().unwrap_or(f64::NAN);
                 let _ = writeln!(
                     s,
-                    "| {} | {:.3} | {:.3} | {:.0}% | {:.3} | {:.0}% | {:.0}% |",
+                    "| {} | {:.3} | {:.3} | {:.0}% | {:.3} | {:.0}% | {:.0}% | {:.3} |",
                     row["op"].as_str().unwrap_or("?"),
                     f("serial_s"),
                     f("lockcoupled_s"),
                     f("gain_lockcoupled") * 100.0,
                     f("optimistic_s"),
                     f("gain_optimistic") * 100.0,
-                    f("paper_gain_optimistic") * 100.0
+                    f("paper_gain_optimistic") * 100.0,
+                    f("serial_1thread_s")
                 );
             }
             s.push('\n');
