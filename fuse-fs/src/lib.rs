@@ -1,5 +1,43 @@
 //! rcufs: a passthrough FUSE filesystem whose lookups go through `dcache` and
 //! whose reads go through `pagecache` (library half of the `rcufs` binary, so
 //! that the filesystem can be tested without a mount).
+//!
+//! # Design
+//! - `fuse.rs` is the only file that names fuser: a thin adapter that turns
+//!   each FUSE request into a call of [`fs::Fs`] and its result into a reply.
+//! - `fs.rs` is the filesystem logic, testable without a mount; `inode.rs`
+//!   the inode table and its bounded descriptors; `names.rs` the dcache
+//!   layer (every lookup); `data.rs` the page-cache layer (every read);
+//!   `sys.rs` the libc calls; `error.rs` the one error type.
+//! - `mount.rs` is the interface the command line uses: [`MountOptions`],
+//!   [`mount`], [`Mounted`].
+//!
+//! # Invariants
+//! - Every errno answered to the kernel is the source's, or the kernel's own
+//!   errno for the same mistake.
+//! - The number of descriptors held for inodes is bounded (a pool), however
+//!   many inodes the kernel knows.
+//! - Nothing acknowledged is only in memory: writes reach the source before
+//!   they are acknowledged and before the cached pages change.
+//!
+//! # Concurrency
+//! fuser runs several worker threads that call [`fs::Fs`] through `&self`.
+//! Shared state is sharded (inode table, key index, descriptor pool, open
+//! handles) or lives in the cache crates, which take no global lock on
+//! lookups and cached reads; per-inode state (attributes, data stamp) has a
+//! small mutex of its own. Kernel invalidations are sent from a dedicated
+//! thread after the reply.
 
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+pub mod data;
+pub mod error;
+pub mod fs;
+mod fuse;
+pub mod inode;
+mod mount;
+pub mod names;
 pub mod protocol;
+pub mod sys;
+
+pub use mount::{MountOptions, Mounted, mount, validate};

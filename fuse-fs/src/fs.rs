@@ -1,0 +1,1348 @@
+//! The filesystem logic, free of FUSE types: one method per FUSE operation,
+//! each returning `FsResult`, so that it can be tested without a mount.
+//!
+//! # Design
+//! - Identity and lifetime of inodes: [`crate::inode`] (key `(st_dev,
+//!   st_ino)`, kernel lookup counts, bounded descriptors).
+//! - Names: every LOOKUP asks [`crate::names`] (the dcache) first. A hit is
+//!   answered from the payload (the `Inode` and its cached attributes); an
+//!   entry older than the revalidation interval is checked against the
+//!   source first. A miss looks the source up and inserts the result,
+//!   negative results included. READDIRPLUS inserts what it lists.
+//! - Data: every READ goes through [`crate::data`] (the page cache), filled
+//!   with `pread` on the open file's descriptor. WRITE goes to the source
+//!   first, then updates the cached pages. At OPEN the file's size, mtime and
+//!   ctime are compared with what the cache saw, and stale pages are dropped.
+//! - Directory drop ([`Fs::drop_dir`]): the ioctl and the `user.rcufs.drop`
+//!   attribute; seeds 001 ("Fadvise: directory level page cache cleaning
+//!   support") and 004 ("VFS: Directory level cache cleaning").
+//!
+//! # Invariants
+//! - Errors are the source's errno; rcufs's own errors use the kernel's errno
+//!   for the same mistake (see `error.rs`).
+//! - Names under `user.rcufs.` never reach the source and are never listed.
+//! - No lock covers the whole filesystem on the read path: READ takes the
+//!   open-file shard's read lock and the page cache's own fine-grained locks
+//!   (seed 003, "Recent HAMMER SMP performance work": a per-mount lock on the
+//!   cached read path halved concurrent cached-read throughput).
+//! - The process umask is 0 (the kernel already applied the caller's).
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::data::Data;
+use crate::error::{FsError, FsResult};
+use crate::inode::{Inode, InodeTable, NewInode, ROOT_INO, Stamp, key_of};
+use crate::names::{Hit, Names};
+use crate::protocol::{self, DropArgs, DropMode};
+use crate::sys::{self, cstr};
+
+/// The filesystem's configuration.
+#[derive(Clone, Debug)]
+pub struct FsConfig {
+    /// How soon names and attributes changed directly in the source are seen.
+    pub revalidate: Duration,
+    /// Let the kernel cache entries, attributes and pages too.
+    pub kernel_cache: bool,
+    /// dcache capacity.
+    pub dcache_entries: usize,
+    /// dcache negative-entry capacity.
+    pub dcache_negative: usize,
+    /// Page cache budget in bytes.
+    pub page_cache_bytes: u64,
+    /// Most `O_PATH` descriptors kept open for inodes.
+    pub fd_pool: usize,
+    /// Use kernel file handles (needs root).
+    pub use_handles: bool,
+}
+
+impl Default for FsConfig {
+    fn default() -> Self {
+        Self {
+            revalidate: Duration::from_secs(1),
+            kernel_cache: false,
+            dcache_entries: 1_000_000,
+            dcache_negative: 250_000,
+            page_cache_bytes: 512 << 20,
+            fd_pool: 4096,
+            use_handles: sys::is_root(),
+        }
+    }
+}
+
+/// Who sent a request.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Caller {
+    /// uid.
+    pub uid: u32,
+    /// gid.
+    pub gid: u32,
+    /// pid.
+    pub pid: u32,
+}
+
+/// The type of a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link.
+    Symlink,
+    /// FIFO.
+    Fifo,
+    /// Socket.
+    Socket,
+    /// Character device.
+    Char,
+    /// Block device.
+    Block,
+}
+
+impl Kind {
+    fn from_mode(mode: u32) -> Self {
+        match mode & libc::S_IFMT {
+            libc::S_IFDIR => Self::Dir,
+            libc::S_IFLNK => Self::Symlink,
+            libc::S_IFIFO => Self::Fifo,
+            libc::S_IFSOCK => Self::Socket,
+            libc::S_IFCHR => Self::Char,
+            libc::S_IFBLK => Self::Block,
+            _ => Self::File,
+        }
+    }
+
+    fn from_dtype(d: u8) -> Self {
+        match d {
+            libc::DT_DIR => Self::Dir,
+            libc::DT_LNK => Self::Symlink,
+            libc::DT_FIFO => Self::Fifo,
+            libc::DT_SOCK => Self::Socket,
+            libc::DT_CHR => Self::Char,
+            libc::DT_BLK => Self::Block,
+            _ => Self::File,
+        }
+    }
+}
+
+/// Attributes as the kernel sees them (`ino` is the node id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attr {
+    /// Node id.
+    pub ino: u64,
+    /// Size.
+    pub size: u64,
+    /// 512-byte blocks.
+    pub blocks: u64,
+    /// Access time.
+    pub atime: SystemTime,
+    /// Modification time.
+    pub mtime: SystemTime,
+    /// Change time.
+    pub ctime: SystemTime,
+    /// Type.
+    pub kind: Kind,
+    /// Permission bits (including setuid, setgid, sticky).
+    pub perm: u16,
+    /// Links.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Device number.
+    pub rdev: u32,
+    /// Preferred I/O size.
+    pub blksize: u32,
+}
+
+fn time(sec: i64, nsec: i64) -> SystemTime {
+    if sec >= 0 {
+        UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec as u64)
+    }
+}
+
+impl Attr {
+    /// The attributes of `st` for node id `ino`.
+    pub fn from_stat(ino: u64, st: &libc::stat) -> Self {
+        Self {
+            ino,
+            size: st.st_size.max(0) as u64,
+            blocks: st.st_blocks.max(0) as u64,
+            atime: time(st.st_atime, st.st_atime_nsec),
+            mtime: time(st.st_mtime, st.st_mtime_nsec),
+            ctime: time(st.st_ctime, st.st_ctime_nsec),
+            kind: Kind::from_mode(st.st_mode),
+            perm: (st.st_mode & 0o7777) as u16,
+            nlink: st.st_nlink as u32,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            rdev: st.st_rdev as u32,
+            blksize: st.st_blksize as u32,
+        }
+    }
+}
+
+/// A LOOKUP answer. `ino == 0` is a negative entry the kernel may cache
+/// (only in kernel-cache mode; otherwise a missing name is `ENOENT`).
+#[derive(Clone, Copy, Debug)]
+pub struct Entry {
+    /// Node id (0: negative).
+    pub ino: u64,
+    /// Attributes.
+    pub attr: Attr,
+}
+
+/// An OPEN/CREATE answer.
+#[derive(Clone, Copy, Debug)]
+pub struct Opened {
+    /// The file handle.
+    pub fh: u64,
+    /// Bypass the kernel's page cache (every read reaches rcufs).
+    pub direct_io: bool,
+    /// Keep the kernel's page cache from the previous open.
+    pub keep_cache: bool,
+}
+
+/// One directory entry for READDIR/READDIRPLUS.
+#[derive(Clone, Debug)]
+pub struct DirItem {
+    /// The inode number to show (node id when known, else the source's).
+    pub ino: u64,
+    /// The offset to resume after this entry.
+    pub next_offset: u64,
+    /// The type.
+    pub kind: Kind,
+    /// The name.
+    pub name: Vec<u8>,
+    /// READDIRPLUS only: the entry (one kernel reference taken unless the
+    /// name is `.` or `..`).
+    pub entry: Option<Entry>,
+}
+
+/// A GETXATTR/LISTXATTR answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum XattrReply {
+    /// The size the value would have (the caller asked with size 0).
+    Size(u32),
+    /// The value.
+    Data(Vec<u8>),
+}
+
+/// A STATFS answer.
+#[derive(Clone, Copy, Debug)]
+pub struct Statfs {
+    /// Total blocks.
+    pub blocks: u64,
+    /// Free blocks.
+    pub bfree: u64,
+    /// Blocks available to unprivileged users.
+    pub bavail: u64,
+    /// Total inodes.
+    pub files: u64,
+    /// Free inodes.
+    pub ffree: u64,
+    /// Block size.
+    pub bsize: u32,
+    /// Longest name.
+    pub namelen: u32,
+    /// Fragment size.
+    pub frsize: u32,
+}
+
+/// A kernel cache invalidation to send after the reply (kernel-cache mode).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Inval {
+    /// `inval_entry(parent, name)`.
+    Entry {
+        /// Directory node id.
+        parent: u64,
+        /// Name.
+        name: Vec<u8>,
+    },
+    /// `inval_inode(ino, offset, len)`: offset 0, len 0 = attributes and all
+    /// pages; offset -1 = attributes only.
+    Inode {
+        /// Node id.
+        ino: u64,
+        /// Offset (-1: attributes only).
+        offset: i64,
+    },
+}
+
+/// The result of a directory drop.
+#[derive(Clone, Debug, Default)]
+pub struct DropOutcome {
+    /// The counts, as the ioctl reports them.
+    pub args: DropArgs,
+    /// Kernel invalidations to send after the reply, bottom-up.
+    pub inval: Vec<Inval>,
+}
+
+/// SETATTR's changes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SetAttr {
+    /// New permission bits.
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size.
+    pub size: Option<u64>,
+    /// New atime (`None` inside: now).
+    pub atime: Option<Option<SystemTime>>,
+    /// New mtime (`None` inside: now).
+    pub mtime: Option<Option<SystemTime>>,
+    /// The open file the change came through, if any.
+    pub fh: Option<u64>,
+}
+
+#[derive(Debug)]
+struct OpenFile {
+    inode: Arc<Inode>,
+    fd: OwnedFd,
+    append: bool,
+}
+
+#[derive(Debug)]
+struct OpenDir {
+    inode: Arc<Inode>,
+    fd: Mutex<OwnedFd>,
+}
+
+/// A sharded table of open handles (no lock covers all of them).
+type Shard<T> = RwLock<HashMap<u64, Arc<T>>>;
+
+#[derive(Debug)]
+struct Handles<T> {
+    shards: Box<[Shard<T>]>,
+    next: AtomicU64,
+}
+
+impl<T> Handles<T> {
+    fn new() -> Self {
+        Self {
+            shards: (0..32).map(|_| RwLock::new(HashMap::new())).collect(),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    fn shard(&self, fh: u64) -> &Shard<T> {
+        &self.shards[(fh as usize) % self.shards.len()]
+    }
+
+    fn insert(&self, v: T) -> u64 {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed);
+        self.shard(fh).write().expect("handles lock").insert(fh, Arc::new(v));
+        fh
+    }
+
+    fn get(&self, fh: u64) -> FsResult<Arc<T>> {
+        self.shard(fh)
+            .read()
+            .expect("handles lock")
+            .get(&fh)
+            .cloned()
+            .ok_or(FsError::BADF)
+    }
+
+    fn remove(&self, fh: u64) -> Option<Arc<T>> {
+        self.shard(fh).write().expect("handles lock").remove(&fh)
+    }
+
+    fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.read().expect("handles lock").len()).sum()
+    }
+}
+
+#[derive(Debug, Default)]
+struct DropCounters {
+    requests: AtomicU64,
+    dentries: AtomicU64,
+    pages: AtomicU64,
+    bytes: AtomicU64,
+    skipped: AtomicU64,
+    busy: AtomicU64,
+}
+
+/// The passthrough filesystem.
+#[derive(Debug)]
+pub struct Fs {
+    cfg: FsConfig,
+    table: InodeTable,
+    root: Arc<Inode>,
+    names: Names,
+    data: Data,
+    files: Handles<OpenFile>,
+    dirs: Handles<OpenDir>,
+    drops: DropCounters,
+    stale_opens: AtomicU64,
+    is_root: bool,
+}
+
+fn name_ok(name: &[u8]) -> FsResult<()> {
+    if name.is_empty() || name.len() > 255 {
+        return Err(FsError::new(if name.is_empty() {
+            libc::ENOENT
+        } else {
+            libc::ENAMETOOLONG
+        }));
+    }
+    if name.contains(&b'/') || name == b"." || name == b".." {
+        return Err(FsError::INVAL);
+    }
+    Ok(())
+}
+
+fn timespec(t: Option<Option<SystemTime>>) -> libc::timespec {
+    match t {
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(None) => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        Some(Some(t)) => match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => libc::timespec {
+                tv_sec: d.as_secs() as libc::time_t,
+                tv_nsec: d.subsec_nanos() as libc::c_long,
+            },
+            Err(e) => {
+                let d = e.duration();
+                let mut sec = -(d.as_secs() as i64);
+                let mut nsec = -(d.subsec_nanos() as i64);
+                if nsec < 0 {
+                    sec -= 1;
+                    nsec += 1_000_000_000;
+                }
+                libc::timespec {
+                    tv_sec: sec as libc::time_t,
+                    tv_nsec: nsec as libc::c_long,
+                }
+            }
+        },
+    }
+}
+
+impl Fs {
+    /// A filesystem mirroring the directory `source`.
+    pub fn new(source: &std::path::Path, cfg: FsConfig) -> FsResult<Self> {
+        // SAFETY: `umask` only sets the process file mode creation mask.
+        unsafe { libc::umask(0) };
+        let path = sys::cstr(std::os::unix::ffi::OsStrExt::as_bytes(source.as_os_str()))?;
+        let root_fd = sys::open_path(&path, libc::O_PATH | libc::O_DIRECTORY)?;
+        let (table, root) = InodeTable::new(root_fd, cfg.fd_pool, cfg.use_handles)?;
+        let names = Names::new(cfg.dcache_entries, cfg.dcache_negative, &root);
+        let data = Data::new(cfg.page_cache_bytes);
+        Ok(Self {
+            cfg,
+            table,
+            root,
+            names,
+            data,
+            files: Handles::new(),
+            dirs: Handles::new(),
+            drops: DropCounters::default(),
+            stale_opens: AtomicU64::new(0),
+            is_root: sys::is_root(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FsConfig {
+        &self.cfg
+    }
+
+    /// How long the kernel may keep an entry (0 unless kernel-cache mode).
+    pub fn entry_ttl(&self) -> Duration {
+        if self.cfg.kernel_cache {
+            self.cfg.revalidate
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// How long the kernel may keep attributes (0 unless kernel-cache mode).
+    pub fn attr_ttl(&self) -> Duration {
+        self.entry_ttl()
+    }
+
+    fn fresh(&self, at: Instant) -> bool {
+        at.elapsed() < self.cfg.revalidate
+    }
+
+    fn inode(&self, ino: u64) -> FsResult<Arc<Inode>> {
+        self.table.get(ino)
+    }
+
+    fn dir(&self, ino: u64) -> FsResult<Arc<Inode>> {
+        let d = self.inode(ino)?;
+        if d.is_dir() { Ok(d) } else { Err(FsError::NOTDIR) }
+    }
+
+    fn entry_of(&self, inode: &Arc<Inode>) -> Entry {
+        Entry {
+            ino: inode.ino,
+            attr: Attr::from_stat(inode.ino, &inode.attr().st),
+        }
+    }
+
+    fn negative(&self) -> FsResult<Entry> {
+        if self.cfg.kernel_cache {
+            Ok(Entry {
+                ino: 0,
+                attr: Attr::from_stat(0, &sys::zero_stat()),
+            })
+        } else {
+            Err(FsError::NOENT)
+        }
+    }
+
+    /// Re-reads `inode`'s attributes from the source.
+    fn refresh(&self, inode: &Inode) -> FsResult<libc::stat> {
+        let fd = self.table.path_fd(inode)?;
+        let st = sys::fstat(fd.as_fd())?;
+        inode.set_attr(st);
+        Ok(st)
+    }
+
+    /// Re-checks a directory whose attributes are older than the
+    /// revalidation interval; if its mtime or ctime moved, names under it may
+    /// have changed in the source, so its cached children are forgotten.
+    fn revalidate_dir(&self, dir: &Inode) {
+        let old = dir.attr();
+        if self.fresh(old.at) {
+            return;
+        }
+        if let Ok(st) = self.refresh(dir)
+            && Stamp::of(&st) != Stamp::of(&old.st)
+        {
+            self.names.drop_subtree(dir, |_| true);
+        }
+    }
+
+    /// Looks `name` up in the source under `parent`, interns the result and
+    /// records it in the name cache. Takes one kernel reference if `remember`.
+    fn lookup_source(&self, parent: &Arc<Inode>, name: &[u8], remember: bool) -> FsResult<Option<Arc<Inode>>> {
+        let pfd = self.table.path_fd(parent)?;
+        let cname = cstr(name)?;
+        match sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => {
+                if st.st_dev != parent.key.0 {
+                    tracing::debug!(name = %String::from_utf8_lossy(name), "entering a mount point inside the source");
+                }
+                let inode = self.table.intern(NewInode {
+                    parent_ino: parent.ino,
+                    parent: pfd.as_fd(),
+                    name: &cname,
+                    st,
+                })?;
+                if remember {
+                    self.table.remember(&inode, 1);
+                }
+                self.names.insert(parent, name, Some(&inode));
+                Ok(Some(inode))
+            }
+            Err(e) if e.errno() == libc::ENOENT => {
+                self.names.insert(parent, name, None);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// LOOKUP.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Entry> {
+        let parent = self.dir(parent)?;
+        if name.len() > 255 {
+            return Err(FsError::new(libc::ENAMETOOLONG));
+        }
+        if name == b"." || name == b".." {
+            // The kernel resolves these itself; answer as the source would.
+            return Err(FsError::NOENT);
+        }
+        self.revalidate_dir(&parent);
+        match self.names.lookup(&parent, name) {
+            Hit::Positive(inode) => {
+                let a = inode.attr();
+                if self.fresh(a.at) {
+                    self.table.remember(&inode, 1);
+                    inode.set_link(parent.ino, name);
+                    return Ok(self.entry_of(&inode));
+                }
+            }
+            Hit::Negative => return self.negative(),
+            Hit::Miss => {}
+        }
+        match self.lookup_source(&parent, name, true)? {
+            Some(inode) => Ok(self.entry_of(&inode)),
+            None => self.negative(),
+        }
+    }
+
+    /// FORGET: the kernel drops `n` references to `ino`.
+    pub fn forget(&self, ino: u64, n: u64) {
+        let gone = self.table.forget(ino, n);
+        drop(gone);
+    }
+
+    /// GETATTR.
+    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
+        let inode = self.inode(ino)?;
+        if let Some(fh) = fh
+            && let Ok(file) = self.files.get(fh)
+        {
+            let st = sys::fstat(file.fd.as_fd())?;
+            inode.set_attr(st);
+            return Ok(Attr::from_stat(ino, &st));
+        }
+        let a = inode.attr();
+        if self.fresh(a.at) {
+            return Ok(Attr::from_stat(ino, &a.st));
+        }
+        let st = self.refresh(&inode)?;
+        Ok(Attr::from_stat(ino, &st))
+    }
+
+    /// SETATTR.
+    pub fn setattr(&self, ino: u64, set: SetAttr) -> FsResult<Attr> {
+        let inode = self.inode(ino)?;
+        let file = match set.fh {
+            Some(fh) => self.files.get(fh).ok(),
+            None => None,
+        };
+        let pfd = self.table.path_fd(&inode)?;
+        let proc = sys::proc_path(pfd.as_fd());
+        if let Some(mode) = set.mode {
+            sys::chmod(&proc, mode & 0o7777)?;
+        }
+        if set.uid.is_some() || set.gid.is_some() {
+            sys::fchown(pfd.as_fd(), set.uid.unwrap_or(u32::MAX), set.gid.unwrap_or(u32::MAX))?;
+        }
+        if let Some(size) = set.size {
+            let old = inode.attr().st.st_size.max(0) as u64;
+            match &file {
+                Some(f) => sys::ftruncate(f.fd.as_fd(), size)?,
+                None => sys::truncate(&proc, size)?,
+            }
+            self.data.resized(ino, old, size);
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            sys::utimens(&proc, &[timespec(set.atime), timespec(set.mtime)])?;
+        }
+        let st = sys::fstat(pfd.as_fd())?;
+        inode.set_attr(st);
+        if set.size.is_some() {
+            self.note_own_change(&inode, &st);
+        }
+        Ok(Attr::from_stat(ino, &st))
+    }
+
+    /// Records that the file's data changed through the mount (the cache
+    /// was kept exact), so the next open does not mistake it for a change
+    /// in the source.
+    fn note_own_change(&self, inode: &Inode, st: &libc::stat) {
+        let mut stamp = inode.data_stamp.lock().expect("stamp lock");
+        if stamp.is_some() {
+            *stamp = Some(Stamp::of(st));
+        }
+    }
+
+    /// READLINK.
+    pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        let inode = self.inode(ino)?;
+        let fd = self.table.path_fd(&inode)?;
+        sys::readlink_fd(fd.as_fd())
+    }
+
+    /// Gives a new object to the caller (when rcufs runs as root for someone else).
+    fn chown_new(&self, parent_fd: &OwnedFd, name: &CStr, caller: Caller) -> FsResult<()> {
+        if self.is_root && caller.uid != 0 {
+            sys::fchownat(parent_fd.as_fd(), name, caller.uid, caller.gid)?;
+        }
+        Ok(())
+    }
+
+    /// After a change of `parent`'s entries through the mount.
+    fn touched_dir(&self, parent: &Inode) {
+        let _ = self.refresh(parent);
+    }
+
+    fn made(&self, parent: &Arc<Inode>, name: &[u8]) -> FsResult<Entry> {
+        self.touched_dir(parent);
+        match self.lookup_source(parent, name, true)? {
+            Some(inode) => Ok(self.entry_of(&inode)),
+            None => Err(FsError::NOENT),
+        }
+    }
+
+    /// MKNOD.
+    pub fn mknod(&self, parent: u64, name: &[u8], mode: u32, rdev: u64, caller: Caller) -> FsResult<Entry> {
+        let parent = self.dir(parent)?;
+        name_ok(name)?;
+        let pfd = self.table.path_fd(&parent)?;
+        let cname = cstr(name)?;
+        sys::mknodat(pfd.as_fd(), &cname, mode, rdev)?;
+        self.chown_new(&pfd, &cname, caller)?;
+        self.made(&parent, name)
+    }
+
+    /// MKDIR.
+    pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, caller: Caller) -> FsResult<Entry> {
+        let parent = self.dir(parent)?;
+        name_ok(name)?;
+        let pfd = self.table.path_fd(&parent)?;
+        let cname = cstr(name)?;
+        sys::mkdirat(pfd.as_fd(), &cname, mode)?;
+        self.chown_new(&pfd, &cname, caller)?;
+        self.made(&parent, name)
+    }
+
+    /// SYMLINK.
+    pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8], caller: Caller) -> FsResult<Entry> {
+        let parent = self.dir(parent)?;
+        name_ok(name)?;
+        let pfd = self.table.path_fd(&parent)?;
+        let cname = cstr(name)?;
+        sys::symlinkat(&cstr(target)?, pfd.as_fd(), &cname)?;
+        self.chown_new(&pfd, &cname, caller)?;
+        self.made(&parent, name)
+    }
+
+    /// LINK.
+    pub fn link(&self, ino: u64, new_parent: u64, new_name: &[u8]) -> FsResult<Entry> {
+        let inode = self.inode(ino)?;
+        let parent = self.dir(new_parent)?;
+        name_ok(new_name)?;
+        let fd = self.table.path_fd(&inode)?;
+        let pfd = self.table.path_fd(&parent)?;
+        sys::link_fd(fd.as_fd(), pfd.as_fd(), &cstr(new_name)?)?;
+        self.made(&parent, new_name)
+    }
+
+    /// After a name went away: refresh the inode it named, if known.
+    fn unnamed(&self, key: Option<crate::inode::Key>) {
+        if let Some(inode) = key.and_then(|k| self.table.find(k))
+            && self.refresh(&inode).is_err()
+        {
+            let mut a = inode.attr.lock().expect("attr lock");
+            a.st.st_nlink = 0;
+        }
+    }
+
+    fn remove_entry(&self, parent: u64, name: &[u8], flags: i32) -> FsResult<()> {
+        let parent = self.dir(parent)?;
+        let pfd = self.table.path_fd(&parent)?;
+        let cname = cstr(name)?;
+        let key = sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW)
+            .ok()
+            .map(|st| key_of(&st));
+        let result = sys::unlinkat(pfd.as_fd(), &cname, flags);
+        // Whatever the outcome, the cached name may be wrong now: forget it.
+        self.names.remove(&parent, name);
+        result?;
+        self.touched_dir(&parent);
+        self.unnamed(key);
+        Ok(())
+    }
+
+    /// UNLINK.
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.remove_entry(parent, name, 0)
+    }
+
+    /// RMDIR.
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.remove_entry(parent, name, libc::AT_REMOVEDIR)
+    }
+
+    /// RENAME (flags as renameat2: `RENAME_NOREPLACE`, `RENAME_EXCHANGE`, `RENAME_WHITEOUT`).
+    pub fn rename(&self, parent: u64, name: &[u8], new_parent: u64, new_name: &[u8], flags: u32) -> FsResult<()> {
+        let op = self.dir(parent)?;
+        let np = self.dir(new_parent)?;
+        name_ok(new_name)?;
+        let ofd = self.table.path_fd(&op)?;
+        let nfd = self.table.path_fd(&np)?;
+        let (oname, nname) = (cstr(name)?, cstr(new_name)?);
+        let replaced = sys::fstatat(nfd.as_fd(), &nname, libc::AT_SYMLINK_NOFOLLOW)
+            .ok()
+            .map(|st| key_of(&st));
+        let result = sys::renameat2(ofd.as_fd(), &oname, nfd.as_fd(), &nname, flags);
+        if result.is_err() || flags & libc::RENAME_EXCHANGE != 0 || flags & libc::RENAME_WHITEOUT != 0 {
+            self.names.remove(&op, name);
+            self.names.remove(&np, new_name);
+        } else {
+            self.names.rename(&op, name, &np, new_name);
+        }
+        result?;
+        self.touched_dir(&op);
+        if op.ino != np.ino {
+            self.touched_dir(&np);
+        }
+        if let Ok(st) = sys::fstatat(nfd.as_fd(), &nname, libc::AT_SYMLINK_NOFOLLOW)
+            && let Some(moved) = self.table.find(key_of(&st))
+        {
+            moved.set_attr(st);
+            moved.set_link(np.ino, new_name);
+        }
+        if flags & libc::RENAME_EXCHANGE == 0 {
+            self.unnamed(replaced);
+        }
+        Ok(())
+    }
+
+    /// OPEN.
+    pub fn open(&self, ino: u64, flags: i32) -> FsResult<Opened> {
+        let inode = self.inode(ino)?;
+        let fd = self.open_inode(&inode, flags)?;
+        self.opened(inode, fd, flags)
+    }
+
+    fn open_inode(&self, inode: &Inode, flags: i32) -> FsResult<OwnedFd> {
+        let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
+        // Write-only opens are widened to read-write so that the page cache
+        // can be filled through any handle (mmap faults of a shared mapping).
+        if flags & libc::O_ACCMODE == libc::O_WRONLY {
+            let rw = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
+            if let Ok(fd) = self.table.open(inode, rw) {
+                return Ok(fd);
+            }
+        }
+        self.table.open(inode, flags)
+    }
+
+    fn opened(&self, inode: Arc<Inode>, fd: OwnedFd, flags: i32) -> FsResult<Opened> {
+        let st = sys::fstat(fd.as_fd())?;
+        inode.set_attr(st);
+        let now = Stamp::of(&st);
+        let keep = {
+            let mut stamp = inode.data_stamp.lock().expect("stamp lock");
+            let same = *stamp == Some(now);
+            if stamp.is_some() && !same {
+                // Changed in the source since the cache saw it.
+                self.data.drop_inode(inode.ino);
+                self.stale_opens.fetch_add(1, Ordering::Relaxed);
+            }
+            *stamp = Some(now);
+            same
+        };
+        let append = flags & libc::O_APPEND != 0;
+        let fh = self.files.insert(OpenFile { inode, fd, append });
+        Ok(Opened {
+            fh,
+            direct_io: !self.cfg.kernel_cache,
+            keep_cache: self.cfg.kernel_cache && keep,
+        })
+    }
+
+    /// READ: through the page cache.
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let file = self.files.get(fh)?;
+        self.data.read(file.inode.ino, file.fd.as_fd(), offset, size)
+    }
+
+    /// WRITE: to the source first, then to the cached pages.
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        let file = self.files.get(fh)?;
+        let inode = &file.inode;
+        let old_size = inode.attr().st.st_size.max(0) as u64;
+        let n = sys::pwrite(file.fd.as_fd(), data, offset)?;
+        let st = sys::fstat(file.fd.as_fd())?;
+        let new_size = st.st_size.max(0) as u64;
+        if file.append {
+            // O_APPEND wrote at the end of file, wherever that was.
+            let start = new_size.saturating_sub(n as u64).min(offset).min(old_size);
+            self.data.invalidate_from(inode.ino, start);
+        } else {
+            if offset > old_size {
+                // The bytes between the old end and `offset` became zeros.
+                self.data.invalidate_from(inode.ino, old_size);
+            }
+            self.data.wrote(inode.ino, offset, &data[..n]);
+        }
+        inode.set_attr(st);
+        self.note_own_change(inode, &st);
+        Ok(n as u32)
+    }
+
+    /// FLUSH.
+    pub fn flush(&self, fh: u64) -> FsResult<()> {
+        let file = self.files.get(fh)?;
+        sys::flush(file.fd.as_fd())
+    }
+
+    /// RELEASE.
+    pub fn release(&self, fh: u64) -> FsResult<()> {
+        self.files.remove(fh).map(drop).ok_or(FsError::BADF)
+    }
+
+    /// FSYNC.
+    pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
+        let file = self.files.get(fh)?;
+        sys::fsync(file.fd.as_fd(), datasync)
+    }
+
+    /// OPENDIR.
+    pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+        let inode = self.dir(ino)?;
+        let fd = self.table.open(&inode, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        Ok(self.dirs.insert(OpenDir {
+            inode,
+            fd: Mutex::new(fd),
+        }))
+    }
+
+    /// READDIR (`plus` = READDIRPLUS). `sink` gets each entry and returns
+    /// true when the reply buffer is full (the entry was not taken; its
+    /// kernel reference, if any, is returned here).
+    pub fn readdir(&self, fh: u64, offset: u64, plus: bool, mut sink: impl FnMut(&DirItem) -> bool) -> FsResult<()> {
+        let dir = self.dirs.get(fh)?;
+        let mut buf = vec![0u8; 16 * 1024];
+        let mut offset = offset as i64;
+        loop {
+            let batch = {
+                let fd = dir.fd.lock().expect("dir lock");
+                sys::read_dir_batch(fd.as_fd(), offset, &mut buf)?
+            };
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for raw in batch {
+                let dots = raw.name == b"." || raw.name == b"..";
+                let mut item = DirItem {
+                    ino: raw.ino,
+                    next_offset: raw.next_off as u64,
+                    kind: Kind::from_dtype(raw.dtype),
+                    name: raw.name,
+                    entry: None,
+                };
+                let mut referenced = None;
+                if plus {
+                    if dots {
+                        let ino = if item.name == b"." { dir.inode.ino } else { ROOT_INO };
+                        let mut attr = Attr::from_stat(ino, &sys::zero_stat());
+                        attr.kind = Kind::Dir;
+                        item.entry = Some(Entry { ino, attr });
+                    } else {
+                        match self.lookup(dir.inode.ino, &item.name) {
+                            Ok(e) if e.ino != 0 => {
+                                item.ino = e.ino;
+                                item.kind = e.attr.kind;
+                                item.entry = Some(e);
+                                referenced = Some(e.ino);
+                            }
+                            // Gone since getdents listed it: skip.
+                            _ => {
+                                offset = raw.next_off;
+                                continue;
+                            }
+                        }
+                    }
+                }
+                if sink(&item) {
+                    if let Some(ino) = referenced {
+                        self.forget(ino, 1);
+                    }
+                    return Ok(());
+                }
+                offset = raw.next_off;
+            }
+        }
+    }
+
+    /// RELEASEDIR.
+    pub fn releasedir(&self, fh: u64) -> FsResult<()> {
+        self.dirs.remove(fh).map(drop).ok_or(FsError::BADF)
+    }
+
+    /// FSYNCDIR.
+    pub fn fsyncdir(&self, fh: u64, datasync: bool) -> FsResult<()> {
+        let dir = self.dirs.get(fh)?;
+        let fd = dir.fd.lock().expect("dir lock");
+        sys::fsync(fd.as_fd(), datasync)
+    }
+
+    /// STATFS.
+    pub fn statfs(&self, ino: u64) -> FsResult<Statfs> {
+        let inode = self.inode(ino).unwrap_or_else(|_| self.root.clone());
+        let fd = self.table.path_fd(&inode)?;
+        let s = sys::fstatvfs(fd.as_fd())?;
+        Ok(Statfs {
+            blocks: s.f_blocks,
+            bfree: s.f_bfree,
+            bavail: s.f_bavail,
+            files: s.f_files,
+            ffree: s.f_ffree,
+            bsize: s.f_bsize as u32,
+            namelen: s.f_namemax as u32,
+            frsize: s.f_frsize as u32,
+        })
+    }
+
+    /// ACCESS.
+    pub fn access(&self, ino: u64, mask: i32) -> FsResult<()> {
+        let inode = self.inode(ino)?;
+        let fd = self.table.path_fd(&inode)?;
+        sys::access(&sys::proc_path(fd.as_fd()), mask)
+    }
+
+    /// CREATE.
+    pub fn create(&self, parent: u64, name: &[u8], mode: u32, flags: i32, caller: Caller) -> FsResult<(Entry, Opened)> {
+        let parent = self.dir(parent)?;
+        name_ok(name)?;
+        let pfd = self.table.path_fd(&parent)?;
+        let cname = cstr(name)?;
+        let mut oflags = (flags | libc::O_CREAT) & !libc::O_NOCTTY;
+        if oflags & libc::O_ACCMODE == libc::O_WRONLY {
+            oflags = (oflags & !libc::O_ACCMODE) | libc::O_RDWR;
+        }
+        let fd = sys::openat(pfd.as_fd(), &cname, oflags | libc::O_NOFOLLOW, mode)?;
+        self.chown_new(&pfd, &cname, caller)?;
+        self.touched_dir(&parent);
+        let st = sys::fstat(fd.as_fd())?;
+        let inode = self.table.intern(NewInode {
+            parent_ino: parent.ino,
+            parent: pfd.as_fd(),
+            name: &cname,
+            st,
+        })?;
+        self.table.remember(&inode, 1);
+        self.names.insert(&parent, name, Some(&inode));
+        // A new (or truncated) file: whatever the cache held is stale.
+        self.data.drop_inode(inode.ino);
+        *inode.data_stamp.lock().expect("stamp lock") = Some(Stamp::of(&st));
+        let entry = self.entry_of(&inode);
+        let opened = self.opened(inode, fd, flags)?;
+        Ok((entry, opened))
+    }
+
+    /// FALLOCATE.
+    pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> FsResult<()> {
+        let file = self.files.get(fh)?;
+        sys::fallocate(file.fd.as_fd(), mode, offset, len)?;
+        let old = file.inode.attr().st.st_size.max(0) as u64;
+        self.data.invalidate_range(file.inode.ino, offset, len);
+        self.data.invalidate_from(file.inode.ino, old.min(offset));
+        let st = sys::fstat(file.fd.as_fd())?;
+        file.inode.set_attr(st);
+        self.note_own_change(&file.inode, &st);
+        Ok(())
+    }
+
+    /// LSEEK (`SEEK_DATA`/`SEEK_HOLE` answered by the source).
+    pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> FsResult<i64> {
+        let file = self.files.get(fh)?;
+        sys::lseek(file.fd.as_fd(), offset, whence)
+    }
+
+    /// COPY_FILE_RANGE.
+    pub fn copy_file_range(
+        &self,
+        fh_in: u64,
+        off_in: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+        flags: u32,
+    ) -> FsResult<u32> {
+        let src = self.files.get(fh_in)?;
+        let dst = self.files.get(fh_out)?;
+        let len = len.min(u32::MAX as u64 & !0xfff);
+        let n = sys::copy_file_range(src.fd.as_fd(), off_in, dst.fd.as_fd(), off_out, len, flags)?;
+        let old = dst.inode.attr().st.st_size.max(0) as u64;
+        self.data.invalidate_range(dst.inode.ino, off_out, n as u64);
+        if off_out > old {
+            self.data.invalidate_from(dst.inode.ino, old);
+        }
+        let st = sys::fstat(dst.fd.as_fd())?;
+        dst.inode.set_attr(st);
+        self.note_own_change(&dst.inode, &st);
+        Ok(n as u32)
+    }
+
+    fn xattr_path(&self, inode: &Inode) -> FsResult<(Arc<OwnedFd>, std::ffi::CString)> {
+        let fd = self.table.path_fd(inode)?;
+        let p = sys::proc_path(fd.as_fd());
+        Ok((fd, p))
+    }
+
+    /// SETXATTR. `user.rcufs.drop` drops the directory's caches; other
+    /// `user.rcufs.` names are refused; everything else goes to the source.
+    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32, caller: Caller) -> FsResult<Vec<Inval>> {
+        if let Some(rest) = name.strip_prefix(protocol::XATTR_PREFIX.as_bytes()) {
+            if rest != b"drop" {
+                return Err(FsError::new(libc::ENOTSUP));
+            }
+            let mode = DropMode::from_xattr_value(value).ok_or(FsError::INVAL)?;
+            return Ok(self.drop_dir(ino, mode, caller)?.inval);
+        }
+        let inode = self.inode(ino)?;
+        if inode.kind == libc::S_IFLNK {
+            return Err(FsError::PERM);
+        }
+        let (_fd, path) = self.xattr_path(&inode)?;
+        sys::setxattr(&path, &cstr(name)?, value, flags)?;
+        Ok(Vec::new())
+    }
+
+    fn sized(value: Vec<u8>, size: u32) -> FsResult<XattrReply> {
+        if size == 0 {
+            Ok(XattrReply::Size(value.len() as u32))
+        } else if value.len() > size as usize {
+            Err(FsError::RANGE)
+        } else {
+            Ok(XattrReply::Data(value))
+        }
+    }
+
+    /// GETXATTR. `user.rcufs.stats` is the mount's statistics as JSON.
+    pub fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> FsResult<XattrReply> {
+        let inode = self.inode(ino)?;
+        if let Some(rest) = name.strip_prefix(protocol::XATTR_PREFIX.as_bytes()) {
+            if rest == b"stats" {
+                let json = serde_json::to_vec(&self.stats_json()).map_err(|_| FsError::IO)?;
+                return Self::sized(json, size);
+            }
+            return Err(FsError::NODATA);
+        }
+        if inode.kind == libc::S_IFLNK {
+            return Err(FsError::NODATA);
+        }
+        let (_fd, path) = self.xattr_path(&inode)?;
+        let cname = cstr(name)?;
+        if size == 0 {
+            let n = sys::getxattr(&path, &cname, &mut [])?;
+            return Ok(XattrReply::Size(n as u32));
+        }
+        let mut buf = vec![0u8; size as usize];
+        let n = sys::getxattr(&path, &cname, &mut buf)?;
+        buf.truncate(n);
+        Ok(XattrReply::Data(buf))
+    }
+
+    /// LISTXATTR, without the `user.rcufs.` names.
+    pub fn listxattr(&self, ino: u64, size: u32) -> FsResult<XattrReply> {
+        let inode = self.inode(ino)?;
+        if inode.kind == libc::S_IFLNK {
+            return Self::sized(Vec::new(), size);
+        }
+        let (_fd, path) = self.xattr_path(&inode)?;
+        let mut list = loop {
+            let n = sys::listxattr(&path, &mut [])?;
+            let mut buf = vec![0u8; n + 64];
+            match sys::listxattr(&path, &mut buf) {
+                Ok(m) => {
+                    buf.truncate(m);
+                    break buf;
+                }
+                Err(e) if e.errno() == libc::ERANGE => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        let prefix = protocol::XATTR_PREFIX.as_bytes();
+        let mut out = Vec::with_capacity(list.len());
+        for n in list
+            .split(|&b| b == 0)
+            .filter(|n| !n.is_empty() && !n.starts_with(prefix))
+        {
+            out.extend_from_slice(n);
+            out.push(0);
+        }
+        list.clear();
+        Self::sized(out, size)
+    }
+
+    /// REMOVEXATTR.
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
+        if name.starts_with(protocol::XATTR_PREFIX.as_bytes()) {
+            return Err(FsError::NODATA);
+        }
+        let inode = self.inode(ino)?;
+        if inode.kind == libc::S_IFLNK {
+            return Err(FsError::NODATA);
+        }
+        let (_fd, path) = self.xattr_path(&inode)?;
+        sys::removexattr(&path, &cstr(name)?)
+    }
+
+    /// IOCTL: only [`protocol::IOC_DROP`] on a directory; anything else is `ENOTTY`.
+    pub fn ioctl(&self, ino: u64, cmd: u32, input: &[u8], caller: Caller) -> FsResult<(Vec<u8>, Vec<Inval>)> {
+        if cmd != protocol::IOC_DROP {
+            return Err(FsError::NOTTY);
+        }
+        let args = DropArgs::from_bytes(input).ok_or(FsError::INVAL)?;
+        if args.version != protocol::DROP_ARGS_VERSION || args.flags != 0 || args.reserved != 0 {
+            return Err(FsError::INVAL);
+        }
+        let mode = DropMode::from_u32(args.mode).ok_or(FsError::INVAL)?;
+        let mut out = self.drop_dir(ino, mode, caller)?;
+        out.args.version = args.version;
+        out.args.mode = args.mode;
+        Ok((out.args.to_bytes().to_vec(), out.inval))
+    }
+
+    /// Whether the inodes under `dir` found by their recorded links, walking
+    /// up through the inodes the kernel knows.
+    fn under(&self, dir: u64, inode: &Inode) -> Option<u32> {
+        let mut depth = 0;
+        let mut cur = inode.link.lock().expect("link lock").0;
+        let mut seen = inode.ino;
+        for _ in 0..4096 {
+            depth += 1;
+            if cur == dir {
+                return Some(depth);
+            }
+            if cur == ROOT_INO || cur == seen {
+                return None;
+            }
+            seen = cur;
+            cur = self.table.get(cur).ok()?.link.lock().expect("link lock").0;
+        }
+        None
+    }
+
+    /// Drops the caches under directory `ino` (seeds 001 and 004): the
+    /// caller must own the directory or be root; inodes under it that the
+    /// caller does not own are skipped and counted.
+    pub fn drop_dir(&self, ino: u64, mode: DropMode, caller: Caller) -> FsResult<DropOutcome> {
+        let start = Instant::now();
+        let dir = self.inode(ino)?;
+        if !dir.is_dir() {
+            return Err(FsError::NOTDIR);
+        }
+        let owner = |inode: &Inode| caller.uid == 0 || inode.attr().st.st_uid == caller.uid;
+        if !owner(&dir) {
+            return Err(FsError::PERM);
+        }
+        self.drops.requests.fetch_add(1, Ordering::Relaxed);
+        let mut out = DropOutcome::default();
+        // Every inode under the directory: the dcache's view and the kernel's.
+        let mut found: HashMap<u64, (Arc<Inode>, u32)> = HashMap::new();
+        let mut skipped_inos = std::collections::HashSet::new();
+        let sub = self.names.drop_subtree(&dir, |inode| {
+            let ok = owner(inode);
+            if !ok {
+                skipped_inos.insert(inode.ino);
+            }
+            found.entry(inode.ino).or_insert_with(|| (inode.clone(), 0));
+            ok && mode.drops_dentries()
+        });
+        if mode.drops_dentries() {
+            out.args.dentries_dropped = sub.dropped;
+            out.args.busy = sub.busy;
+        }
+        for inode in self.table.snapshot() {
+            if let Some(depth) = self.under(dir.ino, &inode) {
+                found.insert(inode.ino, (inode, depth));
+            }
+        }
+        for (inode, depth) in found.values_mut() {
+            if *depth == 0 {
+                *depth = self.under(dir.ino, inode).unwrap_or(1);
+            }
+        }
+        let mut list: Vec<(Arc<Inode>, u32)> = found.into_values().collect();
+        // Bottom-up, as the kernel wants its invalidations.
+        list.sort_by_key(|e| std::cmp::Reverse(e.1));
+        for (inode, _) in &list {
+            if !owner(inode) {
+                skipped_inos.insert(inode.ino);
+                continue;
+            }
+            let known = inode.nlookup() > 0;
+            if mode.drops_dentries() {
+                inode.expire_attr();
+                if known {
+                    let (parent, name) = inode.link.lock().expect("link lock").clone();
+                    out.inval.push(Inval::Entry {
+                        parent,
+                        name: name.into_vec(),
+                    });
+                }
+            }
+            // Dropping an inode frees its pages, as evicting an inode does in Linux.
+            if mode.drops_pages() || !known {
+                let d = self.data.drop_inode(inode.ino);
+                out.args.pages_dropped += d.pages;
+                out.args.bytes_freed += d.bytes;
+                *inode.data_stamp.lock().expect("stamp lock") = None;
+                if known {
+                    out.inval.push(Inval::Inode {
+                        ino: inode.ino,
+                        offset: 0,
+                    });
+                }
+            } else if known && mode.drops_dentries() {
+                out.inval.push(Inval::Inode {
+                    ino: inode.ino,
+                    offset: -1,
+                });
+            }
+        }
+        if mode.drops_dentries() {
+            dir.expire_attr();
+        }
+        out.args.skipped = skipped_inos.len() as u64 + if mode.drops_dentries() { sub.skipped } else { 0 };
+        out.args.elapsed_ns = start.elapsed().as_nanos() as u64;
+        let d = &self.drops;
+        d.dentries.fetch_add(out.args.dentries_dropped, Ordering::Relaxed);
+        d.pages.fetch_add(out.args.pages_dropped, Ordering::Relaxed);
+        d.bytes.fetch_add(out.args.bytes_freed, Ordering::Relaxed);
+        d.skipped.fetch_add(out.args.skipped, Ordering::Relaxed);
+        d.busy.fetch_add(out.args.busy, Ordering::Relaxed);
+        if !self.cfg.kernel_cache {
+            out.inval.clear();
+        }
+        tracing::debug!(
+            ino,
+            ?mode,
+            dentries = out.args.dentries_dropped,
+            pages = out.args.pages_dropped,
+            "drop"
+        );
+        Ok(out)
+    }
+
+    /// The statistics (the value of `user.rcufs.stats`).
+    pub fn stats_json(&self) -> serde_json::Value {
+        let d = &self.drops;
+        let open_fds = std::fs::read_dir("/proc/self/fd")
+            .map(|r| r.count() as u64)
+            .unwrap_or(0);
+        serde_json::json!({
+            "dcache": self.names.stats_json(),
+            "pagecache": self.data.stats_json(),
+            "inodes": {
+                "known": self.table.known() as u64,
+                "open_fds": open_fds,
+                "pooled_fds": self.table.pool.len() as u64,
+                "pool_opens": self.table.pool.opens(),
+                "open_files": self.files.len() as u64,
+                "open_dirs": self.dirs.len() as u64,
+                "stale_opens": self.stale_opens.load(Ordering::Relaxed),
+            },
+            "drops": {
+                "requests": d.requests.load(Ordering::Relaxed),
+                "dentries_dropped": d.dentries.load(Ordering::Relaxed),
+                "pages_dropped": d.pages.load(Ordering::Relaxed),
+                "bytes_freed": d.bytes.load(Ordering::Relaxed),
+                "skipped": d.skipped.load(Ordering::Relaxed),
+                "busy": d.busy.load(Ordering::Relaxed),
+            },
+            "kernel_cache": self.cfg.kernel_cache,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,702 @@
+//! The FUSE adapter: the only file that names `fuser`.
+//!
+//! Each operation opens a tracing span with the request id, node id and pid,
+//! calls the matching method of [`Fs`] and turns its result into the reply:
+//! `Ok(v)` into the reply's success form, `Err(e)` into `reply.error(e.errno())`.
+//! Expected errnos (ENOENT, EEXIST, ...) are logged at debug, others at warn.
+//!
+//! Kernel cache invalidations (kernel-cache mode, after a drop) are handed to
+//! a worker thread *after* the reply has been sent: the kernel holds the
+//! directory's inode lock while a SETXATTR on it is in flight, so sending
+//! `inval_entry` from inside the handler would deadlock.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use fuser::{
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::error::FsError;
+use crate::fs::{Attr, Caller, Fs, Inval, Kind, Opened, SetAttr, XattrReply};
+
+/// The adapter between fuser and [`Fs`].
+pub struct FuseAdapter {
+    fs: Arc<Fs>,
+    inval_tx: Sender<Vec<Inval>>,
+}
+
+impl FuseAdapter {
+    /// An adapter for `fs`; invalidations go to `inval_tx`.
+    pub fn new(fs: Arc<Fs>, inval_tx: Sender<Vec<Inval>>) -> Self {
+        Self { fs, inval_tx }
+    }
+
+    fn send_inval(&self, inval: Vec<Inval>) {
+        if !inval.is_empty() {
+            // The receiver lives as long as the mount; a closed channel means
+            // the mount is going away and the kernel's caches with it.
+            let _ = self.inval_tx.send(inval);
+        }
+    }
+}
+
+/// Sends kernel invalidations until the channel closes (run on its own thread).
+pub fn inval_worker(rx: Receiver<Vec<Inval>>, notifier: Arc<OnceLock<Notifier>>) {
+    for batch in rx {
+        let Some(n) = notifier.get() else { continue };
+        for inval in batch {
+            let r = match &inval {
+                Inval::Entry { parent, name } => n.inval_entry(INodeNo(*parent), OsStr::from_bytes(name)),
+                Inval::Inode { ino, offset } => n.inval_inode(INodeNo(*ino), *offset, 0),
+            };
+            if let Err(e) = r {
+                tracing::debug!(?inval, error = %e, "kernel invalidation not applied");
+            }
+        }
+    }
+}
+
+fn errno(e: FsError) -> Errno {
+    if e.is_expected() {
+        tracing::debug!(errno = e.errno(), "{e}");
+    } else {
+        tracing::warn!(errno = e.errno(), "{e}");
+    }
+    Errno::from_i32(e.errno())
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
+}
+
+fn kind(k: Kind) -> FileType {
+    match k {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+        Kind::Char => FileType::CharDevice,
+        Kind::Block => FileType::BlockDevice,
+    }
+}
+
+fn attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime,
+        mtime: a.mtime,
+        ctime: a.ctime,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: kind(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+fn fopen(o: &Opened) -> FopenFlags {
+    let mut f = FopenFlags::empty();
+    if o.direct_io {
+        f |= FopenFlags::FOPEN_DIRECT_IO;
+    }
+    if o.keep_cache {
+        f |= FopenFlags::FOPEN_KEEP_CACHE;
+    }
+    f
+}
+
+fn time_or_now(t: Option<TimeOrNow>) -> Option<Option<SystemTime>> {
+    t.map(|t| match t {
+        TimeOrNow::SpecificTime(t) => Some(t),
+        TimeOrNow::Now => None,
+    })
+}
+
+macro_rules! span {
+    ($op:literal, $req:expr, $ino:expr) => {
+        tracing::debug_span!($op, req = $req.unique().0, ino = $ino, pid = $req.pid()).entered()
+    };
+}
+
+impl Filesystem for FuseAdapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let mut want = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP
+            | InitFlags::FUSE_ASYNC_DIO;
+        if !self.fs.config().kernel_cache {
+            // Without kernel caching every lookup must reach rcufs; nothing to add.
+        } else {
+            want |= InitFlags::FUSE_CACHE_SYMLINKS;
+        }
+        let have = config.capabilities();
+        let missing = want - have;
+        if missing.contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP) {
+            tracing::warn!("the kernel lacks FUSE_DIRECT_IO_ALLOW_MMAP: mmap of files on the mount will fail");
+        }
+        let _ = config.add_capabilities(want & have);
+        let _ = config.set_max_readahead(128 * 1024);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _s = span!("lookup", req, parent.0);
+        match self.fs.lookup(parent.0, name.as_bytes()) {
+            Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _s = span!("getattr", req, ino.0);
+        match self.fs.getattr(ino.0, fh.map(|f| f.0)) {
+            Ok(a) => reply.attr(&self.fs.attr_ttl(), &attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let _s = span!("setattr", req, ino.0);
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: time_or_now(atime),
+            mtime: time_or_now(mtime),
+            fh: fh.map(|f| f.0),
+        };
+        match self.fs.setattr(ino.0, set) {
+            Ok(a) => reply.attr(&self.fs.attr_ttl(), &attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _s = span!("readlink", req, ino.0);
+        match self.fs.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let _s = span!("mknod", req, parent.0);
+        match self.fs.mknod(parent.0, name.as_bytes(), mode, rdev as u64, caller(req)) {
+            Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let _s = span!("mkdir", req, parent.0);
+        match self.fs.mkdir(parent.0, name.as_bytes(), mode, caller(req)) {
+            Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _s = span!("unlink", req, parent.0);
+        match self.fs.unlink(parent.0, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _s = span!("rmdir", req, parent.0);
+        match self.fs.rmdir(parent.0, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
+        let _s = span!("symlink", req, parent.0);
+        match self.fs.symlink(
+            parent.0,
+            link_name.as_bytes(),
+            target.as_os_str().as_bytes(),
+            caller(req),
+        ) {
+            Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let _s = span!("rename", req, parent.0);
+        match self
+            .fs
+            .rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), flags.bits())
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let _s = span!("link", req, ino.0);
+        match self.fs.link(ino.0, newparent.0, newname.as_bytes()) {
+            Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _s = span!("open", req, ino.0);
+        match self.fs.open(ino.0, flags.0) {
+            Ok(o) => reply.opened(FileHandle(o.fh), fopen(&o)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let _s = span!("read", req, ino.0);
+        match self.fs.read(fh.0, offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let _s = span!("write", req, ino.0);
+        match self.fs.write(fh.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn flush(&self, req: &Request, ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        let _s = span!("flush", req, ino.0);
+        match self.fs.flush(fh.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn release(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _s = span!("release", req, ino.0);
+        match self.fs.release(fh.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fsync(&self, req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let _s = span!("fsync", req, ino.0);
+        match self.fs.fsync(fh.0, datasync) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _s = span!("opendir", req, ino.0);
+        match self.fs.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let _s = span!("readdir", req, ino.0);
+        let r = self.fs.readdir(fh.0, offset, false, |item| {
+            reply.add(
+                INodeNo(item.ino),
+                item.next_offset,
+                kind(item.kind),
+                OsStr::from_bytes(&item.name),
+            )
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let _s = span!("readdirplus", req, ino.0);
+        let ttl = self.fs.entry_ttl();
+        let r = self.fs.readdir(fh.0, offset, true, |item| match &item.entry {
+            Some(e) => reply.add(
+                INodeNo(e.ino),
+                item.next_offset,
+                OsStr::from_bytes(&item.name),
+                &ttl,
+                &attr(&e.attr),
+                Generation(0),
+            ),
+            None => false,
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn releasedir(&self, req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let _s = span!("releasedir", req, ino.0);
+        match self.fs.releasedir(fh.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fsyncdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let _s = span!("fsyncdir", req, ino.0);
+        match self.fs.fsyncdir(fh.0, datasync) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let _s = span!("statfs", req, ino.0);
+        match self.fs.statfs(ino.0) {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let _s = span!("setxattr", req, ino.0);
+        if position != 0 {
+            reply.error(Errno::from_i32(libc::EINVAL));
+            return;
+        }
+        match self.fs.setxattr(ino.0, name.as_bytes(), value, flags, caller(req)) {
+            Ok(inval) => {
+                reply.ok();
+                self.send_inval(inval);
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _s = span!("getxattr", req, ino.0);
+        match self.fs.getxattr(ino.0, name.as_bytes(), size) {
+            Ok(XattrReply::Size(n)) => reply.size(n),
+            Ok(XattrReply::Data(d)) => reply.data(&d),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _s = span!("listxattr", req, ino.0);
+        match self.fs.listxattr(ino.0, size) {
+            Ok(XattrReply::Size(n)) => reply.size(n),
+            Ok(XattrReply::Data(d)) => reply.data(&d),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _s = span!("removexattr", req, ino.0);
+        match self.fs.removexattr(ino.0, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let _s = span!("access", req, ino.0);
+        match self.fs.access(ino.0, mask.bits()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let _s = span!("create", req, parent.0);
+        match self.fs.create(parent.0, name.as_bytes(), mode, flags, caller(req)) {
+            Ok((e, o)) => reply.created(
+                &self.fs.entry_ttl(),
+                &attr(&e.attr),
+                Generation(0),
+                FileHandle(o.fh),
+                fopen(&o),
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let _s = span!("ioctl", req, ino.0);
+        if flags.contains(IoctlFlags::FUSE_IOCTL_UNRESTRICTED) {
+            reply.error(Errno::from_i32(libc::ENOTTY));
+            return;
+        }
+        match self.fs.ioctl(ino.0, cmd, in_data, caller(req)) {
+            Ok((out, inval)) => {
+                let n = out.len().min(out_size as usize);
+                reply.ioctl(0, &out[..n]);
+                self.send_inval(inval);
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let _s = span!("fallocate", req, ino.0);
+        match self.fs.fallocate(fh.0, offset, length, mode) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn lseek(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        let _s = span!("lseek", req, ino.0);
+        match self.fs.lseek(fh.0, offset, whence) {
+            Ok(o) => reply.offset(o),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let _s = span!("copy_file_range", req, ino_in.0);
+        match self
+            .fs
+            .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len, flags.bits() as u32)
+        {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+}
+
+/// What `mount.rs` needs from fuser, kept here so that only this file names it.
+pub mod session {
+    use super::*;
+    use std::path::Path;
+
+    /// A running FUSE session.
+    pub struct Running {
+        /// The background session.
+        pub session: fuser::BackgroundSession,
+    }
+
+    /// Mounts `adapter` at `mountpoint` with `threads` workers and the given
+    /// `-o` options (already validated), and sets the notifier for the
+    /// invalidation worker.
+    pub fn start(
+        adapter: FuseAdapter,
+        mountpoint: &Path,
+        threads: usize,
+        options: &[String],
+        notifier: &OnceLock<Notifier>,
+    ) -> std::io::Result<Running> {
+        use fuser::{Config, MountOption, SessionACL};
+        let mut cfg = Config::default();
+        cfg.n_threads = Some(threads.max(1));
+        cfg.clone_fd = true;
+        let mut opts = vec![
+            MountOption::FSName("rcufs".into()),
+            MountOption::Subtype("rcufs".into()),
+            MountOption::DefaultPermissions,
+        ];
+        for o in options {
+            match o.as_str() {
+                "allow_other" => cfg.acl = SessionACL::All,
+                "allow_root" => cfg.acl = SessionACL::RootAndOwner,
+                "default_permissions" => {}
+                "ro" => opts.push(MountOption::RO),
+                "rw" => opts.push(MountOption::RW),
+                "dev" => opts.push(MountOption::Dev),
+                "nodev" => opts.push(MountOption::NoDev),
+                "suid" => opts.push(MountOption::Suid),
+                "nosuid" => opts.push(MountOption::NoSuid),
+                "exec" => opts.push(MountOption::Exec),
+                "noexec" => opts.push(MountOption::NoExec),
+                "atime" => opts.push(MountOption::Atime),
+                "noatime" => opts.push(MountOption::NoAtime),
+                "sync" => opts.push(MountOption::Sync),
+                "async" => opts.push(MountOption::Async),
+                "dirsync" => opts.push(MountOption::DirSync),
+                other => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("unknown mount option `{other}`"),
+                    ));
+                }
+            }
+        }
+        cfg.mount_options = opts;
+        let session = fuser::Session::new(adapter, mountpoint, &cfg)?;
+        let _ = notifier.set(session.notifier());
+        Ok(Running {
+            session: session.spawn()?,
+        })
+    }
+
+    /// The mount options rcufs understands.
+    pub const KNOWN_OPTIONS: &[&str] = &[
+        "allow_other",
+        "allow_root",
+        "default_permissions",
+        "ro",
+        "rw",
+        "dev",
+        "nodev",
+        "suid",
+        "nosuid",
+        "exec",
+        "noexec",
+        "atime",
+        "noatime",
+        "sync",
+        "async",
+        "dirsync",
+    ];
+
+    /// Unmounts and waits for the session's threads.
+    pub fn stop(r: Running) -> std::io::Result<()> {
+        r.session.umount_and_join()
+    }
+
+    /// Waits until the filesystem is unmounted from outside.
+    pub fn wait(r: Running) -> std::io::Result<()> {
+        r.session.join()
+    }
+}

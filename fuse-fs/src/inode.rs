@@ -1,0 +1,565 @@
+//! The inode table: FUSE node ids for the source's inodes, keyed by
+//! `(st_dev, st_ino)`, with the kernel's lookup counts.
+//!
+//! # Identity
+//! Each source inode the filesystem knows of is one [`Inode`], found by its
+//! key `(st_dev, st_ino)`, so hard links and a name reached twice give the
+//! kernel one node id, and two source filesystems (a mount point inside the
+//! source) never collide. Node ids are handed out from a counter and never
+//! reused during a mount, so a stale node id can never name a different file.
+//!
+//! # Lifetime
+//! The kernel holds `nlookup` references to a node id (one per successful
+//! LOOKUP, CREATE, MKNOD, MKDIR, SYMLINK, LINK and per READDIRPLUS entry) and
+//! returns them with FORGET. While `nlookup > 0` the node id is in the table;
+//! when it falls to zero the entry is removed, so memory follows what the
+//! kernel knows, not what was ever seen. The dcache may keep an `Arc<Inode>`
+//! alive longer as a dentry payload (so a cached name keeps its identity and
+//! its cached pages); such an inode is found again by key and re-enters the
+//! table with its old node id.
+//!
+//! Transitions of `nlookup` to and from zero happen under the node id's shard
+//! lock, so a LOOKUP racing with the FORGET that ends a node id either finds
+//! the entry (and revives it) or re-inserts it; never a lost reference.
+//!
+//! # Backing
+//! An inode names its source object without a descriptor: a kernel file
+//! handle (`name_to_handle_at`) plus the mount id. Descriptors are opened on
+//! demand through a bounded pool ([`FdPool`]) of `O_PATH` descriptors with
+//! CLOCK eviction, so the number of open descriptors stays bounded however
+//! many inodes the kernel knows. For a source filesystem that has no file
+//! handles (or when not running as root, since `open_by_handle_at` needs
+//! `CAP_DAC_READ_SEARCH`), the fallback is one pinned `O_PATH` descriptor per
+//! inode, as libfuse's passthrough does; that mode is bounded by
+//! `RLIMIT_NOFILE` and logs a warning when first used.
+
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Instant;
+
+use crate::error::{FsError, FsResult};
+use crate::sys::{self, KernelHandle};
+
+/// The root's node id (FUSE_ROOT_ID).
+pub const ROOT_INO: u64 = 1;
+
+const SHARDS: usize = 64;
+
+/// `(st_dev, st_ino)` of a source inode.
+pub type Key = (u64, u64);
+
+/// The key of a `stat` result.
+pub fn key_of(st: &libc::stat) -> Key {
+    (st.st_dev, st.st_ino)
+}
+
+/// How an inode reaches its source object.
+#[derive(Debug)]
+pub enum Backing {
+    /// A kernel file handle on the mount with this id; descriptors come from the pool.
+    Handle {
+        /// The handle bytes.
+        handle: KernelHandle,
+        /// The mount id `name_to_handle_at` reported.
+        mount_id: i32,
+    },
+    /// The fallback: a pinned `O_PATH` descriptor.
+    Pinned(Arc<OwnedFd>),
+}
+
+/// The attributes last read from the source, and when.
+#[derive(Clone, Copy, Debug)]
+pub struct AttrState {
+    /// The `stat` result.
+    pub st: libc::stat,
+    /// When it was read.
+    pub at: Instant,
+}
+
+/// What the page cache saw of a file's data: size, mtime and ctime. A
+/// different stamp at open means the file changed behind rcufs's back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    size: i64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    /// The stamp of a `stat` result.
+    pub fn of(st: &libc::stat) -> Self {
+        Self {
+            size: st.st_size,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+        }
+    }
+
+    /// The file size in this stamp.
+    pub fn size(&self) -> u64 {
+        self.size.max(0) as u64
+    }
+}
+
+/// One source inode known to the filesystem.
+#[derive(Debug)]
+pub struct Inode {
+    /// The FUSE node id.
+    pub ino: u64,
+    /// `(st_dev, st_ino)` in the source.
+    pub key: Key,
+    /// The file type bits (`st_mode & S_IFMT`).
+    pub kind: u32,
+    backing: Backing,
+    /// The kernel's lookup count (see the module docs for its lock rule).
+    nlookup: AtomicU64,
+    /// Set once an open by handle failed with `ESTALE`: the source object is gone.
+    stale: AtomicBool,
+    /// Cached attributes.
+    pub attr: Mutex<AttrState>,
+    /// What the page cache saw at the last open or write; `None` before the first open.
+    pub data_stamp: Mutex<Option<Stamp>>,
+    /// The dentry this inode was last found under (the dcache's counted
+    /// handle), held only while the kernel knows the node id so that it never
+    /// forms a cycle with the payload; see `names.rs`.
+    pub dentry: Mutex<Option<crate::names::DentryHandle>>,
+    /// The directory (node id) and name this inode was last found under;
+    /// used to find the inodes under a directory and to name them to the
+    /// kernel when invalidating.
+    pub link: Mutex<(u64, Box<[u8]>)>,
+}
+
+impl Inode {
+    /// Whether this is a directory.
+    pub fn is_dir(&self) -> bool {
+        self.kind == libc::S_IFDIR
+    }
+
+    /// The cached attributes.
+    pub fn attr(&self) -> AttrState {
+        *self.attr.lock().expect("attr lock")
+    }
+
+    /// Replaces the cached attributes with a fresh `stat`.
+    pub fn set_attr(&self, st: libc::stat) {
+        *self.attr.lock().expect("attr lock") = AttrState { st, at: Instant::now() };
+    }
+
+    /// Records where this inode was found.
+    pub fn set_link(&self, parent: u64, name: &[u8]) {
+        let mut link = self.link.lock().expect("link lock");
+        if link.0 != parent || &*link.1 != name {
+            *link = (parent, name.into());
+        }
+    }
+
+    /// Forgets the cached attributes, so the next use reads the source.
+    pub fn expire_attr(&self) {
+        let mut a = self.attr.lock().expect("attr lock");
+        if let Some(old) = Instant::now().checked_sub(std::time::Duration::from_secs(3600 * 24)) {
+            a.at = old;
+        }
+    }
+
+    /// The kernel's lookup count.
+    pub fn nlookup(&self) -> u64 {
+        self.nlookup.load(Ordering::Relaxed)
+    }
+
+    /// Whether an open found the source object gone.
+    pub fn is_stale(&self) -> bool {
+        self.stale.load(Ordering::Relaxed)
+    }
+}
+
+/// A bounded pool of `O_PATH` descriptors keyed by node id, with CLOCK
+/// eviction (a hit only sets a flag; the sweeper gives flagged entries a
+/// second pass). It is sharded so that no single lock covers the filesystem.
+#[derive(Debug)]
+pub struct FdPool {
+    shards: Box<[Mutex<PoolShard>]>,
+    per_shard: usize,
+    opens: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct PoolShard {
+    map: HashMap<u64, (Arc<OwnedFd>, bool)>,
+    clock: VecDeque<u64>,
+}
+
+impl FdPool {
+    /// A pool holding at most about `capacity` descriptors.
+    pub fn new(capacity: usize) -> Self {
+        let n = 16;
+        Self {
+            shards: (0..n).map(|_| Mutex::new(PoolShard::default())).collect(),
+            per_shard: (capacity / n).max(2),
+            opens: AtomicU64::new(0),
+        }
+    }
+
+    fn shard(&self, ino: u64) -> &Mutex<PoolShard> {
+        &self.shards[(ino as usize) % self.shards.len()]
+    }
+
+    /// The pooled descriptor for `ino`, opening it with `open` on a miss
+    /// (outside the shard lock).
+    pub fn get(&self, ino: u64, open: impl FnOnce() -> FsResult<OwnedFd>) -> FsResult<Arc<OwnedFd>> {
+        {
+            let mut shard = self.shard(ino).lock().expect("pool lock");
+            if let Some((fd, referenced)) = shard.map.get_mut(&ino) {
+                *referenced = true;
+                return Ok(fd.clone());
+            }
+        }
+        let fd = Arc::new(open()?);
+        self.opens.fetch_add(1, Ordering::Relaxed);
+        let mut evicted = Vec::new();
+        let out = {
+            let mut shard = self.shard(ino).lock().expect("pool lock");
+            if let Some((existing, _)) = shard.map.get(&ino) {
+                existing.clone()
+            } else {
+                shard.map.insert(ino, (fd.clone(), false));
+                shard.clock.push_back(ino);
+                while shard.map.len() > self.per_shard {
+                    let Some(victim) = shard.clock.pop_front() else { break };
+                    match shard.map.get_mut(&victim) {
+                        Some((_, referenced)) if *referenced => {
+                            *referenced = false;
+                            shard.clock.push_back(victim);
+                        }
+                        Some(_) => evicted.extend(shard.map.remove(&victim)),
+                        None => {}
+                    }
+                }
+                fd
+            }
+        };
+        drop(evicted); // Closed outside the lock.
+        Ok(out)
+    }
+
+    /// Forgets the descriptor of `ino` (closed once its last user drops it).
+    pub fn remove(&self, ino: u64) {
+        let removed = {
+            let mut shard = self.shard(ino).lock().expect("pool lock");
+            let r = shard.map.remove(&ino);
+            if r.is_some() {
+                shard.clock.retain(|&i| i != ino);
+            }
+            r
+        };
+        drop(removed);
+    }
+
+    /// Descriptors currently pooled.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().expect("pool lock").map.len()).sum()
+    }
+
+    /// Whether the pool holds no descriptor.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Descriptors opened since the mount (misses).
+    pub fn opens(&self) -> u64 {
+        self.opens.load(Ordering::Relaxed)
+    }
+}
+
+type InoShard = RwLock<HashMap<u64, Arc<Inode>>>;
+type KeyShard = Mutex<HashMap<Key, Weak<Inode>>>;
+
+/// The table of inodes the kernel knows, plus the key index.
+#[derive(Debug)]
+pub struct InodeTable {
+    by_ino: Box<[InoShard]>,
+    by_key: Box<[KeyShard]>,
+    next_ino: AtomicU64,
+    /// One descriptor per source mount, for `open_by_handle_at`.
+    mounts: RwLock<HashMap<i32, Arc<OwnedFd>>>,
+    /// The pool of `O_PATH` descriptors.
+    pub pool: FdPool,
+    use_handles: bool,
+    interns: AtomicU64,
+    pinned: AtomicU64,
+}
+
+/// What [`InodeTable::intern`] needs to create an inode it does not know.
+pub struct NewInode<'a> {
+    /// The node id of the directory.
+    pub parent_ino: u64,
+    /// The directory the object was found in.
+    pub parent: BorrowedFd<'a>,
+    /// Its name there (empty with `AT_EMPTY_PATH` semantics for the root).
+    pub name: &'a std::ffi::CStr,
+    /// Its `stat`.
+    pub st: libc::stat,
+}
+
+impl InodeTable {
+    /// An empty table whose root is the directory `root_fd` (an `O_PATH` descriptor).
+    pub fn new(root_fd: OwnedFd, pool_capacity: usize, use_handles: bool) -> FsResult<(Self, Arc<Inode>)> {
+        let st = sys::fstat(root_fd.as_fd())?;
+        let table = Self {
+            by_ino: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            by_key: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            next_ino: AtomicU64::new(ROOT_INO + 1),
+            mounts: RwLock::new(HashMap::new()),
+            pool: FdPool::new(pool_capacity),
+            use_handles,
+            interns: AtomicU64::new(0),
+            pinned: AtomicU64::new(1),
+        };
+        let root = Arc::new(Inode {
+            ino: ROOT_INO,
+            key: key_of(&st),
+            kind: st.st_mode & libc::S_IFMT,
+            backing: Backing::Pinned(Arc::new(root_fd)),
+            nlookup: AtomicU64::new(1),
+            stale: AtomicBool::new(false),
+            attr: Mutex::new(AttrState { st, at: Instant::now() }),
+            data_stamp: Mutex::new(None),
+            dentry: Mutex::new(None),
+            link: Mutex::new((ROOT_INO, Box::default())),
+        });
+        table.by_ino[Self::ino_shard(ROOT_INO)]
+            .write()
+            .expect("table lock")
+            .insert(ROOT_INO, root.clone());
+        table.by_key[Self::key_shard(&root.key)]
+            .lock()
+            .expect("key lock")
+            .insert(root.key, Arc::downgrade(&root));
+        Ok((table, root))
+    }
+
+    fn ino_shard(ino: u64) -> usize {
+        (ino as usize) % SHARDS
+    }
+
+    fn key_shard(key: &Key) -> usize {
+        (key.1 ^ key.0.rotate_left(17)) as usize % SHARDS
+    }
+
+    /// The inode with node id `ino`, if the kernel knows it.
+    pub fn get(&self, ino: u64) -> FsResult<Arc<Inode>> {
+        self.by_ino[Self::ino_shard(ino)]
+            .read()
+            .expect("table lock")
+            .get(&ino)
+            .cloned()
+            .ok_or(FsError::STALE)
+    }
+
+    /// The inode for the source object described by `new`, creating it (and
+    /// its backing) if no live inode has its key. Does not change `nlookup`.
+    pub fn intern(&self, new: NewInode<'_>) -> FsResult<Arc<Inode>> {
+        let key = key_of(&new.st);
+        let kind = new.st.st_mode & libc::S_IFMT;
+        let shard = &self.by_key[Self::key_shard(&key)];
+        let found = shard.lock().expect("key lock").get(&key).and_then(Weak::upgrade);
+        if let Some(inode) = found
+            && inode.kind == kind
+            && !inode.is_stale()
+        {
+            inode.set_attr(new.st);
+            inode.set_link(new.parent_ino, new.name.to_bytes());
+            return Ok(inode);
+        }
+        // Build the backing outside the lock: it makes syscalls.
+        let backing = self.make_backing(&new)?;
+        let fresh = Arc::new(Inode {
+            ino: self.next_ino.fetch_add(1, Ordering::Relaxed),
+            key,
+            kind,
+            backing,
+            nlookup: AtomicU64::new(0),
+            stale: AtomicBool::new(false),
+            attr: Mutex::new(AttrState {
+                st: new.st,
+                at: Instant::now(),
+            }),
+            data_stamp: Mutex::new(None),
+            dentry: Mutex::new(None),
+            link: Mutex::new((new.parent_ino, new.name.to_bytes().into())),
+        });
+        let (result, displaced) = {
+            let mut map = shard.lock().expect("key lock");
+            let existing = map.get(&key).and_then(Weak::upgrade);
+            match existing {
+                Some(inode) if inode.kind == kind && !inode.is_stale() => (inode, Some(fresh)),
+                other => {
+                    map.insert(key, Arc::downgrade(&fresh));
+                    (fresh, other)
+                }
+            }
+        };
+        drop(displaced); // Any Arc<Inode> is dropped outside the key lock.
+        if self.interns.fetch_add(1, Ordering::Relaxed) % 65_536 == 65_535 {
+            self.sweep_keys();
+        }
+        Ok(result)
+    }
+
+    fn make_backing(&self, new: &NewInode<'_>) -> FsResult<Backing> {
+        let flags = if new.name.is_empty() { libc::AT_EMPTY_PATH } else { 0 };
+        if self.use_handles {
+            match sys::name_to_handle_at(new.parent, new.name, flags) {
+                Ok((handle, mount_id)) => {
+                    let known = self.mounts.read().expect("mounts lock").contains_key(&mount_id);
+                    if !known {
+                        // `open_by_handle_at` refuses `O_PATH` mount descriptors
+                        // (EBADF), so this one is a real open: the object is
+                        // almost always the root directory of a mount.
+                        let fd = sys::openat(
+                            new.parent,
+                            new.name,
+                            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+                            0,
+                        )
+                        .or_else(|_| {
+                            sys::openat(
+                                new.parent,
+                                new.name,
+                                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW,
+                                0,
+                            )
+                        })?;
+                        self.mounts
+                            .write()
+                            .expect("mounts lock")
+                            .entry(mount_id)
+                            .or_insert_with(|| Arc::new(fd));
+                    }
+                    return Ok(Backing::Handle { handle, mount_id });
+                }
+                Err(e) if matches!(e.errno(), libc::EOPNOTSUPP | libc::ENOSYS | libc::EOVERFLOW) => {
+                    if self.pinned.load(Ordering::Relaxed) == 1 {
+                        tracing::warn!(
+                            errno = e.errno(),
+                            "source has no kernel file handles here; falling back to one pinned descriptor per inode"
+                        );
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let fd = sys::openat(new.parent, new.name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        self.pinned.fetch_add(1, Ordering::Relaxed);
+        Ok(Backing::Pinned(Arc::new(fd)))
+    }
+
+    fn sweep_keys(&self) {
+        for shard in self.by_key.iter() {
+            shard.lock().expect("key lock").retain(|_, w| w.strong_count() > 0);
+        }
+    }
+
+    /// Adds `n` kernel references to `inode`, (re)entering it in the table.
+    pub fn remember(&self, inode: &Arc<Inode>, n: u64) {
+        let mut map = self.by_ino[Self::ino_shard(inode.ino)].write().expect("table lock");
+        map.entry(inode.ino).or_insert_with(|| inode.clone());
+        inode.nlookup.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Takes `n` kernel references from `ino`; when none are left the inode
+    /// leaves the table and is returned (to be dropped by the caller outside
+    /// any lock).
+    pub fn forget(&self, ino: u64, n: u64) -> Option<Arc<Inode>> {
+        if ino == ROOT_INO {
+            return None;
+        }
+        let removed = {
+            let mut map = self.by_ino[Self::ino_shard(ino)].write().expect("table lock");
+            let inode = map.get(&ino)?;
+            let left = inode.nlookup.load(Ordering::Relaxed).saturating_sub(n);
+            inode.nlookup.store(left, Ordering::Relaxed);
+            if left > 0 {
+                return None;
+            }
+            map.remove(&ino)?
+        };
+        self.pool.remove(ino);
+        // The kernel no longer knows the node id: release its dentry so that
+        // the dcache may evict it (and with it the payload's reference).
+        let dentry = removed.dentry.lock().expect("dentry lock").take();
+        let _released = dentry;
+        if Arc::strong_count(&removed) == 1 {
+            let mut keys = self.by_key[Self::key_shard(&removed.key)].lock().expect("key lock");
+            if keys
+                .get(&removed.key)
+                .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&removed)))
+            {
+                keys.remove(&removed.key);
+            }
+        }
+        Some(removed)
+    }
+
+    /// An `O_PATH` descriptor for `inode` (pooled or pinned).
+    pub fn path_fd(&self, inode: &Inode) -> FsResult<Arc<OwnedFd>> {
+        match &inode.backing {
+            Backing::Pinned(fd) => Ok(fd.clone()),
+            Backing::Handle { .. } => self
+                .pool
+                .get(inode.ino, || self.open(inode, libc::O_PATH | libc::O_NOFOLLOW)),
+        }
+    }
+
+    /// Opens `inode` afresh with `flags` (a real descriptor, not pooled).
+    pub fn open(&self, inode: &Inode, flags: libc::c_int) -> FsResult<OwnedFd> {
+        match &inode.backing {
+            Backing::Pinned(fd) => {
+                if flags & libc::O_PATH != 0 {
+                    sys::openat(fd.as_fd(), sys::EMPTY, flags | libc::O_PATH, 0)
+                        .or_else(|_| sys::reopen(fd.as_fd(), flags))
+                } else {
+                    sys::reopen(fd.as_fd(), flags)
+                }
+            }
+            Backing::Handle { handle, mount_id } => {
+                let mount_fd = self
+                    .mounts
+                    .read()
+                    .expect("mounts lock")
+                    .get(mount_id)
+                    .cloned()
+                    .ok_or(FsError::STALE)?;
+                let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
+                sys::open_by_handle_at(mount_fd.as_fd(), handle, flags).inspect_err(|e| {
+                    if e.errno() == libc::ESTALE {
+                        inode.stale.store(true, Ordering::Relaxed);
+                    }
+                })
+            }
+        }
+    }
+
+    /// The live inode with source key `key`, if any.
+    pub fn find(&self, key: Key) -> Option<Arc<Inode>> {
+        self.by_key[Self::key_shard(&key)]
+            .lock()
+            .expect("key lock")
+            .get(&key)
+            .and_then(Weak::upgrade)
+    }
+
+    /// Inodes the kernel knows.
+    pub fn known(&self) -> usize {
+        self.by_ino.iter().map(|s| s.read().expect("table lock").len()).sum()
+    }
+
+    /// Every inode the kernel knows (for drops and tests).
+    pub fn snapshot(&self) -> Vec<Arc<Inode>> {
+        self.by_ino
+            .iter()
+            .flat_map(|s| s.read().expect("table lock").values().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+}

@@ -1,0 +1,520 @@
+//! Thin, safe wrappers over the libc calls the passthrough needs.
+//!
+//! This is the only file of the filesystem with `unsafe` libc calls: each
+//! wrapper checks its arguments (C strings, buffer lengths), calls libc once,
+//! and turns `-1` into an [`FsError`] carrying the source's errno.
+//!
+//! Descriptors are `OwnedFd`/`BorrowedFd`, so a descriptor is closed exactly
+//! once, when its owner drops it. Operations that Linux refuses on `O_PATH`
+//! descriptors (chmod, utimens, truncate, xattrs) go through the
+//! `/proc/self/fd/N` magic link, as libfuse's passthrough examples do.
+//!
+//! Kernel file handles (`name_to_handle_at(2)` / `open_by_handle_at(2)`) let
+//! the filesystem name an inode without holding a descriptor open; opening a
+//! handle needs `CAP_DAC_READ_SEARCH`, so rcufs uses them when it runs as
+//! root and the source filesystem supports them.
+
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::error::{FsError, FsResult};
+
+/// The largest kernel file handle (`MAX_HANDLE_SZ`).
+pub const MAX_HANDLE_SZ: usize = 128;
+
+/// Turns a name from the kernel into a C string (`EINVAL` on an inner NUL).
+pub fn cstr(name: &[u8]) -> FsResult<CString> {
+    Ok(CString::new(name)?)
+}
+
+/// The empty C string, for `AT_EMPTY_PATH` calls.
+pub const EMPTY: &CStr = c"";
+
+fn check(ret: libc::c_int) -> FsResult<libc::c_int> {
+    if ret == -1 {
+        Err(FsError::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn check_size(ret: libc::ssize_t) -> FsResult<usize> {
+    if ret < 0 {
+        Err(FsError::last_os_error())
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+/// A zeroed `struct stat`.
+pub fn zero_stat() -> libc::stat {
+    // SAFETY: `struct stat` is plain old data; all-zero bytes are a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// `fstatat(dirfd, name, flags)`.
+pub fn fstatat(dirfd: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> FsResult<libc::stat> {
+    let mut st = zero_stat();
+    // SAFETY: `name` is NUL-terminated and `st` is a valid, writable `struct stat`.
+    check(unsafe { libc::fstatat(dirfd.as_raw_fd(), name.as_ptr(), &mut st, flags) })?;
+    Ok(st)
+}
+
+/// `fstatat(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)`: the attributes of
+/// the object `fd` refers to (works on `O_PATH` descriptors).
+pub fn fstat(fd: BorrowedFd<'_>) -> FsResult<libc::stat> {
+    fstatat(fd, EMPTY, libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW)
+}
+
+/// `openat(dirfd, name, flags, mode)`, always with `O_CLOEXEC`.
+pub fn openat(dirfd: BorrowedFd<'_>, name: &CStr, flags: libc::c_int, mode: libc::mode_t) -> FsResult<OwnedFd> {
+    // SAFETY: `name` is NUL-terminated; the mode argument is read only with O_CREAT/O_TMPFILE.
+    let fd = check(unsafe { libc::openat(dirfd.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC, mode) })?;
+    // SAFETY: `openat` succeeded, so `fd` is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens `path` (absolute) with `flags`.
+pub fn open_path(path: &CStr, flags: libc::c_int) -> FsResult<OwnedFd> {
+    // SAFETY: `path` is NUL-terminated; no O_CREAT, so the mode is unused.
+    let fd = check(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, 0) })?;
+    // SAFETY: `open` succeeded, so `fd` is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The `/proc/self/fd/N` magic link of `fd`.
+pub fn proc_path(fd: BorrowedFd<'_>) -> CString {
+    CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL in a formatted number")
+}
+
+/// Reopens the object behind an `O_PATH` descriptor with real access `flags`.
+pub fn reopen(fd: BorrowedFd<'_>, flags: libc::c_int) -> FsResult<OwnedFd> {
+    open_path(
+        &proc_path(fd),
+        flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW),
+    )
+}
+
+/// A kernel file handle: the bytes `name_to_handle_at` returned and the
+/// handle type. Holding one costs no descriptor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelHandle {
+    handle_type: i32,
+    bytes: Box<[u8]>,
+}
+
+/// `struct file_handle` followed by room for the largest handle.
+#[repr(C)]
+struct HandleBuf {
+    handle_bytes: libc::c_uint,
+    handle_type: libc::c_int,
+    f_handle: [u8; MAX_HANDLE_SZ],
+}
+
+/// `name_to_handle_at(dirfd, name, flags)`: the handle and the mount id.
+/// `flags` may contain `AT_EMPTY_PATH`; symlinks are not followed.
+pub fn name_to_handle_at(dirfd: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> FsResult<(KernelHandle, i32)> {
+    let mut buf = HandleBuf {
+        handle_bytes: MAX_HANDLE_SZ as libc::c_uint,
+        handle_type: 0,
+        f_handle: [0; MAX_HANDLE_SZ],
+    };
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: `buf` starts with a `struct file_handle` whose `handle_bytes`
+    // says how many bytes follow it, and `f_handle` has exactly that room;
+    // `name` is NUL-terminated and `mount_id` is writable.
+    check(unsafe {
+        libc::name_to_handle_at(
+            dirfd.as_raw_fd(),
+            name.as_ptr(),
+            (&mut buf as *mut HandleBuf).cast::<libc::file_handle>(),
+            &mut mount_id,
+            flags,
+        )
+    })?;
+    let len = (buf.handle_bytes as usize).min(MAX_HANDLE_SZ);
+    Ok((
+        KernelHandle {
+            handle_type: buf.handle_type,
+            bytes: buf.f_handle[..len].into(),
+        },
+        mount_id,
+    ))
+}
+
+/// `open_by_handle_at(mount_fd, handle, flags)` (needs `CAP_DAC_READ_SEARCH`).
+pub fn open_by_handle_at(mount_fd: BorrowedFd<'_>, handle: &KernelHandle, flags: libc::c_int) -> FsResult<OwnedFd> {
+    let mut buf = HandleBuf {
+        handle_bytes: handle.bytes.len() as libc::c_uint,
+        handle_type: handle.handle_type,
+        f_handle: [0; MAX_HANDLE_SZ],
+    };
+    buf.f_handle[..handle.bytes.len()].copy_from_slice(&handle.bytes);
+    // SAFETY: `buf` is a `struct file_handle` whose `handle_bytes` bytes of
+    // `f_handle` are initialised; the kernel only reads it.
+    let fd = check(unsafe {
+        libc::open_by_handle_at(
+            mount_fd.as_raw_fd(),
+            (&mut buf as *mut HandleBuf).cast::<libc::file_handle>(),
+            flags | libc::O_CLOEXEC,
+        )
+    })?;
+    // SAFETY: the call succeeded, so `fd` is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `pread` until `buf` is full or end of file; returns the bytes read.
+pub fn pread_full(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> FsResult<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        // SAFETY: `rest` is a valid writable buffer of `rest.len()` bytes.
+        let n = unsafe {
+            libc::pread(
+                fd.as_raw_fd(),
+                rest.as_mut_ptr().cast(),
+                rest.len(),
+                (offset + done as u64) as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = FsError::last_os_error();
+            if e.errno() == libc::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            break;
+        }
+        done += n as usize;
+    }
+    Ok(done)
+}
+
+/// One `pwrite`; returns the bytes written.
+pub fn pwrite(fd: BorrowedFd<'_>, data: &[u8], offset: u64) -> FsResult<usize> {
+    // SAFETY: `data` is a valid readable buffer of `data.len()` bytes.
+    check_size(unsafe { libc::pwrite(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), offset as libc::off_t) })
+}
+
+/// `fsync` or `fdatasync`.
+pub fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> FsResult<()> {
+    // SAFETY: plain syscalls on a descriptor the caller keeps open.
+    check(unsafe {
+        if datasync {
+            libc::fdatasync(fd.as_raw_fd())
+        } else {
+            libc::fsync(fd.as_raw_fd())
+        }
+    })?;
+    Ok(())
+}
+
+/// `close(dup(fd))`: gives the source the close-time semantics of `flush`
+/// (POSIX locks dropped, NFS-style close-to-open) without closing `fd`.
+pub fn flush(fd: BorrowedFd<'_>) -> FsResult<()> {
+    // SAFETY: `dup` only duplicates a descriptor the caller keeps open.
+    let dup = check(unsafe { libc::dup(fd.as_raw_fd()) })?;
+    // SAFETY: `dup` is a new descriptor that only this function owns.
+    check(unsafe { libc::close(dup) })?;
+    Ok(())
+}
+
+/// `ftruncate`.
+pub fn ftruncate(fd: BorrowedFd<'_>, size: u64) -> FsResult<()> {
+    // SAFETY: plain syscall on a descriptor the caller keeps open.
+    check(unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) })?;
+    Ok(())
+}
+
+/// `truncate(path)`.
+pub fn truncate(path: &CStr, size: u64) -> FsResult<()> {
+    // SAFETY: `path` is NUL-terminated.
+    check(unsafe { libc::truncate(path.as_ptr(), size as libc::off_t) })?;
+    Ok(())
+}
+
+/// `fallocate`.
+pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, len: u64) -> FsResult<()> {
+    // SAFETY: plain syscall on a descriptor the caller keeps open.
+    check(unsafe { libc::fallocate(fd.as_raw_fd(), mode, offset as libc::off_t, len as libc::off_t) })?;
+    Ok(())
+}
+
+/// `lseek`.
+pub fn lseek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> FsResult<i64> {
+    // SAFETY: plain syscall on a descriptor the caller keeps open.
+    let r = unsafe { libc::lseek(fd.as_raw_fd(), offset as libc::off_t, whence) };
+    if r < 0 {
+        Err(FsError::last_os_error())
+    } else {
+        Ok(r as i64)
+    }
+}
+
+/// `copy_file_range` between two descriptors at explicit offsets.
+pub fn copy_file_range(
+    fd_in: BorrowedFd<'_>,
+    off_in: u64,
+    fd_out: BorrowedFd<'_>,
+    off_out: u64,
+    len: u64,
+    flags: u32,
+) -> FsResult<usize> {
+    let mut oi = off_in as libc::loff_t;
+    let mut oo = off_out as libc::loff_t;
+    // SAFETY: both offsets point to live locals; the descriptors are open.
+    check_size(unsafe {
+        libc::copy_file_range(
+            fd_in.as_raw_fd(),
+            &mut oi,
+            fd_out.as_raw_fd(),
+            &mut oo,
+            len as usize,
+            flags,
+        )
+    })
+}
+
+/// `mkdirat`.
+pub fn mkdirat(dirfd: BorrowedFd<'_>, name: &CStr, mode: u32) -> FsResult<()> {
+    // SAFETY: `name` is NUL-terminated.
+    check(unsafe { libc::mkdirat(dirfd.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) })?;
+    Ok(())
+}
+
+/// `mknodat`.
+pub fn mknodat(dirfd: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u64) -> FsResult<()> {
+    // SAFETY: `name` is NUL-terminated.
+    check(unsafe {
+        libc::mknodat(
+            dirfd.as_raw_fd(),
+            name.as_ptr(),
+            mode as libc::mode_t,
+            rdev as libc::dev_t,
+        )
+    })?;
+    Ok(())
+}
+
+/// `symlinkat(target, dirfd, name)`.
+pub fn symlinkat(target: &CStr, dirfd: BorrowedFd<'_>, name: &CStr) -> FsResult<()> {
+    // SAFETY: both strings are NUL-terminated.
+    check(unsafe { libc::symlinkat(target.as_ptr(), dirfd.as_raw_fd(), name.as_ptr()) })?;
+    Ok(())
+}
+
+/// `unlinkat`.
+pub fn unlinkat(dirfd: BorrowedFd<'_>, name: &CStr, flags: i32) -> FsResult<()> {
+    // SAFETY: `name` is NUL-terminated.
+    check(unsafe { libc::unlinkat(dirfd.as_raw_fd(), name.as_ptr(), flags) })?;
+    Ok(())
+}
+
+/// `renameat2`.
+pub fn renameat2(old_dir: BorrowedFd<'_>, old: &CStr, new_dir: BorrowedFd<'_>, new: &CStr, flags: u32) -> FsResult<()> {
+    // SAFETY: both names are NUL-terminated.
+    check(unsafe {
+        libc::renameat2(
+            old_dir.as_raw_fd(),
+            old.as_ptr(),
+            new_dir.as_raw_fd(),
+            new.as_ptr(),
+            flags,
+        )
+    })?;
+    Ok(())
+}
+
+/// `linkat(fd, "", new_dir, new, AT_EMPTY_PATH)`: a new name for the object
+/// behind `fd` (needs `CAP_DAC_READ_SEARCH`, which root has).
+pub fn link_fd(fd: BorrowedFd<'_>, new_dir: BorrowedFd<'_>, new: &CStr) -> FsResult<()> {
+    // SAFETY: both names are NUL-terminated.
+    check(unsafe {
+        libc::linkat(
+            fd.as_raw_fd(),
+            EMPTY.as_ptr(),
+            new_dir.as_raw_fd(),
+            new.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    })?;
+    Ok(())
+}
+
+/// `readlinkat(fd, "")`: the target of the symlink `fd` refers to.
+pub fn readlink_fd(fd: BorrowedFd<'_>) -> FsResult<Vec<u8>> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+    // SAFETY: `buf` is writable for `buf.len()` bytes and the name is NUL-terminated.
+    let n =
+        check_size(unsafe { libc::readlinkat(fd.as_raw_fd(), EMPTY.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// `fchownat(fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)`; `u32::MAX` leaves one unchanged.
+pub fn fchown(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> FsResult<()> {
+    // SAFETY: the name is NUL-terminated.
+    check(unsafe {
+        libc::fchownat(
+            fd.as_raw_fd(),
+            EMPTY.as_ptr(),
+            uid,
+            gid,
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    Ok(())
+}
+
+/// `fchownat(dirfd, name, uid, gid, AT_SYMLINK_NOFOLLOW)`.
+pub fn fchownat(dirfd: BorrowedFd<'_>, name: &CStr, uid: u32, gid: u32) -> FsResult<()> {
+    // SAFETY: the name is NUL-terminated.
+    check(unsafe { libc::fchownat(dirfd.as_raw_fd(), name.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) })?;
+    Ok(())
+}
+
+/// `chmod(path)`.
+pub fn chmod(path: &CStr, mode: u32) -> FsResult<()> {
+    // SAFETY: `path` is NUL-terminated.
+    check(unsafe { libc::chmod(path.as_ptr(), mode as libc::mode_t) })?;
+    Ok(())
+}
+
+/// `utimensat(AT_FDCWD, path, times, 0)`.
+pub fn utimens(path: &CStr, times: &[libc::timespec; 2]) -> FsResult<()> {
+    // SAFETY: `path` is NUL-terminated and `times` points to two timespecs.
+    check(unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), times.as_ptr(), 0) })?;
+    Ok(())
+}
+
+/// `fstatvfs`.
+pub fn fstatvfs(fd: BorrowedFd<'_>) -> FsResult<libc::statvfs> {
+    // SAFETY: `statvfs` is plain old data; all-zero bytes are a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is writable.
+    check(unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) })?;
+    Ok(st)
+}
+
+/// `faccessat(AT_FDCWD, path, mask, 0)`.
+pub fn access(path: &CStr, mask: i32) -> FsResult<()> {
+    // SAFETY: `path` is NUL-terminated.
+    check(unsafe { libc::faccessat(libc::AT_FDCWD, path.as_ptr(), mask, 0) })?;
+    Ok(())
+}
+
+/// `getxattr(path, name)` into `buf` (size 0 asks for the length).
+pub fn getxattr(path: &CStr, name: &CStr, buf: &mut [u8]) -> FsResult<usize> {
+    // SAFETY: the strings are NUL-terminated; `buf` is writable for its length.
+    check_size(unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })
+}
+
+/// `setxattr(path, name, value, flags)`.
+pub fn setxattr(path: &CStr, name: &CStr, value: &[u8], flags: i32) -> FsResult<()> {
+    // SAFETY: the strings are NUL-terminated; `value` is readable for its length.
+    check(unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), flags) })?;
+    Ok(())
+}
+
+/// `listxattr(path)` into `buf` (size 0 asks for the length).
+pub fn listxattr(path: &CStr, buf: &mut [u8]) -> FsResult<usize> {
+    // SAFETY: the path is NUL-terminated; `buf` is writable for its length.
+    check_size(unsafe { libc::listxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) })
+}
+
+/// `removexattr(path, name)`.
+pub fn removexattr(path: &CStr, name: &CStr) -> FsResult<()> {
+    // SAFETY: the strings are NUL-terminated.
+    check(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) })?;
+    Ok(())
+}
+
+/// One directory entry as `getdents64` returns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawDirent {
+    /// The inode number in the source.
+    pub ino: u64,
+    /// The offset of the next entry (what to seek to to resume after this one).
+    pub next_off: i64,
+    /// `DT_*` type.
+    pub dtype: u8,
+    /// The name.
+    pub name: Vec<u8>,
+}
+
+/// Seeks `fd` (a directory opened for reading) to `offset` and reads one
+/// batch of entries with `getdents64`; an empty result means end of directory.
+pub fn read_dir_batch(fd: BorrowedFd<'_>, offset: i64, buf: &mut [u8]) -> FsResult<Vec<RawDirent>> {
+    lseek(fd, offset, libc::SEEK_SET)?;
+    // SAFETY: `buf` is writable for `buf.len()` bytes; getdents64 writes at most that many.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_getdents64,
+            fd.as_raw_fd() as libc::c_long,
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(FsError::last_os_error());
+    }
+    let n = n as usize;
+    let mut out = Vec::new();
+    let mut pos = 0;
+    // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
+    while pos + 19 <= n {
+        let ino = u64::from_ne_bytes(buf[pos..pos + 8].try_into().expect("8 bytes"));
+        let next_off = i64::from_ne_bytes(buf[pos + 8..pos + 16].try_into().expect("8 bytes"));
+        let reclen = u16::from_ne_bytes(buf[pos + 16..pos + 18].try_into().expect("2 bytes")) as usize;
+        let dtype = buf[pos + 18];
+        if reclen == 0 || pos + reclen > n {
+            break;
+        }
+        let name_bytes = &buf[pos + 19..pos + reclen];
+        let len = name_bytes.iter().position(|&b| b == 0).unwrap_or(name_bytes.len());
+        out.push(RawDirent {
+            ino,
+            next_off,
+            dtype,
+            name: name_bytes[..len].to_vec(),
+        });
+        pos += reclen;
+    }
+    Ok(out)
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the new soft limit.
+pub fn raise_nofile_limit() -> u64 {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `rl` is writable.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return 1024;
+    }
+    if rl.rlim_cur < rl.rlim_max {
+        let want = libc::rlimit {
+            rlim_cur: rl.rlim_max,
+            rlim_max: rl.rlim_max,
+        };
+        // SAFETY: `want` is a valid rlimit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
+            return want.rlim_cur;
+        }
+    }
+    rl.rlim_cur
+}
+
+/// Whether the process runs with effective uid 0.
+pub fn is_root() -> bool {
+    // SAFETY: `geteuid` cannot fail and touches no memory.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The raw descriptor number (for logs).
+pub fn raw(fd: BorrowedFd<'_>) -> RawFd {
+    fd.as_raw_fd()
+}
