@@ -6,6 +6,7 @@
 
 mod bench;
 mod ci;
+mod demo;
 mod fsbench;
 mod util;
 
@@ -45,15 +46,11 @@ fn run() -> Result<()> {
         Some("tidy") => ci::tidy(),
         Some("bench") => bench::bench(&rest),
         Some("fsbench") => fsbench::fsbench(&rest),
-        Some("demo") => not_yet("demo", "the rcufs demo"),
+        Some("demo") => demo::demo(),
         None | Some("help" | "-h" | "--help") => {
             print!("{HELP}");
             Ok(())
         }
         Some(other) => bail!("unknown task `{other}`\n\n{HELP}"),
     }
-}
-
-fn not_yet(task: &str, what: &str) -> Result<()> {
-    bail!("`cargo xtask {task}`: {what} do not exist yet in this revision")
 }

@@ -1,0 +1,281 @@
+//! The `rcufs` command line: argument definitions (clap derive), the size and
+//! duration parsers, and the checks that turn a doomed `rcufs mount` into an
+//! error a person can act on before anything touches the kernel.
+//!
+//! Three subcommands:
+//! - `rcufs mount SOURCE MOUNTPOINT [options]` serves SOURCE at MOUNTPOINT in
+//!   the foreground until SIGINT/SIGTERM or an unmount from outside;
+//! - `rcufs drop [--pages | --dentries | --all] DIR...` drops the caches under
+//!   each directory with the drop ioctl (the modes of the kernel's
+//!   `drop_caches`, as in seed 004, "VFS: Directory level cache cleaning");
+//! - `rcufs stats PATH [--json]` prints the counters of the mount holding PATH.
+//!
+//! Sizes are binary: `K`, `M`, `G`, `T` mean 2^10, 2^20, 2^30, 2^40 bytes
+//! (an optional `B` or `iB` may follow), and a decimal fraction is allowed
+//! with a unit (`1.5G`); the result is rounded down to a whole byte.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use clap::{Args, Parser, Subcommand};
+
+use crate::client::{self, MountEntry};
+use fuse_fs::protocol::DropMode;
+
+/// The default number of FUSE worker threads: the machine's parallelism, at
+/// least 2 (one thread may block in a slow source call while another serves).
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get()).max(2)
+}
+
+/// Default dcache capacity, in entries.
+pub const DEFAULT_DCACHE_ENTRIES: usize = 1_000_000;
+/// Default page cache budget, as shown in `--help`.
+pub const DEFAULT_PAGE_CACHE_SIZE: &str = "512M";
+/// Default revalidation interval, in seconds, as shown in `--help`.
+pub const DEFAULT_REVALIDATE: &str = "1";
+/// The smallest page cache budget `mount` accepts: one page.
+pub const MIN_PAGE_CACHE_BYTES: u64 = 4096;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "rcufs",
+    version,
+    about = "A passthrough FUSE filesystem whose lookups go through an RCU dentry cache and whose reads go \
+             through a radix-tree page cache, with per-directory cache drop.",
+    after_help = "Set RUST_LOG (for example RUST_LOG=debug) to control the log output on stderr."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Mount a mirror of SOURCE at MOUNTPOINT and serve it in the foreground
+    /// until unmounted or sent SIGINT/SIGTERM.
+    Mount(MountArgs),
+    /// Drop the cached dentries and/or pages under each DIR (on an rcufs mount).
+    Drop(DropCmd),
+    /// Print the cache counters of the rcufs mount that holds PATH.
+    Stats(StatsCmd),
+}
+
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// The directory to mirror.
+    pub source: PathBuf,
+    /// An existing, empty directory outside SOURCE to mount on.
+    pub mountpoint: PathBuf,
+    /// FUSE worker threads.
+    #[arg(long, value_name = "N", default_value_t = default_threads(), value_parser = parse_positive)]
+    pub threads: usize,
+    /// Capacity of the dentry cache, in entries.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_DCACHE_ENTRIES, value_parser = parse_positive)]
+    pub dcache_entries: usize,
+    /// How many of those entries may be negative (names known not to exist)
+    /// [default: a quarter of --dcache-entries].
+    #[arg(long, value_name = "N")]
+    pub dcache_negative: Option<usize>,
+    /// Page cache budget: bytes, or with a binary unit (4096, 512K, 512M, 1.5G, 2G).
+    #[arg(long, value_name = "SIZE", default_value = DEFAULT_PAGE_CACHE_SIZE, value_parser = parse_page_cache_size)]
+    pub page_cache_size: u64,
+    /// Let the kernel cache entries, attributes, negative entries and pages
+    /// too (faster; every drop also invalidates the kernel's copies).
+    #[arg(long)]
+    pub kernel_cache: bool,
+    /// How soon names and attributes changed directly in SOURCE are seen, in
+    /// seconds (fractions allowed).
+    #[arg(long, value_name = "SECS", default_value = DEFAULT_REVALIDATE, value_parser = parse_secs)]
+    pub revalidate: Duration,
+    /// FUSE mount options, comma-separated, repeatable (allow_other, ro,
+    /// default_permissions, ...).
+    #[arg(short = 'o', value_name = "OPTS", value_delimiter = ',', action = clap::ArgAction::Append)]
+    pub options: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DropCmd {
+    /// Drop cached pages only (mode 1).
+    #[arg(long, conflicts_with_all = ["dentries", "all"])]
+    pub pages: bool,
+    /// Drop cached dentries and the inodes they pin only (mode 2).
+    #[arg(long, conflicts_with_all = ["pages", "all"])]
+    pub dentries: bool,
+    /// Drop both (mode 3, the default).
+    #[arg(long, conflicts_with_all = ["pages", "dentries"])]
+    pub all: bool,
+    /// Directories on an rcufs mount; everything cached under each is dropped.
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+}
+
+impl DropCmd {
+    /// The mode the flags select (`--all` when none is given).
+    pub fn mode(&self) -> DropMode {
+        if self.pages {
+            DropMode::Pages
+        } else if self.dentries {
+            DropMode::Dentries
+        } else {
+            DropMode::All
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct StatsCmd {
+    /// Any path on the mount (the mount point itself, or a file or directory in it).
+    pub path: PathBuf,
+    /// Print the JSON exactly as the filesystem returns it.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses a size: a whole number of bytes (`4096`) or a number with a binary
+/// unit (`512K`, `512M`, `1.5G`, `2GiB`, `1t`). Fractions need a unit and are
+/// rounded down to whole bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("empty size".into());
+    }
+    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("unknown unit `{unit}` in `{s}` (use K, M, G or T)")),
+    };
+    let (int, frac) = match number.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (number, ""),
+    };
+    if int.is_empty() && frac.is_empty() {
+        return Err(format!("`{s}` has no number"));
+    }
+    if !frac.is_empty() && shift == 0 {
+        return Err(format!(
+            "`{s}`: a fraction of a byte; give a whole number of bytes or a unit"
+        ));
+    }
+    if frac.contains('.') {
+        return Err(format!("`{s}` is not a number"));
+    }
+    let too_big = || format!("`{s}` is too large");
+    let int_value: u64 = if int.is_empty() {
+        0
+    } else {
+        int.parse().map_err(|_| too_big())?
+    };
+    let mut bytes = int_value.checked_mul(1u64 << shift).ok_or_else(too_big)?;
+    if !frac.is_empty() {
+        // At most 12 fraction digits count: 10^12 * 2^40 still fits in u128.
+        let digits = &frac[..frac.len().min(12)];
+        let numerator: u128 = digits.parse().map_err(|_| format!("`{s}` is not a number"))?;
+        let denominator = 10u128.pow(digits.len() as u32);
+        let extra = (numerator << shift) / denominator;
+        bytes = bytes
+            .checked_add(u64::try_from(extra).map_err(|_| too_big())?)
+            .ok_or_else(too_big)?;
+    }
+    Ok(bytes)
+}
+
+fn parse_page_cache_size(s: &str) -> Result<u64, String> {
+    let bytes = parse_size(s)?;
+    if bytes < MIN_PAGE_CACHE_BYTES {
+        return Err(format!(
+            "the page cache needs at least one page ({MIN_PAGE_CACHE_BYTES} bytes)"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Parses a duration in seconds: `1`, `0`, `0.25`, `30`.
+pub fn parse_secs(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("`{s}`: seconds must be a finite number, zero or more"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("`{s}`: {e}"))
+}
+
+fn parse_positive(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is not a whole number")),
+    }
+}
+
+/// What a mount needs from the machine, checked before the filesystem starts
+/// so that each problem gets its own message and fix.
+pub fn preflight(args: &MountArgs, mounts: &[MountEntry]) -> Result<()> {
+    check_dir("source", &args.source)?;
+    check_dir("mount point", &args.mountpoint)?;
+    let source = std::fs::canonicalize(&args.source)?;
+    let mountpoint = std::fs::canonicalize(&args.mountpoint)?;
+    if mountpoint.starts_with(&source) {
+        bail!(
+            "the mount point {} is inside the source {}: the mount would contain itself; mount somewhere outside \
+             the source",
+            mountpoint.display(),
+            source.display()
+        );
+    }
+    if let Some(m) = mounts.iter().rev().find(|m| m.mount_point == mountpoint) {
+        bail!(
+            "the mount point {} is busy: a {} filesystem is already mounted there (unmount it with `umount {}`, \
+             or choose another directory)",
+            mountpoint.display(),
+            m.fstype,
+            mountpoint.display()
+        );
+    }
+    if !Path::new("/dev/fuse").exists() {
+        bail!(
+            "/dev/fuse does not exist: load the FUSE module (`modprobe fuse`) or, in a container, pass the \
+             device in (`--device /dev/fuse`)"
+        );
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 && !client::on_path("fusermount3") {
+        bail!(
+            "not running as root and `fusermount3` is not on PATH: run as root, or install fusermount3 \
+             (Debian package `fuse3`)"
+        );
+    }
+    Ok(())
+}
+
+fn check_dir(what: &str, path: &Path) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => bail!("the {what} {} is not a directory", path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!(
+                "the {what} {} does not exist (create it with `mkdir -p {}`)",
+                path.display(),
+                path.display()
+            )
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
+            "the {what} {} is a dead FUSE mount (its daemon exited); clear it with `umount -l {}`",
+            path.display(),
+            path.display()
+        ),
+        Err(e) => bail!("cannot use the {what} {}: {e}", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

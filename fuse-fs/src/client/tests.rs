@@ -1,0 +1,99 @@
+use super::*;
+
+const MOUNTINFO: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+36 22 0:52 / /tmp/my\\040mount rw,nosuid,nodev,relatime shared:80 - fuse.rcufs /srv/data\\040dir rw,user_id=0,group_id=0
+37 22 0:52 /sub /bind rw,relatime shared:80 - fuse.rcufs /srv/data rw,user_id=0,group_id=0
+garbage line without separator
+38 22 0:53 / /proc/sys/fs/binfmt_misc rw - binfmt_misc binfmt_misc rw
+";
+
+#[test]
+fn mountinfo_lines_parse_and_unescape() {
+    let m = parse_mountinfo(MOUNTINFO);
+    assert_eq!(m.len(), 4, "{m:?}");
+    assert_eq!(m[0].dev, (8, 1));
+    assert_eq!(m[0].fstype, "ext4");
+    assert_eq!(m[1].mount_point, PathBuf::from("/tmp/my mount"));
+    assert_eq!(m[1].source, "/srv/data dir");
+    assert_eq!(m[1].fstype, FSTYPE);
+    assert_eq!(m[1].dev, (0, 52));
+    assert_eq!(m[2].root, PathBuf::from("/sub"));
+    assert_eq!(m[3].mount_point, PathBuf::from("/proc/sys/fs/binfmt_misc"));
+}
+
+#[test]
+fn unescape_handles_edge_cases() {
+    assert_eq!(unescape_bytes("a\\134b"), b"a\\b");
+    assert_eq!(unescape_bytes("tab\\011nl\\012"), b"tab\tnl\n");
+    // Not a full escape: kept as is.
+    assert_eq!(unescape_bytes("end\\04"), b"end\\04");
+    assert_eq!(unescape_bytes("\\9zz"), b"\\9zz");
+    // Out of byte range: kept as is.
+    assert_eq!(unescape_bytes("\\777"), b"\\777");
+}
+
+#[test]
+fn this_process_has_a_root_mount() {
+    let all = mounts().unwrap();
+    assert!(all.iter().any(|m| m.mount_point == Path::new("/")), "{all:?}");
+}
+
+#[test]
+fn a_path_on_another_filesystem_is_refused_with_its_type() {
+    let tmp = tempfile::tempdir().unwrap();
+    let err = find_rcufs_mount(tmp.path()).unwrap_err().to_string();
+    assert!(err.contains("not on an rcufs mount"), "{err}");
+    let err = find_rcufs_mount(&tmp.path().join("missing")).unwrap_err().to_string();
+    assert!(err.contains("missing"), "{err}");
+}
+
+#[test]
+fn drop_errors_carry_errno() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("f");
+    std::fs::write(&file, b"x").unwrap();
+    assert_eq!(drop_dir(&file, DropMode::All).unwrap_err().errno, libc::ENOTDIR);
+    assert_eq!(
+        drop_dir(&tmp.path().join("nope"), DropMode::All).unwrap_err().errno,
+        libc::ENOENT
+    );
+    // A directory on an ordinary filesystem does not know rcufs's ioctl.
+    let e = drop_dir(tmp.path(), DropMode::All).unwrap_err();
+    assert_eq!(e.errno, libc::ENOTTY, "{e}");
+    assert!(e.message.contains("not on an rcufs mount"), "{e}");
+}
+
+#[test]
+fn bytes_and_durations_read_well() {
+    assert_eq!(format_bytes(0), "0 B");
+    assert_eq!(format_bytes(1023), "1023 B");
+    assert_eq!(format_bytes(4096), "4.0 KiB");
+    assert_eq!(format_bytes(3 << 29), "1.5 GiB");
+    assert_eq!(format_ns(812), "812 ns");
+    assert_eq!(format_ns(3_400), "3.4 µs");
+    assert_eq!(format_ns(1_250_000), "1.25 ms");
+    assert_eq!(format_ns(2_500_000_000), "2.50 s");
+}
+
+#[test]
+fn stats_table_shows_every_counter() {
+    let json = r#"{"dcache": {"entries": 7, "hits": 3, "misses": 1},
+        "pagecache": {"bytes_cached": 8192, "hits": 0, "misses": 0},
+        "future": {"thing": 5}, "kernel_cache": true}"#;
+    let mount = parse_mountinfo(MOUNTINFO).remove(1);
+    let table = format_stats(json, &mount).unwrap();
+    assert!(table.contains("/tmp/my mount"), "{table}");
+    assert!(table.contains("kernel_cache: true"), "{table}");
+    assert!(table.contains("8192 (8.0 KiB)"), "{table}");
+    assert!(table.contains("75.0%"), "dcache hit ratio: {table}");
+    assert!(table.contains("thing"), "unknown sections are shown: {table}");
+    // Sections come in reading order: dcache before pagecache before unknown ones.
+    let pos = |s: &str| table.find(s).unwrap();
+    assert!(
+        pos("dcache") < pos("pagecache") && pos("pagecache") < pos("future"),
+        "{table}"
+    );
+    assert!(format_stats("not json", &mount).is_err());
+    assert!(format_stats("[1]", &mount).is_err());
+}

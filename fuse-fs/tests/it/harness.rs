@@ -1,0 +1,272 @@
+//! The mount harness: a source tree and a mount point in one temporary
+//! directory, the real `rcufs` binary serving one on the other, and a `Drop`
+//! that always unmounts and reaps the daemon (SIGTERM, then the FUSE abort
+//! switch, SIGKILL and a lazy unmount if it does not go).
+
+use std::fs::File;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::sys;
+
+/// The `rcufs` binary under test.
+pub fn rcufs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rcufs"))
+}
+
+/// Why this machine cannot mount, if it cannot.
+fn cannot_mount() -> Option<String> {
+    if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        return Some(format!("cannot open /dev/fuse: {e}"));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let fusermount =
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").is_file()));
+    if !root && !fusermount {
+        return Some("not root and no fusermount3 on PATH".into());
+    }
+    None
+}
+
+/// Returns `false` (after saying so loudly) when the test must skip because
+/// this machine cannot mount; panics instead under `RCUFS_REQUIRE_MOUNT=1`.
+pub fn mount_possible() -> bool {
+    let Some(why) = cannot_mount() else { return true };
+    if std::env::var("RCUFS_REQUIRE_MOUNT").is_ok_and(|v| v == "1") {
+        panic!("RCUFS_REQUIRE_MOUNT=1 but this machine cannot mount: {why}");
+    }
+    eprintln!("SKIPPED: cannot mount: {why}");
+    false
+}
+
+/// Whether mountinfo lists a `fuse.rcufs` mount at `mnt`; returns its device minor.
+pub fn rcufs_mount_at(mnt: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    text.lines().rev().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let f: Vec<&str> = left.split(' ').collect();
+        let fstype = right.split(' ').next()?;
+        (f.get(4).map(Path::new) == Some(mnt) && fstype == "fuse.rcufs")
+            .then(|| f[2].split_once(':').and_then(|(_, minor)| minor.parse().ok()))
+            .flatten()
+    })
+}
+
+/// A running mount. Dropping it unmounts and reaps the daemon.
+pub struct Mount {
+    tmp: Option<tempfile::TempDir>,
+    /// The source directory (canonical).
+    pub src: PathBuf,
+    /// The mount point (canonical).
+    pub mnt: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+    minor: u32,
+}
+
+impl Mount {
+    /// Mounts an empty source with `args` added to `rcufs mount`.
+    pub fn start(args: &[&str]) -> Option<Mount> {
+        Self::with(args, |_| {})
+    }
+
+    /// Fills the source with `setup`, then mounts it. `None` means the test
+    /// must skip (already reported).
+    pub fn with(args: &[&str], setup: impl FnOnce(&Path)) -> Option<Mount> {
+        if !mount_possible() {
+            return None;
+        }
+        let tmp = tempfile::tempdir().expect("tempdir");
+        // Other users (the permission tests) must be able to reach the mount.
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        let (src, mnt, log) = (base.join("src"), base.join("mnt"), base.join("rcufs.log"));
+        std::fs::create_dir(&src).unwrap();
+        std::fs::create_dir(&mnt).unwrap();
+        setup(&src);
+        let out = File::create(&log).unwrap();
+        let child = rcufs()
+            .arg("mount")
+            .arg(&src)
+            .arg(&mnt)
+            .args(args)
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("start rcufs");
+        let mut m = Mount {
+            tmp: Some(tmp),
+            src,
+            mnt,
+            log,
+            child: Some(child),
+            minor: 0,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(minor) = rcufs_mount_at(&m.mnt) {
+                m.minor = minor;
+                return Some(m);
+            }
+            if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
+                m.child = None;
+                panic!(
+                    "rcufs mount exited with {status} before the mount appeared; its log:\n{}",
+                    m.log_text()
+                );
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "the mount did not appear in /proc/self/mountinfo within 20 s; log:\n{}",
+                    m.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `mnt/rel`.
+    pub fn at(&self, rel: &str) -> PathBuf {
+        if rel.is_empty() {
+            self.mnt.clone()
+        } else {
+            self.mnt.join(rel)
+        }
+    }
+
+    /// `src/rel`.
+    pub fn src_at(&self, rel: &str) -> PathBuf {
+        if rel.is_empty() {
+            self.src.clone()
+        } else {
+            self.src.join(rel)
+        }
+    }
+
+    /// What the daemon wrote to stdout and stderr so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The stats JSON, read through the `user.rcufs.stats` xattr on the root.
+    #[track_caller]
+    pub fn stats(&self) -> Value {
+        let raw = sys::getxattr(&self.mnt, fuse_fs::protocol::XATTR_STATS)
+            .unwrap_or_else(|e| panic!("getxattr user.rcufs.stats: {e}"));
+        serde_json::from_slice(&raw).unwrap_or_else(|e| panic!("stats are not JSON ({e}): {raw:?}"))
+    }
+
+    /// One counter of the stats, for example `stat("dcache", "hits")`.
+    #[track_caller]
+    pub fn stat(&self, section: &str, key: &str) -> u64 {
+        let s = self.stats();
+        s[section][key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("stats has no {section}.{key}: {s}"))
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("daemon running").id() as i32
+    }
+
+    /// Sends `signal` to the daemon and waits (up to 20 s) for it to exit;
+    /// returns its status. The mount must be gone afterwards.
+    pub fn stop_with(&mut self, signal: i32) -> ExitStatus {
+        // SAFETY: kill has no memory preconditions; the pid is our live child.
+        unsafe { libc::kill(self.pid(), signal) };
+        self.wait_exit(Duration::from_secs(20)).unwrap_or_else(|| {
+            panic!(
+                "rcufs did not exit within 20 s of signal {signal}; log:\n{}",
+                self.log_text()
+            )
+        })
+    }
+
+    /// Waits for the daemon to exit on its own (for example after an
+    /// external unmount).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut()?;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn cleanup(&mut self) {
+        if self.child.is_some() {
+            // SAFETY: kill has no memory preconditions; the pid is our live child.
+            unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+            if self.wait_exit(Duration::from_secs(10)).is_none() {
+                eprintln!("rcufs ignored SIGTERM for 10 s: aborting the connection and killing it");
+                let _ = std::fs::write(format!("/sys/fs/fuse/connections/{}/abort", self.minor), "1");
+                if let Some(child) = self.child.as_mut() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+                self.child = None;
+            }
+        }
+        if rcufs_mount_at(&self.mnt).is_some() {
+            let _ = std::fs::write(format!("/sys/fs/fuse/connections/{}/abort", self.minor), "1");
+            let c = sys::cpath(&self.mnt);
+            // SAFETY: the path is NUL-terminated.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+        if rcufs_mount_at(&self.mnt).is_some() {
+            // Never delete the temporary directory through a live mount.
+            eprintln!("LEAKED MOUNT at {}: keeping its directory", self.mnt.display());
+            if let Some(tmp) = self.tmp.take() {
+                let _ = tmp.keep();
+            }
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        self.cleanup();
+    }
+}
+
+/// Writes `files` (path relative to `root`, content) creating parent directories.
+pub fn write_tree(root: &Path, files: &[(&str, &[u8])]) {
+    for (rel, content) in files {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, content).unwrap();
+    }
+}
+
+/// Deterministic content for file `i` of length `len`.
+pub fn content(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 31 + j * 7 + j / 4096) as u8).collect()
+}
+
+/// Polls `f` until it returns true or `timeout` passes; returns its last answer.
+pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
