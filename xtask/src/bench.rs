@@ -92,6 +92,7 @@ pub fn bench(args: &[String]) -> Result<()> {
     std::fs::create_dir_all(&raw)?;
 
     let mut failed = Vec::new();
+    let mut load = serde_json::Map::new();
     for name in BENCHES
         .iter()
         .filter(|b| only.is_empty() || only.iter().any(|o| o == *b))
@@ -105,10 +106,17 @@ pub fn bench(args: &[String]) -> Result<()> {
         if paper {
             cmd.env("RCUFS_RADIX_TABLE_INDEXES", (1u64 << 24).to_string());
         }
+        // The machine is shared: the load average around each binary says
+        // how much other work competed with it.
+        let before = crate::util::loadavg();
         if let Err(e) = run(&mut cmd) {
             eprintln!("xtask bench: {name} FAILED: {e:#}");
             failed.push(*name);
         }
+        load.insert(
+            name.to_string(),
+            json!({ "loadavg_before": before, "loadavg_after": crate::util::loadavg() }),
+        );
     }
 
     let points = read_criterion(&criterion_dir)?;
@@ -121,6 +129,7 @@ pub fn bench(args: &[String]) -> Result<()> {
     let doc = json!({
         "machine": crate::util::machine(),
         "quick": quick,
+        "load": load,
         "records": summary,
         "points": points.iter().map(|p| json!({
             "group": p.group, "function": p.function, "threads": p.threads,

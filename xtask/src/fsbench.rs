@@ -946,8 +946,8 @@ fn table(measures: &[Measure], seeds: &[Value], errors: &[String], s: &Scale, qu
     if !errors.is_empty() {
         let _ = writeln!(md, "\nParts that could not run:\n");
         for e in errors {
-            let first = e.lines().next().unwrap_or("");
-            let _ = writeln!(md, "- {first}");
+            let one_line: Vec<&str> = e.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+            let _ = writeln!(md, "- {}", one_line.join(" "));
         }
     }
     md

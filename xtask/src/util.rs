@@ -96,3 +96,11 @@ pub fn machine() -> serde_json::Value {
         "kernel": kernel.trim(),
     })
 }
+
+/// The 1-minute load average (`/proc/loadavg`), or NaN if unreadable.
+pub fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
