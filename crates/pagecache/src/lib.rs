@@ -37,9 +37,15 @@
 
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+mod cache;
 mod counter;
+mod page;
 pub mod radix;
 mod sync;
+
+pub use cache::{Config, DropCounts, PageCache, Stats};
+pub use page::PageRef;
+pub use radix::{RadixTree, Tag};
 
 /// The writer protocol of a radix tree (seed 002's CONFIG option, plus the
 /// optimistic locking of §5).

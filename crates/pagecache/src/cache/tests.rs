@@ -1,0 +1,147 @@
+//! Unit tests of the page cache: fill, hit, fill failure, budget and
+//! CLOCK, pinned pages, writes, truncation and drops, in every mode.
+
+use std::convert::Infallible;
+
+use super::{Config, DropCounts, PageCache};
+use crate::Mode;
+
+fn cache(mode: Mode, pages: usize) -> PageCache {
+    PageCache::new(Config {
+        budget_bytes: pages * 16,
+        page_size: 16,
+        mode,
+    })
+}
+
+/// Fills page `index` of `ino` with `len` bytes of `byte`.
+#[track_caller]
+fn fill(c: &PageCache, ino: u64, index: u64, byte: u8, len: usize) -> Vec<u8> {
+    let r = c
+        .get_or_fill(ino, index, |buf| {
+            buf[..len].fill(byte);
+            buf[len..].fill(0xee); // garbage past the end must not survive
+            Ok::<_, Infallible>(len)
+        })
+        .unwrap();
+    r.to_vec()
+}
+
+#[test]
+fn fill_then_hit() {
+    for mode in Mode::ALL {
+        let c = cache(mode, 8);
+        assert!(c.get(1, 0).is_none());
+        assert_eq!(fill(&c, 1, 0, 7, 16), vec![7; 16]);
+        assert_eq!(c.get(1, 0).unwrap().to_vec(), vec![7; 16]);
+        let called = c
+            .get_or_fill(1, 0, |_| -> Result<usize, ()> { panic!("hit must not fill") })
+            .unwrap();
+        assert_eq!(called.len(), 16);
+        let s = c.stats();
+        assert_eq!(
+            (s.hits, s.misses, s.fills, s.pages, s.bytes_cached),
+            (2, 2, 1, 1, 16),
+            "{mode:?}"
+        );
+        c.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn failed_fill_leaves_nothing() {
+    for mode in Mode::ALL {
+        let c = cache(mode, 8);
+        let err = c.get_or_fill(3, 9, |buf| {
+            buf.fill(1);
+            Err("io")
+        });
+        assert_eq!(err.unwrap_err(), "io");
+        assert!(c.get(3, 9).is_none());
+        assert_eq!(c.stats().pages, 0);
+        c.check_invariants().unwrap();
+        assert_eq!(fill(&c, 3, 9, 2, 5), vec![2; 5]);
+    }
+}
+
+#[test]
+fn short_page_and_writes() {
+    for mode in Mode::ALL {
+        let c = cache(mode, 8);
+        assert_eq!(fill(&c, 1, 0, 1, 16), vec![1; 16]);
+        assert_eq!(fill(&c, 1, 1, 2, 4), vec![2; 4]);
+        // In place, inside and extending the short page with a hole.
+        c.write(1, 18, &[9, 9]);
+        assert_eq!(c.get(1, 1).unwrap().to_vec(), vec![2, 2, 9, 9]);
+        c.write(1, 22, &[5]);
+        assert_eq!(c.get(1, 1).unwrap().to_vec(), vec![2, 2, 9, 9, 0, 0, 5]);
+        // A write past the short page drops it (the file grew past it).
+        c.write(1, 40, &[1]);
+        assert!(c.get(1, 1).is_none());
+        assert_eq!(c.get(1, 0).unwrap().to_vec(), vec![1; 16]);
+        // A page held by a reader is dropped, never changed under it.
+        let held = c.get(1, 0).unwrap();
+        c.write(1, 0, &[3]);
+        assert_eq!(held.to_vec(), vec![1; 16]);
+        assert!(c.get(1, 0).is_none());
+        c.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn truncate_shortens_and_drops() {
+    for mode in Mode::ALL {
+        let c = cache(mode, 8);
+        for i in 0..4 {
+            fill(&c, 5, i, i as u8 + 1, 16);
+        }
+        c.truncate(5, 20);
+        assert_eq!(c.get(5, 1).unwrap().to_vec(), vec![2; 4]);
+        assert!(c.get(5, 2).is_none() && c.get(5, 3).is_none());
+        c.truncate(5, 22);
+        assert_eq!(c.get(5, 1).unwrap().to_vec(), vec![2, 2, 2, 2, 0, 0]);
+        c.truncate(5, 64);
+        assert!(c.get(5, 1).is_none(), "a short page below the new end is dropped");
+        assert_eq!(c.get(5, 0).unwrap().to_vec(), vec![1; 16]);
+        c.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn drops() {
+    for mode in Mode::ALL {
+        let c = cache(mode, 64);
+        for ino in 1..=3 {
+            for i in 0..5 {
+                fill(&c, ino, i * 100, 1, 16);
+            }
+        }
+        assert_eq!(c.drop_range(1, 100, 300), DropCounts { pages: 3, bytes: 48 });
+        assert_eq!(c.drop_inode(2), DropCounts { pages: 5, bytes: 80 });
+        assert_eq!(c.drop_inodes(&[1, 3, 4]), DropCounts { pages: 7, bytes: 112 });
+        assert_eq!(c.stats().pages, 0);
+        assert_eq!(c.inode_count(), 0);
+        c.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn budget_evicts_by_clock_and_spares_pinned_pages() {
+    for mode in Mode::ALL {
+        let c = cache(mode, 4);
+        let pinned = c.get_or_fill(1, 0, |b| Ok::<_, Infallible>(b.len())).unwrap();
+        for i in 1..4 {
+            fill(&c, 1, i, 1, 16);
+        }
+        // Page 1 is hit: it gets a second chance.
+        assert!(c.get(1, 1).is_some());
+        for i in 4..8 {
+            fill(&c, 1, i, 1, 16);
+            assert!(c.stats().bytes_cached <= 4 * 16, "{mode:?}: budget kept");
+        }
+        assert!(c.get(1, 0).is_some(), "{mode:?}: a pinned page is never evicted");
+        assert!(c.stats().evictions >= 4);
+        drop(pinned);
+        c.check_invariants().unwrap();
+    }
+}
