@@ -1,1 +1,464 @@
-//! Unit tests of the filesystem logic (no mount).
+//! Unit tests of the filesystem logic, without a mount: each test builds a
+//! source tree in a temporary directory and drives [`Fs`] as the adapter would.
+
+use std::time::Duration;
+
+use super::*;
+
+struct T {
+    _dir: tempfile::TempDir,
+    src: std::path::PathBuf,
+    fs: Fs,
+}
+
+fn setup(cfg: FsConfig) -> T {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).expect("mkdir");
+    std::fs::write(src.join("a.txt"), b"hello").expect("write");
+    std::fs::create_dir_all(src.join("d/e")).expect("mkdir");
+    std::fs::write(src.join("d/e/f"), vec![7u8; 10_000]).expect("write");
+    let fs = Fs::new(&src, cfg).expect("fs");
+    T { _dir: dir, src, fs }
+}
+
+fn default_cfg() -> FsConfig {
+    FsConfig {
+        fd_pool: 16,
+        page_cache_bytes: 1 << 20,
+        dcache_entries: 1000,
+        dcache_negative: 100,
+        ..FsConfig::default()
+    }
+}
+
+const ME: Caller = Caller { uid: 0, gid: 0, pid: 1 };
+
+#[track_caller]
+fn err<T: std::fmt::Debug>(r: FsResult<T>, errno: i32) {
+    match r {
+        Err(e) => assert_eq!(e.errno(), errno, "wrong errno: {e}"),
+        Ok(v) => panic!("expected errno {errno}, got Ok({v:?})"),
+    }
+}
+
+fn walk(fs: &Fs, path: &str) -> FsResult<Entry> {
+    let mut ino = ROOT_INO;
+    let mut last = None;
+    for c in path.split('/').filter(|c| !c.is_empty()) {
+        let e = fs.lookup(ino, c.as_bytes())?;
+        ino = e.ino;
+        last = Some(e);
+    }
+    last.ok_or(FsError::INVAL)
+}
+
+fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
+    let o = fs.open(ino, libc::O_RDONLY).expect("open");
+    let mut out = Vec::new();
+    loop {
+        let chunk = fs.read(o.fh, out.len() as u64, 3000).expect("read");
+        if chunk.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&chunk);
+    }
+    fs.release(o.fh).expect("release");
+    out
+}
+
+#[test]
+fn lookup_getattr_and_read_match_the_source() {
+    let t = setup(default_cfg());
+    let e = walk(&t.fs, "d/e/f").expect("lookup");
+    assert_eq!(e.attr.size, 10_000);
+    assert_eq!(e.attr.kind, Kind::File);
+    assert_eq!(t.fs.getattr(e.ino, None).expect("getattr").size, 10_000);
+    assert_eq!(read_all(&t.fs, e.ino), vec![7u8; 10_000]);
+    // Reads at odd offsets and sizes return exactly the source's bytes.
+    let o = t.fs.open(e.ino, libc::O_RDONLY).expect("open");
+    assert_eq!(t.fs.read(o.fh, 4090, 20).expect("read").len(), 20);
+    assert_eq!(t.fs.read(o.fh, 9_995, 100).expect("read").len(), 5);
+    assert!(t.fs.read(o.fh, 20_000, 100).expect("read").is_empty());
+    t.fs.release(o.fh).expect("release");
+}
+
+#[test]
+fn the_same_source_inode_gets_one_node_id() {
+    let t = setup(default_cfg());
+    std::fs::hard_link(t.src.join("a.txt"), t.src.join("b.txt")).expect("link");
+    let a = walk(&t.fs, "a.txt").expect("a");
+    let b = walk(&t.fs, "b.txt").expect("b");
+    assert_eq!(a.ino, b.ino);
+    assert_ne!(a.ino, walk(&t.fs, "d").expect("d").ino);
+}
+
+#[test]
+fn missing_names_are_enoent_or_negative_entries() {
+    let t = setup(default_cfg());
+    err(t.fs.lookup(ROOT_INO, b"nope"), libc::ENOENT);
+    err(t.fs.lookup(ROOT_INO, b"nope"), libc::ENOENT);
+    err(t.fs.lookup(ROOT_INO, &[b'x'; 300]), libc::ENAMETOOLONG);
+    let a = walk(&t.fs, "a.txt").expect("a");
+    err(t.fs.lookup(a.ino, b"x"), libc::ENOTDIR);
+    let k = setup(FsConfig {
+        kernel_cache: true,
+        ..default_cfg()
+    });
+    assert_eq!(k.fs.lookup(ROOT_INO, b"nope").expect("negative entry").ino, 0);
+    assert_eq!(k.fs.entry_ttl(), Duration::from_secs(1));
+}
+
+#[test]
+fn forget_removes_the_node_id_when_the_count_reaches_zero() {
+    let t = setup(default_cfg());
+    let before = t.fs.table.known();
+    let a = walk(&t.fs, "a.txt").expect("a");
+    walk(&t.fs, "a.txt").expect("a again");
+    assert_eq!(t.fs.table.known(), before + 1);
+    t.fs.forget(a.ino, 1);
+    assert!(t.fs.getattr(a.ino, None).is_ok(), "one reference is left");
+    t.fs.forget(a.ino, 1);
+    assert_eq!(t.fs.table.known(), before);
+    err(t.fs.getattr(a.ino, None), libc::ESTALE);
+}
+
+#[test]
+fn writes_reach_the_source_and_later_reads() {
+    let t = setup(default_cfg());
+    let a = walk(&t.fs, "a.txt").expect("a");
+    assert_eq!(read_all(&t.fs, a.ino), b"hello");
+    let o = t.fs.open(a.ino, libc::O_RDWR).expect("open");
+    assert_eq!(t.fs.write(o.fh, 1, b"EL").expect("write"), 2);
+    assert_eq!(t.fs.write(o.fh, 5, b" world").expect("write"), 6);
+    t.fs.release(o.fh).expect("release");
+    assert_eq!(std::fs::read(t.src.join("a.txt")).expect("read"), b"hELlo world");
+    assert_eq!(read_all(&t.fs, a.ino), b"hELlo world");
+    // Truncate through setattr keeps reads exact.
+    let attr =
+        t.fs.setattr(
+            a.ino,
+            SetAttr {
+                size: Some(3),
+                ..SetAttr::default()
+            },
+        )
+        .expect("truncate");
+    assert_eq!(attr.size, 3);
+    assert_eq!(read_all(&t.fs, a.ino), b"hEL");
+}
+
+#[test]
+fn a_change_made_in_the_source_is_seen_at_the_next_open() {
+    let t = setup(default_cfg());
+    let a = walk(&t.fs, "a.txt").expect("a");
+    assert_eq!(read_all(&t.fs, a.ino), b"hello");
+    std::fs::write(t.src.join("a.txt"), b"HELLO, changed").expect("write");
+    assert_eq!(read_all(&t.fs, a.ino), b"HELLO, changed");
+}
+
+#[test]
+fn create_mkdir_symlink_link_rename_unlink_rmdir() {
+    let t = setup(default_cfg());
+    let (e, o) =
+        t.fs.create(ROOT_INO, b"new", 0o644, libc::O_WRONLY, ME)
+            .expect("create");
+    t.fs.write(o.fh, 0, b"data").expect("write");
+    t.fs.release(o.fh).expect("release");
+    assert_eq!(std::fs::read(t.src.join("new")).expect("read"), b"data");
+    let d = t.fs.mkdir(ROOT_INO, b"dir", 0o755, ME).expect("mkdir");
+    assert_eq!(d.attr.kind, Kind::Dir);
+    err(t.fs.mkdir(ROOT_INO, b"dir", 0o755, ME), libc::EEXIST);
+    let s = t.fs.symlink(ROOT_INO, b"sl", b"new", ME).expect("symlink");
+    assert_eq!(t.fs.readlink(s.ino).expect("readlink"), b"new");
+    let l = t.fs.link(e.ino, d.ino, b"hard").expect("link");
+    assert_eq!(l.ino, e.ino);
+    assert_eq!(l.attr.nlink, 2);
+    t.fs.rename(ROOT_INO, b"new", d.ino, b"moved", 0).expect("rename");
+    err(t.fs.lookup(ROOT_INO, b"new"), libc::ENOENT);
+    let m = t.fs.lookup(d.ino, b"moved").expect("moved");
+    assert_eq!(m.ino, e.ino, "a rename keeps the node id");
+    assert_eq!(read_all(&t.fs, m.ino), b"data", "the handle survives the rename");
+    err(
+        t.fs.rename(ROOT_INO, b"a.txt", d.ino, b"moved", libc::RENAME_NOREPLACE),
+        libc::EEXIST,
+    );
+    err(t.fs.rmdir(ROOT_INO, b"dir"), libc::ENOTEMPTY);
+    t.fs.unlink(d.ino, b"moved").expect("unlink");
+    t.fs.unlink(d.ino, b"hard").expect("unlink");
+    t.fs.rmdir(ROOT_INO, b"dir").expect("rmdir");
+    err(t.fs.lookup(ROOT_INO, b"dir"), libc::ENOENT);
+    assert!(!t.src.join("dir").exists());
+}
+
+#[test]
+fn readdirplus_lists_everything_and_takes_references() {
+    let t = setup(default_cfg());
+    let fh = t.fs.opendir(ROOT_INO).expect("opendir");
+    let mut names = Vec::new();
+    t.fs.readdir(fh, 0, true, |item| {
+        names.push((item.name.clone(), item.entry.map(|e| e.ino)));
+        false
+    })
+    .expect("readdirplus");
+    names.sort();
+    let listed: Vec<&[u8]> = names.iter().map(|(n, _)| n.as_slice()).collect();
+    assert_eq!(listed, [&b"."[..], b"..", b"a.txt", b"d"]);
+    let a = names
+        .iter()
+        .find(|(n, _)| n == b"a.txt")
+        .and_then(|(_, i)| *i)
+        .expect("a.txt entry");
+    assert!(t.fs.getattr(a, None).is_ok(), "the entry's reference keeps the node id");
+    // A full buffer after the first entry: resuming at its offset lists the rest once.
+    let mut first = None;
+    t.fs.readdir(fh, 0, false, |item| {
+        if first.is_some() {
+            return true;
+        }
+        first = Some(item.next_offset);
+        false
+    })
+    .expect("readdir");
+    let mut rest = 0;
+    t.fs.readdir(fh, first.expect("one entry"), false, |_| {
+        rest += 1;
+        false
+    })
+    .expect("readdir");
+    assert_eq!(rest, 3);
+    t.fs.releasedir(fh).expect("releasedir");
+}
+
+#[test]
+fn rcufs_xattrs_never_reach_the_source_and_are_not_listed() {
+    let t = setup(default_cfg());
+    let a = walk(&t.fs, "a.txt").expect("a");
+    t.fs.setxattr(a.ino, b"user.color", b"blue", 0, ME).expect("setxattr");
+    assert_eq!(
+        t.fs.getxattr(a.ino, b"user.color", 0).expect("size"),
+        XattrReply::Size(4)
+    );
+    assert_eq!(
+        t.fs.getxattr(a.ino, b"user.color", 64).expect("get"),
+        XattrReply::Data(b"blue".to_vec())
+    );
+    err(t.fs.getxattr(a.ino, b"user.color", 2), libc::ERANGE);
+    err(t.fs.setxattr(a.ino, b"user.rcufs.other", b"1", 0, ME), libc::ENOTSUP);
+    err(t.fs.getxattr(a.ino, b"user.rcufs.other", 64), libc::ENODATA);
+    let XattrReply::Data(list) = t.fs.listxattr(ROOT_INO, 4096).expect("list") else {
+        panic!("data")
+    };
+    assert!(!list.windows(6).any(|w| w == b"rcufs."), "rcufs names are never listed");
+    let XattrReply::Data(stats) = t.fs.getxattr(ROOT_INO, b"user.rcufs.stats", 65536).expect("stats") else {
+        panic!("data")
+    };
+    let v: serde_json::Value = serde_json::from_slice(&stats).expect("json");
+    for key in ["dcache", "pagecache", "inodes", "drops", "kernel_cache"] {
+        assert!(v.get(key).is_some(), "stats lack {key}: {v}");
+    }
+    assert!(v["inodes"]["known"].as_u64().expect("known") >= 2);
+    t.fs.removexattr(a.ino, b"user.color").expect("remove");
+    err(t.fs.getxattr(a.ino, b"user.color", 64), libc::ENODATA);
+}
+
+#[test]
+fn drop_by_xattr_validates_its_input() {
+    let t = setup(default_cfg());
+    let a = walk(&t.fs, "a.txt").expect("a");
+    let d = walk(&t.fs, "d").expect("d");
+    err(t.fs.setxattr(d.ino, b"user.rcufs.drop", b"4", 0, ME), libc::EINVAL);
+    err(t.fs.setxattr(d.ino, b"user.rcufs.drop", b"", 0, ME), libc::EINVAL);
+    err(t.fs.setxattr(a.ino, b"user.rcufs.drop", b"3", 0, ME), libc::ENOTDIR);
+    let stranger = Caller {
+        uid: 4242,
+        gid: 4242,
+        pid: 1,
+    };
+    err(
+        t.fs.setxattr(d.ino, b"user.rcufs.drop", b"all", 0, stranger),
+        libc::EPERM,
+    );
+    t.fs.setxattr(d.ino, b"user.rcufs.drop", b"all\n", 0, ME).expect("drop");
+    assert_eq!(t.fs.stats_json()["drops"]["requests"], 1);
+}
+
+#[test]
+fn drop_by_ioctl_validates_its_input() {
+    let t = setup(default_cfg());
+    let d = walk(&t.fs, "d").expect("d");
+    let a = walk(&t.fs, "a.txt").expect("a");
+    let good = DropArgs::request(DropMode::All).to_bytes();
+    err(t.fs.ioctl(d.ino, 0x1234, &good, ME), libc::ENOTTY);
+    err(t.fs.ioctl(d.ino, protocol::IOC_DROP, &good[..10], ME), libc::EINVAL);
+    let mut bad = DropArgs::request(DropMode::All);
+    bad.mode = 9;
+    err(t.fs.ioctl(d.ino, protocol::IOC_DROP, &bad.to_bytes(), ME), libc::EINVAL);
+    let mut bad = DropArgs::request(DropMode::All);
+    bad.version = 2;
+    err(t.fs.ioctl(d.ino, protocol::IOC_DROP, &bad.to_bytes(), ME), libc::EINVAL);
+    let mut bad = DropArgs::request(DropMode::All);
+    bad.flags = 1;
+    err(t.fs.ioctl(d.ino, protocol::IOC_DROP, &bad.to_bytes(), ME), libc::EINVAL);
+    err(t.fs.ioctl(a.ino, protocol::IOC_DROP, &good, ME), libc::ENOTDIR);
+    let (out, _) = t.fs.ioctl(d.ino, protocol::IOC_DROP, &good, ME).expect("drop");
+    let out = DropArgs::from_bytes(&out).expect("64 bytes");
+    assert_eq!(out.mode, 3);
+    assert_eq!(out.version, protocol::DROP_ARGS_VERSION);
+}
+
+#[test]
+fn a_drop_makes_a_source_change_visible_at_once() {
+    let t = setup(FsConfig {
+        revalidate: Duration::from_secs(3600),
+        ..default_cfg()
+    });
+    let d = walk(&t.fs, "d").expect("d");
+    let e = walk(&t.fs, "d/e").expect("e");
+    let f = walk(&t.fs, "d/e/f").expect("f");
+    assert_eq!(f.attr.size, 10_000);
+    std::fs::write(t.src.join("d/e/f"), b"short").expect("write");
+    // Within the revalidation interval the cached attributes stand...
+    assert_eq!(t.fs.getattr(f.ino, None).expect("getattr").size, 10_000);
+    t.fs.drop_dir(d.ino, DropMode::All, ME).expect("drop");
+    // ...and after a drop the source is read again.
+    assert_eq!(t.fs.getattr(f.ino, None).expect("getattr").size, 5);
+    assert_eq!(t.fs.lookup(e.ino, b"f").expect("lookup").attr.size, 5);
+}
+
+#[test]
+fn drop_skips_inodes_the_caller_does_not_own() {
+    let t = setup(default_cfg());
+    let d = walk(&t.fs, "d").expect("d");
+    let owner = Caller {
+        uid: 4242,
+        gid: 4242,
+        pid: 1,
+    };
+    if !sys::is_root() {
+        return; // chown needs root; the EPERM path is covered above.
+    }
+    std::os::unix::fs::chown(t.src.join("d"), Some(4242), Some(4242)).expect("chown");
+    t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("refresh");
+    walk(&t.fs, "d/e/f").expect("f");
+    let out = t.fs.drop_dir(d.ino, DropMode::All, owner).expect("drop as owner of d");
+    assert!(out.args.skipped >= 2, "e and f belong to root: {:?}", out.args);
+}
+
+#[test]
+fn the_descriptor_pool_stays_bounded() {
+    let t = setup(FsConfig {
+        fd_pool: 32,
+        ..default_cfg()
+    });
+    for i in 0..200 {
+        std::fs::create_dir(t.src.join(format!("dir{i}"))).expect("mkdir");
+    }
+    for i in 0..200 {
+        let e = t.fs.lookup(ROOT_INO, format!("dir{i}").as_bytes()).expect("lookup");
+        // A lookup under each directory needs its descriptor.
+        err(t.fs.lookup(e.ino, b"x"), libc::ENOENT);
+    }
+    assert!(t.fs.table.pool.len() <= 34, "pool holds {}", t.fs.table.pool.len());
+    assert!(t.fs.table.pool.opens() >= 200);
+}
+
+#[test]
+fn names_changed_in_the_source_are_seen_after_the_revalidation_interval() {
+    let t = setup(FsConfig {
+        revalidate: Duration::ZERO,
+        ..default_cfg()
+    });
+    err(t.fs.lookup(ROOT_INO, b"later"), libc::ENOENT);
+    std::fs::write(t.src.join("later"), b"x").expect("write");
+    assert_eq!(t.fs.lookup(ROOT_INO, b"later").expect("now there").attr.size, 1);
+    std::fs::remove_file(t.src.join("later")).expect("rm");
+    err(t.fs.lookup(ROOT_INO, b"later"), libc::ENOENT);
+}
+
+fn pc(fs: &Fs, key: &str) -> u64 {
+    fs.stats_json()["pagecache"][key].as_u64().expect("counter")
+}
+
+#[test]
+fn reads_are_served_from_the_page_cache() {
+    let t = setup(default_cfg());
+    let f = walk(&t.fs, "d/e/f").expect("f");
+    assert_eq!(read_all(&t.fs, f.ino), vec![7u8; 10_000]);
+    let fills = pc(&t.fs, "fills");
+    assert_eq!(fills, 3, "10,000 bytes are three pages, each filled once");
+    let hits = pc(&t.fs, "hits");
+    assert_eq!(read_all(&t.fs, f.ino), vec![7u8; 10_000]);
+    assert_eq!(pc(&t.fs, "fills"), fills, "a second read fills nothing");
+    assert!(pc(&t.fs, "hits") > hits);
+}
+
+#[test]
+fn concurrent_cold_reads_fill_each_page_once() {
+    let t = setup(default_cfg());
+    let f = walk(&t.fs, "d/e/f").expect("f");
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4).map(|_| s.spawn(|| read_all(&t.fs, f.ino))).collect();
+        for h in handles {
+            assert_eq!(h.join().expect("reader"), vec![7u8; 10_000]);
+        }
+    });
+    assert_eq!(pc(&t.fs, "fills"), 3);
+}
+
+#[test]
+fn a_pages_drop_frees_the_pages_of_files_under_the_directory() {
+    let t = setup(default_cfg());
+    let d = walk(&t.fs, "d").expect("d");
+    let a = walk(&t.fs, "a.txt").expect("a");
+    let f = walk(&t.fs, "d/e/f").expect("f");
+    read_all(&t.fs, f.ino);
+    read_all(&t.fs, a.ino);
+    let out = t.fs.drop_dir(d.ino, DropMode::Pages, ME).expect("drop");
+    assert_eq!(out.args.pages_dropped, 3);
+    assert_eq!(out.args.bytes_freed, 3 * 4096, "bytes freed are whole pages of memory");
+    assert_eq!(out.args.dentries_dropped, 0);
+    assert_eq!(pc(&t.fs, "pages"), 1, "a.txt is outside d and keeps its page");
+    let fills = pc(&t.fs, "fills");
+    read_all(&t.fs, f.ino);
+    assert_eq!(
+        pc(&t.fs, "fills"),
+        fills + 3,
+        "the dropped pages are read from the source again"
+    );
+}
+
+#[test]
+fn writes_past_the_end_and_truncates_keep_cached_reads_exact() {
+    let t = setup(default_cfg());
+    let a = walk(&t.fs, "a.txt").expect("a");
+    assert_eq!(read_all(&t.fs, a.ino), b"hello");
+    let o = t.fs.open(a.ino, libc::O_RDWR).expect("open");
+    t.fs.write(o.fh, 8192, b"far").expect("write past the end");
+    t.fs.release(o.fh).expect("release");
+    let mut want = b"hello".to_vec();
+    want.resize(8192, 0);
+    want.extend_from_slice(b"far");
+    assert_eq!(read_all(&t.fs, a.ino), want);
+    t.fs.setattr(
+        a.ino,
+        SetAttr {
+            size: Some(4100),
+            ..SetAttr::default()
+        },
+    )
+    .expect("shrink");
+    want.truncate(4100);
+    assert_eq!(read_all(&t.fs, a.ino), want);
+    t.fs.setattr(
+        a.ino,
+        SetAttr {
+            size: Some(5000),
+            ..SetAttr::default()
+        },
+    )
+    .expect("grow");
+    want.resize(5000, 0);
+    assert_eq!(read_all(&t.fs, a.ino), want);
+    assert_eq!(std::fs::read(t.src.join("a.txt")).expect("source"), want);
+}
