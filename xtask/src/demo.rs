@@ -70,7 +70,7 @@ fn demo_in(rcufs: &Path, base: &Path) -> Result<()> {
     let args = ["--revalidate", "600", "--page-cache-size", "64M"];
     println!("$ rcufs mount {} {} {}", src.display(), mnt.display(), args.join(" "));
     let mut daemon = Daemon::start(rcufs, &src, &mnt, &args, &base.join("rcufs.log"))?;
-    println!("mounted: {} (type fuse.rcufs)", mnt.display());
+    println!("mounted: {}", mnt.display());
 
     section("4. walk and read the whole tree, twice");
     let s0 = stats(rcufs, &mnt)?;
@@ -283,14 +283,22 @@ fn human(n: u64) -> String {
     }
 }
 
-/// Whether mountinfo lists a mount at `mnt`; returns its filesystem type.
-fn mounted_at(mnt: &Path) -> Option<String> {
+/// Whether mountinfo lists a mount at `mnt`; returns its filesystem type and source.
+fn mounted_at(mnt: &Path) -> Option<(String, String)> {
     let text = fs::read_to_string("/proc/self/mountinfo").ok()?;
     text.lines().rev().find_map(|line| {
         let (left, right) = line.split_once(" - ")?;
         let point = left.split(' ').nth(4)?;
-        (Path::new(point) == mnt).then(|| right.split(' ').next().unwrap_or("").to_string())
+        let mut r = right.split(' ');
+        let (fstype, source) = (r.next().unwrap_or(""), r.next().unwrap_or(""));
+        (Path::new(point) == mnt).then(|| (fstype.to_string(), source.to_string()))
     })
+}
+
+/// Whether the mount at `mnt` is rcufs: type `fuse.rcufs`, or `fuse` with
+/// source `rcufs` (a FUSE library mounting with mount(2) directly).
+fn rcufs_mounted_at(mnt: &Path) -> bool {
+    mounted_at(mnt).is_some_and(|(t, s)| t == "fuse.rcufs" || (t == "fuse" && s == "rcufs"))
 }
 
 /// The running `rcufs mount`; dropping it takes the mount down.
@@ -319,7 +327,7 @@ impl Daemon {
             log: log.to_path_buf(),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while mounted_at(mnt).as_deref() != Some("fuse.rcufs") {
+        while !rcufs_mounted_at(mnt) {
             if let Some(status) = d.child.as_mut().expect("started").try_wait()? {
                 d.child = None;
                 bail!("rcufs mount exited with {status}:\n{}", d.log_text());

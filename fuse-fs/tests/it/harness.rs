@@ -44,14 +44,18 @@ pub fn mount_possible() -> bool {
     false
 }
 
-/// Whether mountinfo lists a `fuse.rcufs` mount at `mnt`; returns its device minor.
+/// Whether mountinfo lists an rcufs mount at `mnt`; returns its device minor.
 pub fn rcufs_mount_at(mnt: &Path) -> Option<u32> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     text.lines().rev().find_map(|line| {
         let (left, right) = line.split_once(" - ")?;
         let f: Vec<&str> = left.split(' ').collect();
-        let fstype = right.split(' ').next()?;
-        (f.get(4).map(Path::new) == Some(mnt) && fstype == "fuse.rcufs")
+        let mut r = right.split(' ');
+        let (fstype, source) = (r.next()?, r.next()?);
+        // `fuse.rcufs`, or `fuse` with source `rcufs` when the FUSE library
+        // mounts with mount(2) and keeps the subtype only as the source.
+        let rcufs = fstype == "fuse.rcufs" || (fstype == "fuse" && source == "rcufs");
+        (f.get(4).map(Path::new) == Some(mnt) && rcufs)
             .then(|| f[2].split_once(':').and_then(|(_, minor)| minor.parse().ok()))
             .flatten()
     })

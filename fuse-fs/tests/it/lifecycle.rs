@@ -1,10 +1,13 @@
-//! Starting and stopping: a clean unmount on SIGTERM and SIGINT, and a clean
-//! exit when unmounted from outside; a read-only mount.
+//! Starting and stopping: a clean unmount on SIGTERM and SIGINT (lazy while a
+//! file is open, with the daemon exiting when it closes; a second signal
+//! aborts), a clean exit when unmounted from outside; a read-only mount.
 
 use std::fs;
 use std::time::Duration;
 
-use crate::harness::{Mount, rcufs_mount_at, write_tree};
+use std::os::unix::fs::FileExt;
+
+use crate::harness::{Mount, eventually, rcufs_mount_at, write_tree};
 use crate::sys::errno;
 
 fn tree(src: &std::path::Path) {
@@ -15,8 +18,6 @@ fn tree(src: &std::path::Path) {
 fn sigterm_and_sigint_unmount_cleanly() {
     for signal in [libc::SIGTERM, libc::SIGINT] {
         let Some(mut m) = Mount::with(&[], tree) else { return };
-        // Leave an open file behind: the unmount must still happen.
-        let _open = fs::File::open(m.at("f")).unwrap();
         assert_eq!(fs::read(m.at("f")).unwrap(), b"data");
         let status = m.stop_with(signal);
         assert!(
@@ -28,9 +29,46 @@ fn sigterm_and_sigint_unmount_cleanly() {
             rcufs_mount_at(&m.mnt).is_none(),
             "the mount is still listed after signal {signal}"
         );
-        // The source is intact.
         assert_eq!(fs::read(m.src_at("f")).unwrap(), b"data");
     }
+}
+
+#[test]
+fn sigterm_with_a_file_open_detaches_and_exits_when_it_closes() {
+    let Some(mut m) = Mount::with(&[], tree) else { return };
+    let open = fs::File::open(m.at("f")).unwrap();
+    // SAFETY: kill has no memory preconditions; the pid is the live daemon.
+    unsafe { libc::kill(m.pid(), libc::SIGTERM) };
+    assert!(
+        eventually(Duration::from_secs(20), || rcufs_mount_at(&m.mnt).is_none()),
+        "the busy mount was not detached after SIGTERM; log:\n{}",
+        m.log_text()
+    );
+    // The open file is still served by the detached mount.
+    let mut buf = [0u8; 4];
+    open.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"data");
+    drop(open);
+    let status = m.wait_exit(Duration::from_secs(20)).unwrap_or_else(|| {
+        panic!(
+            "rcufs did not exit after the last open file closed; log:\n{}",
+            m.log_text()
+        )
+    });
+    assert!(status.success(), "rcufs exited with {status}; log:\n{}", m.log_text());
+}
+
+#[test]
+fn a_second_signal_aborts_a_busy_mount() {
+    let Some(mut m) = Mount::with(&[], tree) else { return };
+    let open = fs::File::open(m.at("f")).unwrap();
+    // SAFETY: kill has no memory preconditions; the pid is the live daemon.
+    unsafe { libc::kill(m.pid(), libc::SIGTERM) };
+    assert!(eventually(Duration::from_secs(20), || rcufs_mount_at(&m.mnt).is_none()));
+    m.stop_with(libc::SIGTERM);
+    // The connection is gone: the open file cannot be read any more.
+    let mut buf = [0u8; 4];
+    assert_eq!(errno(&open.read_exact_at(&mut buf, 0)), Some(libc::ENOTCONN));
 }
 
 #[test]
