@@ -248,7 +248,14 @@ fn is_rcufs_mount(mountpoint: &Path) -> bool {
         let (Some(a), Some(b)) = (parts.next(), parts.next()) else {
             return false;
         };
-        a.split(' ').nth(4) == Some(want.as_str()) && b.split(' ').next() == Some("fuse.rcufs")
+        let mut fs = b.split(' ');
+        // A mount through fusermount shows type `fuse.rcufs`; a direct
+        // mount(2) as root shows type `fuse` with source `rcufs`.
+        let rcufs = matches!(
+            (fs.next(), fs.next()),
+            (Some("fuse.rcufs"), _) | (Some("fuse"), Some("rcufs"))
+        );
+        a.split(' ').nth(4) == Some(want.as_str()) && rcufs
     })
 }
 
