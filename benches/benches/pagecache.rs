@@ -18,6 +18,7 @@ const FILES: u64 = 16;
 const PAGES_PER_FILE: u64 = 1024;
 
 fn bench_hits(c: &mut Criterion) {
+    benches::calibration(c, "pagecache");
     let total = (FILES * PAGES_PER_FILE) as usize;
     let cache = PageCache::new(Config {
         budget_bytes: 4 * total * PAGE,

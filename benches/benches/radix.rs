@@ -22,6 +22,7 @@ use parking_lot::RwLock;
 const N: usize = 1 << 20;
 
 fn bench_lookups(c: &mut Criterion) {
+    benches::calibration(c, "radix");
     let sets = [
         ("dense", (0..N as u64).collect::<Vec<u64>>()),
         ("sparse", sparse_indexes(N, 32, 31)),

@@ -251,3 +251,32 @@ pub fn consume<T>(x: T) {
 
 #[cfg(test)]
 mod tests;
+
+/// A calibration group, `calibration_<bench>`: independent per-thread ALU
+/// work (no shared memory) at 1 and 2 threads. Its 1 → 2 thread scaling is
+/// the parallelism this machine actually gave the bench at that moment (it is
+/// shared: other work steals cores), the ceiling for every contender's
+/// scaling in the same binary.
+pub fn calibration(c: &mut criterion::Criterion, bench: &str) {
+    let mut g = c.benchmark_group(format!("calibration_{bench}"));
+    for threads in THREADS {
+        g.throughput(criterion::Throughput::Elements(threads as u64));
+        g.bench_function(criterion::BenchmarkId::new("independent_work", threads), |b| {
+            b.iter_custom(|iters| {
+                timed_threads(threads, iters, |t, iters| {
+                    let mut x = black_box(0x9e37_79b9_7f4a_7c15u64 ^ t as u64);
+                    for _ in 0..iters {
+                        // About 50 ns of dependent ALU work per iteration.
+                        for _ in 0..64 {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                        }
+                        black_box(x);
+                    }
+                })
+            })
+        });
+    }
+    g.finish();
+}
