@@ -368,9 +368,14 @@ fn markdown(points: &[Point], summary: &[Value], side: &BTreeMap<String, Value>)
             "### churn hit ratio ({} keys, capacity {}, Zipf {}, {} threads, {} ops)\n",
             v["keys"], v["capacity"], v["zipf_s"], v["threads"], v["ops"]
         );
-        let _ = writeln!(s, "| cache | hit ratio |\n|---|---:|");
+        let _ = writeln!(s, "| cache | hit ratio | entries held after the run |\n|---|---:|---:|");
         for (k, r) in v["hit_ratio"].as_object().into_iter().flatten() {
-            let _ = writeln!(s, "| {k} | {:.3} |", r.as_f64().unwrap_or(f64::NAN));
+            let _ = writeln!(
+                s,
+                "| {k} | {:.3} | {} |",
+                r.as_f64().unwrap_or(f64::NAN),
+                v["entries_after"][k]
+            );
         }
         s.push('\n');
     }
