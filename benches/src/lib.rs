@@ -67,7 +67,7 @@ pub fn rng(stream: u64) -> StdRng {
 }
 
 /// Runs `op(thread, iters)` on `threads` scoped threads started together and
-/// returns the wall time from the common start to the end of the slowest one.
+/// returns the wall time from the first thread's start to the last one's end.
 ///
 /// `op` runs the thread's whole share of the work (it is handed `iters`, the
 /// number of operations criterion asked for, and the thread's index, so that
@@ -81,7 +81,10 @@ where
         op(0, iters);
         return start.elapsed();
     }
-    let barrier = Barrier::new(threads + 1);
+    // Each thread stamps its own start (after the barrier) and end; the
+    // sample runs from the earliest start to the latest end, so a thread that
+    // finishes while another is not yet scheduled is still counted.
+    let barrier = Barrier::new(threads);
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -89,19 +92,19 @@ where
                 let op = &op;
                 s.spawn(move || {
                     barrier.wait();
+                    let start = Instant::now();
                     op(t, iters);
-                    Instant::now()
+                    (start, Instant::now())
                 })
             })
             .collect();
-        barrier.wait();
-        let start = Instant::now();
-        let end = handles
+        let spans: Vec<(Instant, Instant)> = handles
             .into_iter()
             .map(|h| h.join().expect("bench thread panicked"))
-            .max()
-            .expect("at least one thread");
-        end.saturating_duration_since(start)
+            .collect();
+        let start = spans.iter().map(|s| s.0).min().expect("at least one thread");
+        let end = spans.iter().map(|s| s.1).max().expect("at least one thread");
+        end.duration_since(start)
     })
 }
 
