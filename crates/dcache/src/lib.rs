@@ -1,5 +1,143 @@
-//! A concurrent directory-entry cache (skeleton; see issue "crates/dcache").
+//! A concurrent directory-entry cache for user space: the Linux dcache's
+//! designs (seed 000, "Scalability of the directory entry cache",
+//! `../shared/seeds/000_816a3cdb25218f3e.txt`) as a library that knows
+//! nothing of filesystems or I/O.
+//!
+//! A dentry maps (parent dentry, name) to a payload of the user's type `T`,
+//! or to "does not exist" (a negative entry). Dentries form a tree: each
+//! knows its parent and its cached children.
+//!
+//! ```
+//! use dcache::{Config, Dcache, Lookup};
+//!
+//! let cache = Dcache::new(Config::default(), "root inode");
+//! let root = cache.root();
+//! let etc = cache.insert(&root, b"etc", Some("etc inode"));
+//! cache.insert(&etc, b"passwd", Some("passwd inode"));
+//! cache.insert(&etc, b"shadow", None); // cached "does not exist"
+//! match cache.lookup(&etc, b"passwd") {
+//!     Lookup::Positive(d) => assert_eq!(d.payload(), Some(&"passwd inode")),
+//!     other => panic!("{other:?}"),
+//! }
+//! assert!(matches!(cache.lookup(&etc, b"shadow"), Lookup::Negative));
+//! assert_eq!(cache.drop_subtree(&root, |_| true).dropped, 3);
+//! ```
+//!
+//! # Design
+//!
+//! - **Hash table** (`table.rs`): buckets keyed by (parent id, name), sized
+//!   from `max_entries` (a power of two, half as many buckets as entries).
+//!   Each bucket is a singly-linked chain with its own mutex for writers;
+//!   readers walk chains lock-free under a crossbeam-epoch pin (seed 000 §3).
+//!   The key of a node (parent id, name) is one heap object swapped as a
+//!   whole by rename, so a reader never sees a torn key.
+//! - **Nodes** (`node.rs`): one state word holds the reference count and the
+//!   `DEAD`, `UNHASHED` and `ON_LRU` bits (like the kernel's lockref), so that
+//!   every decision about "the last reference" is made on one atomic word.
+//!   A child holds a reference on its parent, so a directory with cached
+//!   children is never evicted and the root outlives everything.
+//! - **Handles**: [`Dentry`] is a counted handle (clone increments, drop
+//!   decrements); [`Pinned`]/[`DentryRef`] and [`Dcache::lookup_with`] borrow
+//!   under an epoch pin and touch no count.
+//! - **Lazy LRU** (`lru.rs`, seed 000 §6): unused hashed entries sit on an
+//!   intrusive list (one for positive, one for negative entries). A hit only
+//!   sets the referenced byte, and only if it is clear. Pruning takes in-use
+//!   entries off, gives referenced ones a second chance, evicts the rest in
+//!   batches of `prune_batch`.
+//! - **Capacity**: inserting beyond `max_negative` negative entries prunes a
+//!   batch of negatives; beyond `max_entries` entries prunes a batch
+//!   (negatives first). Entries in use are never freed, so the bounds can be
+//!   exceeded by entries that are referenced.
+//! - **Rename** moves the node in place (its id, and so its children's keys,
+//!   stay the same), bracketed by a global rename sequence count like the
+//!   kernel's `rename_lock`; a lookup that misses re-checks the count.
+//! - **Fast walk** (seed 000 §7): [`Dcache::walk`] resolves a whole path under
+//!   one pin, taking a reference on the result only, and retries if a rename
+//!   ran meanwhile.
+//! - **Subtree drop**: [`Dcache::drop_subtree`] walks the cached subtree top
+//!   down in batches (a cursor over each child map, which is ordered by id),
+//!   unhashing as it goes, and restarts when a rename interferes; after two
+//!   restarts it holds the rename lock for a pass.
+//! - **Statistics** (`stats.rs`) are per-thread sharded counters.
+//! - **Memory**: nodes and old keys are freed through crossbeam-epoch's
+//!   default collector. The `Dcache` owns no collector of its own: the default
+//!   collector's per-thread handles make a pin a thread-local operation, and
+//!   under loom crossbeam builds the default collector per model execution,
+//!   so models still start from a clean collector. A payload `T` is dropped
+//!   when the epoch destructor of its node runs, which may be late or (at
+//!   process exit) never: **never make a payload's `Drop` release an external
+//!   resource** (a file descriptor, a lock); the payload's owner decides when
+//!   such resources go.
+//!
+//! # Invariants
+//!
+//! - A node is freed only after it is `DEAD` (count 0, set by exactly one
+//!   thread), unhashed, unlinked from its chain, off the LRU, out of its
+//!   parent's child map, and has no children; and then only through
+//!   `defer_destroy`, so pinned readers never see freed memory.
+//! - A hashed node with count 0 is on the LRU.
+//! - Exactly one thread makes the `UNHASHED` transition of a node (and
+//!   counts it); the bucket lock decides who unlinks it.
+//! - Every cached child is in its parent's child map and holds one reference
+//!   on its parent; a node under an unhashed parent is never hashed.
+//! - Lock order: rename lock → child-map locks (by address) → bucket locks (by
+//!   index) → LRU lock (a leaf).
+//!
+//! # Concurrency
+//!
+//! Readers (lookup, `lookup_with`, `Pinned::lookup`, walk) take no lock and
+//! write nothing shared except the referenced byte of an entry that does not
+//! have it yet, a count on the one entry they return a handle to, and their
+//! thread's statistics shard. Writers lock one bucket (and the parent's child
+//! map) per insert; unhash locks one bucket; renames are serialised by the
+//! rename lock. A lookup sees the state before or after any concurrent write.
+//! Two inserts of one name serialise on the bucket lock and end with one
+//! entry. Every protocol has a loom model in the `loom-tests` crate
+//! (`tests/dcache.rs`).
 
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+mod cache;
+mod lru;
+mod node;
+mod stats;
 mod sync;
+mod table;
+
+#[cfg(test)]
+mod tests;
+
+pub use cache::{Dcache, Dentry, DentryRef, DropStats, Lookup, Pinned, Walk};
+pub use stats::Stats;
+
+/// Capacity and batching of a [`Dcache`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The most entries (positive and negative, the root excluded) kept when
+    /// some are unused; inserting beyond it prunes.
+    pub max_entries: usize,
+    /// The most negative entries kept; inserting beyond it prunes negatives.
+    pub max_negative: usize,
+    /// Entries pruned per capacity-triggered pass, and children handled per
+    /// locked step of `drop_subtree`.
+    pub prune_batch: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            max_entries: 1 << 18,
+            max_negative: 1 << 16,
+            prune_batch: 64,
+        }
+    }
+}
+
+impl Config {
+    /// `prune_batch` of at least 1, and `max_negative` at most `max_entries`.
+    fn normalized(mut self) -> Self {
+        self.prune_batch = self.prune_batch.max(1);
+        self.max_negative = self.max_negative.min(self.max_entries);
+        self
+    }
+}

@@ -62,6 +62,22 @@ mod imp {
     pub(crate) fn spin_loop() {
         std::hint::spin_loop();
     }
+
+    pub(crate) use crossbeam_utils::CachePadded;
+
+    /// A small per-thread number used to pick a statistics shard, so that
+    /// threads mostly count on cache lines of their own.
+    pub(crate) fn thread_shard() -> usize {
+        use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
+        static NEXT: StdAtomicUsize = StdAtomicUsize::new(0);
+        std::thread_local! {
+            static SHARD: usize = NEXT.fetch_add(1, StdOrdering::Relaxed);
+        }
+        SHARD.try_with(|s| *s).unwrap_or(0)
+    }
+
+    /// Whether the crate is built for the loom model checker.
+    pub(crate) const LOOM: bool = false;
 }
 
 #[cfg(rcufs_loom)]
@@ -98,6 +114,17 @@ mod imp {
     pub(crate) fn spin_loop() {
         loom::thread::yield_now();
     }
+
+    pub(crate) use crossbeam_utils::CachePadded;
+
+    /// Under loom every thread counts in shard 0: the statistics are not part
+    /// of any protocol the models check, and fewer shards mean fewer states.
+    pub(crate) fn thread_shard() -> usize {
+        0
+    }
+
+    /// Whether the crate is built for the loom model checker.
+    pub(crate) const LOOM: bool = true;
 }
 
 pub(crate) use imp::*;

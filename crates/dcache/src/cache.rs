@@ -1,0 +1,1260 @@
+//! The cache proper: the shared state, counted handles, and every operation
+//! (lookup, insert, replace, remove, rename, walk, drop_subtree, prune).
+//!
+//! The algorithms are those of the Linux dcache as seed 000 ("Scalability of
+//! the directory entry cache") started it and as the kernel does it today:
+//! RCU (here: crossbeam-epoch) reads of the hash chains (§3), a lazy LRU
+//! (§6), a whole-path walk that takes a reference on the result only (§7,
+//! "fast walk"), `d_alloc_parallel`-style single insertion of a name, a
+//! global rename sequence count (`rename_lock`), and resumable subtree walks
+//! (`shrink_dcache_parent`). The memory-ordering argument for each step is in
+//! the comments next to the atomic operations; the protocols are summarised in
+//! the crate docs.
+//!
+//! Lock order (outer to inner): rename lock, then child-map locks (two only in
+//! rename, by address), then bucket locks (two only in rename, by index),
+//! then the LRU lock. The LRU lock is a leaf: nothing is acquired while it is
+//! held. No thread takes a child-map lock while holding a bucket lock or the
+//! LRU lock.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::ptr::{self, NonNull};
+
+use crate::Config;
+use crate::lru::Lru;
+use crate::node::{COUNT_MASK, DEAD, Node, NodePtr, ON_LRU, UNHASHED};
+use crate::stats::{Counters, Event, Stats};
+use crate::sync::epoch::{self, Guard, Owned};
+use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering, spin_loop};
+use crate::table::{Table, make_key};
+
+/// After this many restarts caused by concurrent renames, `drop_subtree`
+/// holds the rename lock for its next pass (the kernel's `d_walk` does the
+/// same with `rename_lock`), which bounds its work.
+const RESTARTS_BEFORE_LOCK: u32 = 2;
+
+/// State shared by the cache and every handle. It is freed by whichever
+/// thread kills the root node, which can only happen once the `Dcache` is
+/// dropped and no handle is left (every node holds a reference on its
+/// parent, so any live handle keeps the root alive).
+pub(crate) struct Shared<T> {
+    pub(crate) table: Table<T>,
+    pub(crate) lru: Mutex<Lru<T>>,
+    /// Serialises renames (the writer side of the kernel's `rename_lock`).
+    pub(crate) rename_lock: Mutex<()>,
+    /// Odd while a rename is moving a node between chains.
+    pub(crate) rename_seq: AtomicUsize,
+    pub(crate) next_id: AtomicU64,
+    pub(crate) entries: AtomicUsize,
+    pub(crate) negatives: AtomicUsize,
+    pub(crate) counters: Counters,
+    pub(crate) config: Config,
+}
+
+/// Drops one reference on `node`. Returns true if the caller now owns the
+/// node's teardown (it was the last reference to an unhashed node and the
+/// call marked it `DEAD`).
+///
+/// The last reference to a hashed node that is not on the LRU is dropped under
+/// the LRU lock together with linking the node there, so the node is never
+/// unreferenced, hashed and unlisted at once.
+fn release_one<T>(shared: &Shared<T>, node: &Node<T>) -> bool {
+    let mut c = node.count.load(Ordering::Relaxed);
+    loop {
+        debug_assert!(c & DEAD == 0 && c & COUNT_MASK > 0, "dcache: reference count underflow");
+        let last = c & COUNT_MASK == 1;
+        if !last || (c & ON_LRU != 0 && c & UNHASHED == 0) {
+            // Release: our uses of the node happen before whoever takes the
+            // next reference or frees it; pairs with the Acquire CAS in
+            // `try_get`, in the DEAD transition below and in the pruner.
+            match node
+                .count
+                .compare_exchange_weak(c, c - 1, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return false,
+                Err(now) => c = now,
+            }
+            continue;
+        }
+        if c & UNHASHED != 0 {
+            // Acquire: we are about to free the node; pairs with the Release
+            // decrements of all earlier holders.
+            match node
+                .count
+                .compare_exchange_weak(c, (c - 1) | DEAD, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(now) => c = now,
+            }
+            continue;
+        }
+        // Last reference to a hashed node that is off the LRU: put it on.
+        let mut lru = shared.lru.lock();
+        c = node.count.load(Ordering::Relaxed);
+        while c & COUNT_MASK == 1 && c & (UNHASHED | ON_LRU) == 0 {
+            // Release: as the decrement above.
+            match node
+                .count
+                .compare_exchange_weak(c, (c - 1) | ON_LRU, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    // SAFETY: we hold the LRU lock; the node is alive (it
+                    // cannot be killed before its killer takes this lock to
+                    // take it off the list) and it was on no list (ON_LRU was
+                    // clear, and that bit changes only under this lock).
+                    unsafe { lru.list_for(node).push_back(node) };
+                    return false;
+                }
+                Err(now) => c = now,
+            }
+        }
+        drop(lru);
+    }
+}
+
+/// Tears down a node whose `DEAD` bit the caller set: takes it off the LRU,
+/// out of its hash chain and out of its parent's child map, and hands its
+/// memory to the epoch collector. Returns the parent, on which the caller
+/// still holds the node's reference (null for the root).
+///
+/// # Safety
+/// The caller set `DEAD` on `node` (so it owns the teardown) and is pinned.
+unsafe fn kill<T>(shared: &Shared<T>, node: &Node<T>, guard: &Guard) -> *const Node<T> {
+    // ON_LRU cannot be set on a DEAD node (setting it needs a reference) and
+    // the pruner skips DEAD nodes, so only we change it from here on.
+    if node.count.load(Ordering::Relaxed) & ON_LRU != 0 {
+        let mut lru = shared.lru.lock();
+        // SAFETY: ON_LRU is set, so the node is on its list; we hold the lock.
+        unsafe { lru.list_for(node).remove(node) };
+        node.count.fetch_and(!ON_LRU, Ordering::Relaxed);
+    }
+    shared.table.unlink(node, guard);
+    // Acquire: pairs with the Release store of rename; a DEAD node cannot be
+    // moved any more (rename holds a reference).
+    let parent = node.parent.load(Ordering::Acquire).cast_const();
+    // SAFETY: the node holds a reference on its parent until we release it
+    // after this function returns.
+    if let Some(p) = unsafe { parent.as_ref() } {
+        p.children.lock().remove(&node.id);
+        shared.entries.fetch_sub(1, Ordering::Relaxed);
+        if node.is_negative() {
+            shared.negatives.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    // SAFETY: the node is DEAD (no new references), unhashed and unlinked from
+    // its chain, off the LRU and out of its parent's child map, and it has no
+    // children (each would hold a reference). Only readers pinned before the
+    // unlinking can still see it, and the collector waits for them.
+    unsafe { guard.defer_destroy(epoch::Shared::from(node as *const Node<T>)) };
+    parent
+}
+
+/// Drops one reference; if it was the last one of an unhashed node, frees the
+/// node and walks up releasing parents as needed. Frees the shared state if
+/// the root goes. Returns whether `node` itself was freed.
+fn put_node<T>(shared_ptr: NonNull<Shared<T>>, node: NonNull<Node<T>>) -> bool {
+    // SAFETY: the caller's reference on `node` keeps the root, and so the
+    // shared state, alive.
+    let shared = unsafe { shared_ptr.as_ref() };
+    // SAFETY: the caller holds a reference on `node`.
+    if !release_one(shared, unsafe { node.as_ref() }) {
+        return false;
+    }
+    let guard = epoch::pin();
+    let mut n = node.as_ptr().cast_const();
+    loop {
+        // SAFETY: `n` is DEAD and this thread set that bit; we are pinned.
+        let parent = unsafe { kill(shared, &*n, &guard) };
+        if parent.is_null() {
+            // The root is gone: no node, handle or cache refers to the shared
+            // state any more (each would hold a reference reaching the root).
+            debug_assert!(shared.table.is_empty(&guard), "dcache: entries left behind the root");
+            drop(guard);
+            // SAFETY: allocated by `Box::into_raw` in `Dcache::new`, and this
+            // is the one thread that killed the root.
+            unsafe { drop(Box::from_raw(shared_ptr.as_ptr())) };
+            return true;
+        }
+        // SAFETY: we hold the dead child's reference on `parent`.
+        if !release_one(shared, unsafe { &*parent }) {
+            return true;
+        }
+        n = parent;
+    }
+}
+
+/// Kills nodes the pruner marked DEAD.
+fn kill_victims<T>(shared_ptr: NonNull<Shared<T>>, victims: Vec<NodePtr<T>>, guard: &Guard) {
+    // SAFETY: the victims hold references on their parents, keeping the root
+    // and so the shared state alive until the last `release_one` below.
+    let shared = unsafe { shared_ptr.as_ref() };
+    for v in victims {
+        // SAFETY: the pruner set DEAD on `v` and handed the teardown to us.
+        let parent = unsafe { kill(shared, v.0.as_ref(), guard) };
+        debug_assert!(!parent.is_null(), "dcache: the root is never on the LRU");
+        // SAFETY: `parent` is non-null (the root is never pruned) and we hold
+        // the dead child's reference on it, handed on to `put_node` below.
+        let parent = unsafe { NonNull::new_unchecked(parent.cast_mut()) };
+        put_node(shared_ptr, parent);
+    }
+}
+
+/// A counted handle on a dentry. While it exists the entry's memory and
+/// payload stay valid; the entry may still be unhashed (removed from the
+/// cache) by others, which `is_hashed` tells.
+pub struct Dentry<T: Send + Sync + 'static> {
+    node: NonNull<Node<T>>,
+    shared: NonNull<Shared<T>>,
+}
+
+// SAFETY: a handle is a counted reference to a `Node<T>`, which is `Send +
+// Sync` for `T: Send + Sync`; the shared state is all atomics and locks.
+unsafe impl<T: Send + Sync + 'static> Send for Dentry<T> {}
+// SAFETY: as for `Send`; `&Dentry` only reads.
+unsafe impl<T: Send + Sync + 'static> Sync for Dentry<T> {}
+
+impl<T: Send + Sync + 'static> Dentry<T> {
+    /// Wraps a reference the caller already took.
+    ///
+    /// # Safety
+    /// The caller owns one reference on `node`, which belongs to the cache
+    /// whose shared state is `shared`.
+    unsafe fn from_counted(node: &Node<T>, shared: NonNull<Shared<T>>) -> Self {
+        Self {
+            node: NonNull::from(node),
+            shared,
+        }
+    }
+
+    #[inline]
+    fn node(&self) -> &Node<T> {
+        // SAFETY: the handle holds a reference, so the node is not freed.
+        unsafe { self.node.as_ref() }
+    }
+
+    /// The payload, or `None` for a negative entry.
+    pub fn payload(&self) -> Option<&T> {
+        self.node().payload.as_ref()
+    }
+
+    /// The entry's current name (it changes on rename; empty for the root).
+    pub fn name(&self) -> Vec<u8> {
+        let guard = epoch::pin();
+        self.node().key(&guard).name.to_vec()
+    }
+
+    /// Whether the entry caches "does not exist".
+    pub fn is_negative(&self) -> bool {
+        self.node().is_negative()
+    }
+
+    /// Whether the entry is still in the cache (lookups can find it).
+    pub fn is_hashed(&self) -> bool {
+        !self.node().is_unhashed()
+    }
+
+    /// A number unique to this entry for the life of the cache.
+    pub fn id(&self) -> u64 {
+        self.node().id
+    }
+
+    /// Whether two handles name the same entry.
+    pub fn ptr_eq(a: &Self, b: &Self) -> bool {
+        a.node == b.node
+    }
+
+    /// The current parent (`None` for the root).
+    pub fn parent(&self) -> Option<Dentry<T>> {
+        let guard = epoch::pin();
+        loop {
+            // Acquire: pairs with the Release store of the new parent in
+            // rename.
+            let p = self.node().parent.load(Ordering::Acquire);
+            // SAFETY: the parent was this node's parent while we were pinned,
+            // so its memory is still valid (it is freed through the epoch).
+            let pr = unsafe { p.as_ref() }?;
+            if pr.try_get(false) {
+                // SAFETY: we just took the reference.
+                return Some(unsafe { Dentry::from_counted(pr, self.shared) });
+            }
+            // The old parent died after a rename moved us away; reload.
+            spin_loop();
+            let _ = &guard;
+        }
+    }
+
+    /// Drops the handle; returns whether that freed the entry.
+    fn release(self) -> bool {
+        let this = ManuallyDrop::new(self);
+        put_node(this.shared, this.node)
+    }
+}
+
+impl<T: Send + Sync + 'static> Clone for Dentry<T> {
+    fn clone(&self) -> Self {
+        self.node().get();
+        Self {
+            node: self.node,
+            shared: self.shared,
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for Dentry<T> {
+    fn drop(&mut self) {
+        put_node(self.shared, self.node);
+    }
+}
+
+impl<T: Send + Sync + 'static> fmt::Debug for Dentry<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dentry")
+            .field("id", &self.id())
+            .field("name", &String::from_utf8_lossy(&self.name()))
+            .field("negative", &self.is_negative())
+            .field("hashed", &self.is_hashed())
+            .finish()
+    }
+}
+
+/// The result of [`Dcache::lookup`].
+#[derive(Debug)]
+pub enum Lookup<T: Send + Sync + 'static> {
+    /// A cached positive entry.
+    Positive(Dentry<T>),
+    /// A cached "does not exist".
+    Negative,
+    /// Nothing cached.
+    Miss,
+}
+
+/// The result of [`Dcache::walk`].
+#[derive(Debug)]
+pub enum Walk<T: Send + Sync + 'static> {
+    /// Every component resolved to a positive entry; this is the last one.
+    Found(Dentry<T>),
+    /// Component number `consumed` (0-based) is cached as negative under
+    /// `parent` (which resolved the first `consumed` components).
+    Negative { parent: Dentry<T>, consumed: usize },
+    /// Component number `consumed` is not cached under `deepest`.
+    Miss { deepest: Dentry<T>, consumed: usize },
+}
+
+/// What [`Dcache::drop_subtree`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DropStats {
+    /// Entries unhashed and freed.
+    pub dropped: u64,
+    /// Entries unhashed but still referenced when the walk finished (by a
+    /// handle, or by a cached child that was itself busy); they are freed when
+    /// the last reference goes.
+    pub busy: u64,
+    /// Entries the filter kept (their subtrees are still walked).
+    pub skipped: u64,
+}
+
+/// The concurrent directory-entry cache. See the crate docs.
+pub struct Dcache<T: Send + Sync + 'static> {
+    shared: NonNull<Shared<T>>,
+    root: ManuallyDrop<Dentry<T>>,
+    _owns: PhantomData<T>,
+}
+
+// SAFETY: the cache is a handle on the shared state (atomics and locks) and a
+// counted root handle; payloads are `Send + Sync`.
+unsafe impl<T: Send + Sync + 'static> Send for Dcache<T> {}
+// SAFETY: every method takes `&self` and synchronises internally.
+unsafe impl<T: Send + Sync + 'static> Sync for Dcache<T> {}
+
+impl<T: Send + Sync + 'static> Dcache<T> {
+    /// A cache whose root entry carries `root_payload`.
+    pub fn new(config: Config, root_payload: T) -> Self {
+        let config = config.normalized();
+        let buckets = if crate::sync::LOOM {
+            2
+        } else {
+            (config.max_entries / 2).next_power_of_two().clamp(16, 1 << 24)
+        };
+        let seed = if crate::sync::LOOM {
+            0
+        } else {
+            use std::hash::BuildHasher;
+            std::hash::RandomState::new().hash_one(0x5eed_u64)
+        };
+        let root = Box::into_raw(Box::new(Node::new(
+            0,
+            make_key(0, u64::MAX, b""),
+            ptr::null(),
+            Some(root_payload),
+            1,
+        )));
+        let shared = Box::new(Shared {
+            table: Table::new(buckets, seed),
+            lru: Mutex::new(Lru::new()),
+            rename_lock: Mutex::new(()),
+            rename_seq: AtomicUsize::new(0),
+            next_id: AtomicU64::new(1),
+            entries: AtomicUsize::new(0),
+            negatives: AtomicUsize::new(0),
+            counters: Counters::new(),
+            config,
+        });
+        let shared = NonNull::from(Box::leak(shared));
+        // SAFETY: `root` was just allocated with one reference, which the
+        // cache keeps until it is dropped.
+        let root = unsafe { Dentry::from_counted(&*root, shared) };
+        Self {
+            shared,
+            root: ManuallyDrop::new(root),
+            _owns: PhantomData,
+        }
+    }
+
+    #[inline]
+    fn sh(&self) -> &Shared<T> {
+        // SAFETY: the cache holds a reference on the root, which keeps the
+        // shared state alive.
+        unsafe { self.shared.as_ref() }
+    }
+
+    /// # Safety
+    /// As for `Dentry::from_counted`.
+    #[inline]
+    unsafe fn counted(&self, node: &Node<T>) -> Dentry<T> {
+        // SAFETY: forwarded from the caller.
+        unsafe { Dentry::from_counted(node, self.shared) }
+    }
+
+    /// The configuration in force (after normalisation).
+    pub fn config(&self) -> &Config {
+        &self.sh().config
+    }
+
+    /// A counted handle on the root entry.
+    pub fn root(&self) -> Dentry<T> {
+        (*self.root).clone()
+    }
+
+    /// The number of buckets of the hash table.
+    pub fn buckets(&self) -> usize {
+        self.sh().table.len()
+    }
+
+    /// The bucket a name under `parent` hashes to (for tests and models that
+    /// want names in the same or in different chains).
+    #[doc(hidden)]
+    pub fn bucket_of(&self, parent: &Dentry<T>, name: &[u8]) -> usize {
+        let sh = self.sh();
+        sh.table.index(sh.table.hash(parent.id(), name))
+    }
+
+    /// Finds the hashed node for (pid, name), lock-free.
+    ///
+    /// A rename can move a node the scan stands on into another chain and so
+    /// make it miss; a miss is therefore only trusted if the rename sequence
+    /// count did not change. The misleading value (the moved node's new
+    /// `next`) is stored with Release after the count was made odd and read
+    /// here with Acquire, so a scan that followed it sees the count changed.
+    fn find_live<'g>(&self, pid: u64, name: &[u8], hash: u64, guard: &'g Guard) -> Option<&'g Node<T>> {
+        let sh = self.sh();
+        let index = sh.table.index(hash);
+        loop {
+            // Acquire: pairs with the Release increment that ends a rename, so
+            // a scan that starts after it sees the chains it left.
+            let seq = sh.rename_seq.load(Ordering::Acquire);
+            if seq & 1 == 1 {
+                spin_loop();
+                continue;
+            }
+            if let Some(node) = sh.table.scan(index, hash, pid, name, guard) {
+                return Some(node);
+            }
+            // Acquire: orders this load after the chain loads above (and pairs
+            // with the rename increments, see the function docs).
+            if sh.rename_seq.load(Ordering::Acquire) == seq {
+                return None;
+            }
+        }
+    }
+
+    /// Looks `name` up under `parent`, taking a reference on a positive hit.
+    pub fn lookup(&self, parent: &Dentry<T>, name: &[u8]) -> Lookup<T> {
+        let sh = self.sh();
+        let guard = epoch::pin();
+        let pid = parent.node().id;
+        let hash = sh.table.hash(pid, name);
+        match self.find_live(pid, name, hash, &guard) {
+            Some(n) if n.is_negative() => {
+                n.mark_referenced();
+                sh.counters.add(Event::NegativeHit, 1);
+                Lookup::Negative
+            }
+            Some(n) if n.try_get(true) => {
+                n.mark_referenced();
+                sh.counters.add(Event::Hit, 1);
+                // SAFETY: `try_get` took the reference.
+                Lookup::Positive(unsafe { self.counted(n) })
+            }
+            _ => {
+                sh.counters.add(Event::Miss, 1);
+                Lookup::Miss
+            }
+        }
+    }
+
+    /// Looks `name` up under `parent` without taking a reference: `f` sees the
+    /// payload while the lookup is pinned. `None` is a miss, `Some(f(None))`
+    /// a negative hit, `Some(f(Some(payload)))` a positive hit.
+    pub fn lookup_with<R>(&self, parent: &Dentry<T>, name: &[u8], f: impl FnOnce(Option<&T>) -> R) -> Option<R> {
+        let sh = self.sh();
+        let guard = epoch::pin();
+        let pid = parent.node().id;
+        let hash = sh.table.hash(pid, name);
+        match self.find_live(pid, name, hash, &guard) {
+            Some(n) => {
+                n.mark_referenced();
+                let event = if n.is_negative() {
+                    Event::NegativeHit
+                } else {
+                    Event::Hit
+                };
+                sh.counters.add(event, 1);
+                Some(f(n.payload.as_ref()))
+            }
+            None => {
+                sh.counters.add(Event::Miss, 1);
+                None
+            }
+        }
+    }
+
+    /// Pins the current thread for a series of reference-free lookups.
+    pub fn pin(&self) -> Pinned<'_, T> {
+        Pinned {
+            cache: self,
+            guard: epoch::pin(),
+        }
+    }
+
+    /// Caches `name` under `parent` with `payload` (`None` caches "does not
+    /// exist"). If a positive entry is already cached it is returned and
+    /// `payload` is dropped (two racing inserts end with one entry, as
+    /// `d_alloc_parallel`); a cached negative entry is replaced by a positive
+    /// insert. Under an unhashed parent the new entry is returned unhashed.
+    pub fn insert(&self, parent: &Dentry<T>, name: &[u8], payload: Option<T>) -> Dentry<T> {
+        self.insert_inner(parent, name, payload, false)
+    }
+
+    /// Caches `name` under `parent` unconditionally: any cached entry for the
+    /// name is unhashed first, together with its cached subtree.
+    pub fn replace(&self, parent: &Dentry<T>, name: &[u8], payload: Option<T>) -> Dentry<T> {
+        self.insert_inner(parent, name, payload, true)
+    }
+
+    fn insert_inner(&self, parent: &Dentry<T>, name: &[u8], payload: Option<T>, replace: bool) -> Dentry<T> {
+        let sh = self.sh();
+        let guard = epoch::pin();
+        let pnode = parent.node();
+        let hash = sh.table.hash(pnode.id, name);
+        let index = sh.table.index(hash);
+        let keeps = |n: &Node<T>, payload: &Option<T>| !replace && (!n.is_negative() || payload.is_none());
+        if !replace
+            && let Some(n) = self.find_live(pnode.id, name, hash, &guard)
+            && keeps(n, &payload)
+            && n.try_get(true)
+        {
+            // SAFETY: `try_get` took the reference.
+            return unsafe { self.counted(n) };
+        }
+        let mut old = None;
+        let new = {
+            let mut children = pnode.children.lock();
+            // The parent's UNHASHED bit is set before whoever unhashed it
+            // takes this lock to collect the children, so either we see it
+            // here or our child is collected (the lock orders the two).
+            let parent_live = !pnode.is_unhashed();
+            let bucket = sh.table.bucket(index);
+            let _bucket = bucket.lock.lock();
+            if parent_live && let Some(n) = sh.table.scan_locked(index, hash, pnode.id, name, &guard) {
+                if keeps(n, &payload) && n.try_get(true) {
+                    // SAFETY: `try_get` took the reference.
+                    return unsafe { self.counted(n) };
+                }
+                if n.try_get(false) {
+                    // SAFETY: `try_get` took the reference.
+                    let d = unsafe { self.counted(n) };
+                    // AcqRel: the single unhash transition; Release pairs with
+                    // the Acquire in `release_one`'s DEAD CAS (via the word's
+                    // modification order) and with readers of the bit.
+                    if d.node().count.fetch_or(UNHASHED, Ordering::AcqRel) & UNHASHED == 0 {
+                        old = Some(d);
+                    }
+                    // SAFETY: we hold the lock of the bucket of `n`'s key.
+                    unsafe { sh.table.unlink_locked(index, n, &guard) };
+                }
+            }
+            // Relaxed: ids only need to be unique and to grow in each child
+            // map, which the child-map lock we hold orders.
+            let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
+            let negative = payload.is_none();
+            let initial = if parent_live { 1 } else { 1 | UNHASHED };
+            let node = Box::leak(Box::new(Node::new(
+                id,
+                make_key(hash, pnode.id, name),
+                pnode,
+                payload,
+                initial,
+            )));
+            if parent_live {
+                // SAFETY: we hold the bucket lock, the node is new (alive, in
+                // no chain) and its key hashes to `index`.
+                unsafe { sh.table.link_locked(index, node, &guard) };
+            }
+            children.insert(id, NodePtr(NonNull::from(&*node)));
+            pnode.get();
+            sh.entries.fetch_add(1, Ordering::Relaxed);
+            if negative {
+                sh.negatives.fetch_add(1, Ordering::Relaxed);
+            }
+            // SAFETY: the node was created with one reference, which is ours.
+            unsafe { self.counted(node) }
+        };
+        drop(guard);
+        sh.counters.add(Event::Insert, 1);
+        if let Some(old) = old {
+            sh.counters.add(Event::Dropped, 1);
+            self.drop_subtree(&old, |_| true);
+        }
+        self.enforce_capacity();
+        new
+    }
+
+    /// Unhashes the entry `d` (if nobody did yet) and unlinks it from its
+    /// chain. Returns whether this call unhashed it.
+    fn unhash(&self, d: &Dentry<T>) -> bool {
+        // AcqRel: the single unhash transition, see `insert_inner`.
+        if d.node().count.fetch_or(UNHASHED, Ordering::AcqRel) & UNHASHED != 0 {
+            return false;
+        }
+        let guard = epoch::pin();
+        self.sh().table.unlink(d.node(), &guard);
+        true
+    }
+
+    /// Unhashes the entry for `name` under `parent` and its cached subtree
+    /// (unlink, rmdir). Returns whether an entry (positive or negative) was
+    /// cached.
+    pub fn remove(&self, parent: &Dentry<T>, name: &[u8]) -> bool {
+        let sh = self.sh();
+        let found = {
+            let guard = epoch::pin();
+            let pid = parent.node().id;
+            let hash = sh.table.hash(pid, name);
+            match self.find_live(pid, name, hash, &guard) {
+                // SAFETY: `try_get` took the reference.
+                Some(n) if n.try_get(true) => Some(unsafe { self.counted(n) }),
+                _ => None,
+            }
+        };
+        let Some(d) = found else { return false };
+        if !self.unhash(&d) {
+            return false;
+        }
+        sh.counters.add(Event::Dropped, 1);
+        self.drop_subtree(&d, |_| true);
+        true
+    }
+
+    /// Moves the entry `old_name` under `old_parent` to `new_name` under
+    /// `new_parent`, with its cached subtree; a cached target is unhashed
+    /// (with its subtree). Returns false if no positive entry is cached at the
+    /// old name (a cached negative one is removed), or if the move would put
+    /// a directory under itself.
+    pub fn rename(&self, old_parent: &Dentry<T>, old_name: &[u8], new_parent: &Dentry<T>, new_name: &[u8]) -> bool {
+        let mut cleanup = Vec::new();
+        let moved = {
+            let _rename = self.sh().rename_lock.lock();
+            self.rename_locked(old_parent, old_name, new_parent, new_name, &mut cleanup)
+        };
+        // Subtree drops take the rename lock themselves when renames keep
+        // interfering, so they run after it is released.
+        for d in cleanup {
+            self.drop_subtree(&d, |_| true);
+        }
+        moved
+    }
+
+    fn rename_locked(
+        &self,
+        op: &Dentry<T>,
+        old_name: &[u8],
+        np: &Dentry<T>,
+        new_name: &[u8],
+        cleanup: &mut Vec<Dentry<T>>,
+    ) -> bool {
+        let sh = self.sh();
+        let guard = epoch::pin();
+        let (opn, npn) = (op.node(), np.node());
+        let old_hash = sh.table.hash(opn.id, old_name);
+        let x = match self.find_live(opn.id, old_name, old_hash, &guard) {
+            // SAFETY: `try_get` took the reference.
+            Some(n) if n.try_get(true) => unsafe { self.counted(n) },
+            _ => return false,
+        };
+        if x.is_negative() {
+            if self.unhash(&x) {
+                sh.counters.add(Event::Dropped, 1);
+            }
+            return false;
+        }
+        if opn.id == npn.id && old_name == new_name {
+            return true;
+        }
+        let xn = x.node();
+        // Refuse to move a directory under itself. Parents change only under
+        // the rename lock, which we hold.
+        let mut a: *const Node<T> = npn;
+        while !a.is_null() {
+            if ptr::eq(a, xn) {
+                return false;
+            }
+            // SAFETY: `np` is counted and every node holds a reference on its
+            // parent, so the whole ancestor chain is alive.
+            a = unsafe { (*a).parent.load(Ordering::Relaxed) };
+        }
+        if !ptr::eq(xn.parent.load(Ordering::Relaxed), opn) {
+            return false;
+        }
+        let new_hash = sh.table.hash(npn.id, new_name);
+        let same_parent = ptr::eq(opn, npn);
+        // Child-map locks: by address when there are two.
+        let (mut old_children, mut new_children) = if same_parent {
+            (opn.children.lock(), None)
+        } else if (opn as *const Node<T>) < (npn as *const Node<T>) {
+            let o = opn.children.lock();
+            (o, Some(npn.children.lock()))
+        } else {
+            let n = npn.children.lock();
+            (opn.children.lock(), Some(n))
+        };
+        if xn.is_unhashed() {
+            return false;
+        }
+        if npn.is_unhashed() {
+            // Moving into a dropped directory: the entry leaves the cache.
+            drop(new_children);
+            drop(old_children);
+            if self.unhash(&x) {
+                sh.counters.add(Event::Dropped, 1);
+                cleanup.push(x);
+            }
+            return true;
+        }
+        let (oi, ni) = (sh.table.index(old_hash), sh.table.index(new_hash));
+        let (first, second) = (oi.min(ni), oi.max(ni));
+        let _b1 = sh.table.bucket(first).lock.lock();
+        let _b2 = (first != second).then(|| sh.table.bucket(second).lock.lock());
+        if let Some(t) = sh.table.scan_locked(ni, new_hash, npn.id, new_name, &guard)
+            && t.try_get(false)
+        {
+            // SAFETY: `try_get` took the reference.
+            let t = unsafe { self.counted(t) };
+            // AcqRel: the single unhash transition, see `insert_inner`.
+            if t.node().count.fetch_or(UNHASHED, Ordering::AcqRel) & UNHASHED == 0 {
+                sh.counters.add(Event::Dropped, 1);
+            }
+            // SAFETY: we hold the lock of the bucket of `t`'s key.
+            unsafe { sh.table.unlink_locked(ni, t.node(), &guard) };
+            cleanup.push(t);
+        }
+        // AcqRel: makes the count odd before the node's links change. The
+        // Release stores of the new key and `next` below carry it to any
+        // reader that sees them (paired with the Acquire loads in `scan` and
+        // the re-check in `find_live`); the Acquire side orders it with the
+        // read-modify-writes of `drop_subtree`.
+        sh.rename_seq.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: we hold the lock of bucket `oi`, the bucket of x's key.
+        unsafe { sh.table.unlink_locked(oi, xn, &guard) };
+        // Release: publishes the new key's bytes; pairs with the Acquire load
+        // in `Node::key`.
+        let old_key = xn.key.swap(
+            Owned::new(make_key(new_hash, npn.id, new_name)),
+            Ordering::Release,
+            &guard,
+        );
+        // SAFETY: the old key is unreachable now; readers pinned before the
+        // swap may still read it, and the collector waits for them.
+        unsafe { guard.defer_destroy(old_key) };
+        // SAFETY: we hold the lock of bucket `ni`, x is in no chain, and its
+        // new key hashes to `ni`.
+        unsafe { sh.table.link_locked(ni, xn, &guard) };
+        // AcqRel: ends the move; Release pairs with the Acquire loads that
+        // start `find_live` and `walk`.
+        sh.rename_seq.fetch_add(1, Ordering::AcqRel);
+        drop(_b2);
+        drop(_b1);
+        if let Some(new_children) = new_children.as_mut() {
+            old_children.remove(&xn.id);
+            new_children.insert(xn.id, NodePtr(NonNull::from(xn)));
+            npn.get();
+            // Release: publishes the parent pointer for `Dentry::parent`;
+            // pairs with its Acquire load.
+            xn.parent.store(ptr::from_ref(npn).cast_mut(), Ordering::Release);
+        }
+        drop(new_children);
+        drop(old_children);
+        if !same_parent {
+            // The moved entry's reference on its old parent, taken when it was
+            // inserted (or moved) there.
+            put_node(self.shared, NonNull::from(opn));
+        }
+        true
+    }
+
+    /// Resolves `components` one after another from `start` under a single
+    /// epoch pin, taking a reference only on the result (seed 000 §7, "fast
+    /// walk"). Components are plain names; `.` and `..` are the caller's
+    /// business. A walk that raced with a rename is retried, so the result is
+    /// a path that existed at one moment.
+    pub fn walk<'a>(&self, start: &Dentry<T>, components: impl IntoIterator<Item = &'a [u8]>) -> Walk<T> {
+        let comps: Vec<&[u8]> = components.into_iter().collect();
+        let sh = self.sh();
+        let guard = epoch::pin();
+        'retry: loop {
+            // Acquire: pairs with the Release increment that ends a rename.
+            let seq = sh.rename_seq.load(Ordering::Acquire);
+            if seq & 1 == 1 {
+                spin_loop();
+                continue;
+            }
+            let mut cur: &Node<T> = start.node();
+            let mut hits = 0;
+            let mut end = None;
+            for (i, comp) in comps.iter().enumerate() {
+                let hash = sh.table.hash(cur.id, comp);
+                match self.find_live(cur.id, comp, hash, &guard) {
+                    Some(n) if n.is_negative() => {
+                        n.mark_referenced();
+                        end = Some((i, true));
+                        break;
+                    }
+                    Some(n) => {
+                        n.mark_referenced();
+                        hits += 1;
+                        cur = n;
+                    }
+                    None => {
+                        end = Some((i, false));
+                        break;
+                    }
+                }
+            }
+            // Acquire: pairs with the rename increments; a path that a rename
+            // changed under us is walked again.
+            if sh.rename_seq.load(Ordering::Acquire) != seq {
+                continue 'retry;
+            }
+            let counted = if ptr::eq(cur, start.node()) {
+                start.clone()
+            } else if cur.try_get(true) {
+                // SAFETY: `try_get` took the reference.
+                unsafe { self.counted(cur) }
+            } else {
+                // The entry was unhashed since we passed it: walk again.
+                continue 'retry;
+            };
+            sh.counters.add(Event::Hit, hits);
+            return match end {
+                None => Walk::Found(counted),
+                Some((consumed, true)) => {
+                    sh.counters.add(Event::NegativeHit, 1);
+                    Walk::Negative {
+                        parent: counted,
+                        consumed,
+                    }
+                }
+                Some((consumed, false)) => {
+                    sh.counters.add(Event::Miss, 1);
+                    Walk::Miss {
+                        deepest: counted,
+                        consumed,
+                    }
+                }
+            };
+        }
+    }
+
+    /// Reads the rename count with a read-modify-write, which always reads
+    /// the latest value in its modification order; waits while it is odd.
+    fn seq_rmw(&self) -> usize {
+        loop {
+            // AcqRel: orders this pass against the increments of every rename
+            // (they are read-modify-writes of the same word): either a rename
+            // is entirely before this read and its effects are visible, or it
+            // comes after and sees everything the pass did before.
+            let s = self.sh().rename_seq.fetch_add(0, Ordering::AcqRel);
+            if s & 1 == 0 {
+                return s;
+            }
+            spin_loop();
+        }
+    }
+
+    /// Unhashes every cached entry below `dir` (not `dir` itself) for which
+    /// `filter` returns true; negative entries are always dropped. Works in
+    /// batches of `prune_batch` children, never holding a lock across
+    /// batches, and restarts if a rename interferes. After it returns, no
+    /// lookup under `dir` hits an entry that existed before the call, except
+    /// those the filter kept.
+    pub fn drop_subtree(&self, dir: &Dentry<T>, mut filter: impl FnMut(&T) -> bool) -> DropStats {
+        let sh = self.sh();
+        // Entries whose insertion happened before this call have smaller ids;
+        // entries inserted during the call are left alone, which bounds the
+        // work.
+        let limit = sh.next_id.load(Ordering::Relaxed);
+        let mut stats = DropStats::default();
+        let mut attempt = 0;
+        loop {
+            let locked = (attempt >= RESTARTS_BEFORE_LOCK).then(|| sh.rename_lock.lock());
+            let seq = self.seq_rmw();
+            let mut skipped = 0;
+            if self.drop_pass(dir, limit, seq, locked.is_some(), &mut filter, &mut stats, &mut skipped) {
+                stats.skipped = skipped;
+                break;
+            }
+            attempt += 1;
+        }
+        sh.counters.add(Event::Dropped, stats.dropped + stats.busy);
+        stats
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn drop_pass(
+        &self,
+        dir: &Dentry<T>,
+        limit: u64,
+        seq: usize,
+        locked: bool,
+        filter: &mut impl FnMut(&T) -> bool,
+        stats: &mut DropStats,
+        skipped: &mut u64,
+    ) -> bool {
+        struct Frame<T: Send + Sync + 'static> {
+            node: Dentry<T>,
+            cursor: u64,
+            dropping: bool,
+        }
+        let finish = |f: Frame<T>, stats: &mut DropStats| {
+            if f.dropping {
+                if f.node.release() {
+                    stats.dropped += 1;
+                } else {
+                    stats.busy += 1;
+                }
+            }
+        };
+        let batch_size = self.sh().config.prune_batch;
+        let mut stack = vec![Frame {
+            node: dir.clone(),
+            cursor: 0,
+            dropping: false,
+        }];
+        let mut batch = Vec::with_capacity(batch_size);
+        let complete = loop {
+            let Some(top) = stack.last_mut() else { break true };
+            if top.cursor < limit {
+                let children = top.node.node().children.lock();
+                for (&id, child) in children.range(top.cursor..limit) {
+                    if batch.len() == batch_size {
+                        break;
+                    }
+                    top.cursor = id + 1;
+                    // SAFETY: a node in a child map is alive: its killer takes
+                    // it out under this lock before freeing it.
+                    let child = unsafe { child.0.as_ref() };
+                    if child.try_get(false) {
+                        // SAFETY: `try_get` took the reference.
+                        batch.push(unsafe { self.counted(child) });
+                    }
+                }
+                if batch.is_empty() {
+                    top.cursor = limit;
+                }
+            }
+            if batch.is_empty() {
+                let f = stack.pop().expect("the stack has a top");
+                finish(f, stats);
+                continue;
+            }
+            for child in batch.drain(..).rev() {
+                let drop_it = child.payload().is_none_or(&mut *filter);
+                let dropping = if drop_it {
+                    self.unhash(&child)
+                } else {
+                    *skipped += 1;
+                    false
+                };
+                stack.push(Frame {
+                    node: child,
+                    cursor: 0,
+                    dropping,
+                });
+            }
+            if !locked && self.seq_rmw() != seq {
+                break false;
+            }
+        };
+        while let Some(f) = stack.pop() {
+            finish(f, stats);
+        }
+        complete
+    }
+
+    /// Frees up to `max` unused entries from the LRU lists (negative entries
+    /// first). Returns how many were freed.
+    pub fn prune(&self, max: usize) -> usize {
+        let n = self.prune_list(true, max);
+        n + self.prune_list(false, max - n)
+    }
+
+    fn enforce_capacity(&self) {
+        let sh = self.sh();
+        let c = &sh.config;
+        if sh.negatives.load(Ordering::Relaxed) > c.max_negative {
+            self.prune_list(true, c.prune_batch);
+        }
+        if sh.entries.load(Ordering::Relaxed) > c.max_entries {
+            self.prune(c.prune_batch);
+        }
+    }
+
+    /// One pass of the lazy LRU over one list (seed 000 §6.2): in-use
+    /// entries are taken off, referenced ones rotated to the tail with the bit
+    /// cleared, unused unreferenced ones evicted. Scans each entry at most
+    /// twice per call.
+    fn prune_list(&self, negative: bool, want: usize) -> usize {
+        if want == 0 {
+            return 0;
+        }
+        let sh = self.sh();
+        let guard = epoch::pin();
+        let mut victims = Vec::new();
+        {
+            let mut lru = sh.lru.lock();
+            let list = if negative { &mut lru.negative } else { &mut lru.positive };
+            // Two laps at most: a referenced entry loses its bit on the first
+            // and can go on the second, after every unreferenced one.
+            let mut budget = list.len().saturating_mul(2);
+            while victims.len() < want && budget > 0 {
+                budget -= 1;
+                let head = list.head();
+                // SAFETY: nodes on the list are alive (killers take them off
+                // under this lock before freeing them).
+                let Some(node) = (unsafe { head.as_ref() }) else { break };
+                let c = node.count.load(Ordering::Relaxed);
+                if c & DEAD != 0 {
+                    // Its killer is waiting for this lock to take it off.
+                    // SAFETY: on the list, lock held.
+                    unsafe { list.rotate(head) };
+                    continue;
+                }
+                if c & COUNT_MASK != 0 {
+                    // In use: take it off lazily. Its last `put` will put it
+                    // back (ON_LRU is clear), under this lock.
+                    if node
+                        .count
+                        .compare_exchange(c, c & !ON_LRU, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        // SAFETY: on the list, lock held.
+                        unsafe { list.remove(head) };
+                    }
+                    continue;
+                }
+                if node.referenced.load(Ordering::Relaxed) {
+                    node.referenced.store(false, Ordering::Relaxed);
+                    // SAFETY: on the list, lock held.
+                    unsafe { list.rotate(head) };
+                    continue;
+                }
+                // Acquire: we are going to free the node; pairs with the
+                // Release decrements of its former holders in `release_one`.
+                if node
+                    .count
+                    .compare_exchange(c, c | UNHASHED | DEAD, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    // SAFETY: on the list, lock held.
+                    unsafe { list.remove(head) };
+                    node.count.fetch_and(!ON_LRU, Ordering::Relaxed);
+                    victims.push(NodePtr(NonNull::from(node)));
+                }
+            }
+        }
+        let n = victims.len();
+        kill_victims(self.shared, victims, &guard);
+        sh.counters.add(Event::Eviction, n as u64);
+        n
+    }
+
+    /// The number of entries (hashed, or unhashed but still referenced),
+    /// the root excluded.
+    pub fn len(&self) -> usize {
+        self.sh().entries.load(Ordering::Relaxed)
+    }
+
+    /// Whether no entry but the root is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The number of negative entries.
+    pub fn negative_len(&self) -> usize {
+        self.sh().negatives.load(Ordering::Relaxed)
+    }
+
+    /// The number of entries on the LRU lists (unused, evictable).
+    pub fn lru_len(&self) -> usize {
+        let lru = self.sh().lru.lock();
+        lru.positive.len() + lru.negative.len()
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        let sh = self.sh();
+        let c = &sh.counters;
+        Stats {
+            hits: c.sum(Event::Hit),
+            misses: c.sum(Event::Miss),
+            negative_hits: c.sum(Event::NegativeHit),
+            inserts: c.sum(Event::Insert),
+            evictions: c.sum(Event::Eviction),
+            dropped: c.sum(Event::Dropped),
+            entries: self.len() as u64,
+            negative_entries: self.negative_len() as u64,
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for Dcache<T> {
+    fn drop(&mut self) {
+        // SAFETY: `self.root` is not used again.
+        let root = unsafe { ManuallyDrop::take(&mut self.root) };
+        self.drop_subtree(&root, |_| true);
+        // AcqRel: the root's unhash transition (it is in no chain); from here
+        // its last reference frees it and the shared state.
+        root.node().count.fetch_or(UNHASHED, Ordering::AcqRel);
+        drop(root);
+    }
+}
+
+impl<T: Send + Sync + 'static> fmt::Debug for Dcache<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dcache")
+            .field("config", self.config())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// A pinned view of the cache for lookups that take no reference at all:
+/// the returned [`DentryRef`]s are valid while the `Pinned` lives. Keep it
+/// short-lived: while a thread is pinned, no memory freed by the cache can
+/// be reclaimed.
+pub struct Pinned<'c, T: Send + Sync + 'static> {
+    cache: &'c Dcache<T>,
+    guard: Guard,
+}
+
+impl<'c, T: Send + Sync + 'static> Pinned<'c, T> {
+    fn lookup_id(&self, pid: u64, name: &[u8]) -> Option<DentryRef<'_, T>> {
+        let sh = self.cache.sh();
+        let hash = sh.table.hash(pid, name);
+        match self.cache.find_live(pid, name, hash, &self.guard) {
+            Some(n) => {
+                n.mark_referenced();
+                let event = if n.is_negative() {
+                    Event::NegativeHit
+                } else {
+                    Event::Hit
+                };
+                sh.counters.add(event, 1);
+                Some(DentryRef { node: n, pinned: self })
+            }
+            None => {
+                sh.counters.add(Event::Miss, 1);
+                None
+            }
+        }
+    }
+
+    /// Looks `name` up under a counted `parent`; `None` is a miss.
+    pub fn lookup(&self, parent: &Dentry<T>, name: &[u8]) -> Option<DentryRef<'_, T>> {
+        self.lookup_id(parent.id(), name)
+    }
+
+    /// Looks `name` up under a pinned `parent`.
+    pub fn lookup_in(&self, parent: DentryRef<'_, T>, name: &[u8]) -> Option<DentryRef<'_, T>> {
+        self.lookup_id(parent.id(), name)
+    }
+
+    /// The root entry, borrowed.
+    pub fn root(&self) -> DentryRef<'_, T> {
+        DentryRef {
+            node: self.cache.root.node(),
+            pinned: self,
+        }
+    }
+}
+
+/// A dentry borrowed under a [`Pinned`]: no reference count is held; the
+/// memory stays valid while the pin lasts, though the entry may be unhashed
+/// meanwhile.
+pub struct DentryRef<'p, T: Send + Sync + 'static> {
+    node: &'p Node<T>,
+    pinned: &'p Pinned<'p, T>,
+}
+
+impl<T: Send + Sync + 'static> Clone for DentryRef<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: Send + Sync + 'static> Copy for DentryRef<'_, T> {}
+
+impl<'p, T: Send + Sync + 'static> DentryRef<'p, T> {
+    /// The payload, or `None` for a negative entry.
+    pub fn payload(&self) -> Option<&'p T> {
+        self.node.payload.as_ref()
+    }
+
+    /// Whether the entry caches "does not exist".
+    pub fn is_negative(&self) -> bool {
+        self.node.is_negative()
+    }
+
+    /// Whether the entry is still in the cache.
+    pub fn is_hashed(&self) -> bool {
+        !self.node.is_unhashed()
+    }
+
+    /// The entry's unique id.
+    pub fn id(&self) -> u64 {
+        self.node.id
+    }
+
+    /// The entry's name as of this pin.
+    pub fn name(&self) -> &'p [u8] {
+        &self.node.key(&self.pinned.guard).name
+    }
+
+    /// Takes a counted handle, unless the entry was unhashed meanwhile.
+    pub fn to_dentry(&self) -> Option<Dentry<T>> {
+        // SAFETY: `try_get` took the reference.
+        self.node
+            .try_get(true)
+            .then(|| unsafe { self.pinned.cache.counted(self.node) })
+    }
+}

@@ -1,0 +1,399 @@
+//! Unit tests of the single-threaded behaviour of every operation.
+
+use crate::{Config, Dcache, Dentry, DropStats, Lookup, Walk};
+
+fn cache() -> Dcache<u32> {
+    Dcache::new(Config::default(), 0)
+}
+
+#[track_caller]
+fn check_lookup(c: &Dcache<u32>, parent: &Dentry<u32>, name: &str, expected: Option<Option<u32>>) {
+    let got = match c.lookup(parent, name.as_bytes()) {
+        Lookup::Positive(d) => {
+            assert!(d.is_hashed());
+            assert_eq!(d.name(), name.as_bytes());
+            Some(Some(*d.payload().expect("positive")))
+        }
+        Lookup::Negative => Some(None),
+        Lookup::Miss => None,
+    };
+    assert_eq!(got, expected, "lookup of {name:?}");
+    let with = c.lookup_with(parent, name.as_bytes(), |p| p.copied());
+    assert_eq!(with, expected, "lookup_with of {name:?}");
+    let pinned = c.pin();
+    let r = pinned.lookup(parent, name.as_bytes()).map(|r| r.payload().copied());
+    assert_eq!(r, expected, "pinned lookup of {name:?}");
+}
+
+#[test]
+fn insert_then_lookup_positive_negative_and_miss() {
+    let c = cache();
+    let root = c.root();
+    let a = c.insert(&root, b"a", Some(1));
+    c.insert(&root, b"n", None);
+    check_lookup(&c, &root, "a", Some(Some(1)));
+    check_lookup(&c, &root, "n", Some(None));
+    check_lookup(&c, &root, "zz", None);
+    check_lookup(&c, &a, "a", None);
+    assert_eq!(c.len(), 2);
+    assert_eq!(c.negative_len(), 1);
+    assert_eq!(a.parent().map(|p| p.id()), Some(root.id()));
+    assert!(root.parent().is_none());
+    assert!(root.name().is_empty());
+}
+
+#[test]
+fn insert_keeps_existing_positive_and_replaces_negative() {
+    let c = cache();
+    let root = c.root();
+    let first = c.insert(&root, b"x", Some(1));
+    let second = c.insert(&root, b"x", Some(2));
+    assert!(Dentry::ptr_eq(&first, &second));
+    assert_eq!(second.payload(), Some(&1));
+    assert_eq!(c.len(), 1);
+
+    let neg = c.insert(&root, b"y", None);
+    let neg2 = c.insert(&root, b"y", None);
+    assert!(Dentry::ptr_eq(&neg, &neg2));
+    let pos = c.insert(&root, b"y", Some(3));
+    assert!(!neg.is_hashed());
+    assert!(pos.is_hashed());
+    check_lookup(&c, &root, "y", Some(Some(3)));
+    drop((neg, neg2));
+    assert_eq!(c.len(), 2);
+    assert_eq!(c.negative_len(), 0);
+}
+
+#[test]
+fn replace_unhashes_old_entry_and_its_subtree() {
+    let c = cache();
+    let root = c.root();
+    let d = c.insert(&root, b"d", Some(1));
+    let f = c.insert(&d, b"f", Some(2));
+    let d2 = c.replace(&root, b"d", Some(10));
+    assert!(!d.is_hashed());
+    assert!(!f.is_hashed());
+    check_lookup(&c, &root, "d", Some(Some(10)));
+    check_lookup(&c, &d, "f", None);
+    check_lookup(&c, &d2, "f", None);
+    drop((d, f));
+    assert_eq!(c.len(), 1);
+}
+
+#[test]
+fn remove_drops_entry_and_subtree() {
+    let c = cache();
+    let root = c.root();
+    let d = c.insert(&root, b"d", Some(1));
+    let e = c.insert(&d, b"e", Some(2));
+    c.insert(&e, b"f", Some(3));
+    c.insert(&e, b"g", None);
+    drop(e);
+    assert!(c.remove(&root, b"d"));
+    assert!(!c.remove(&root, b"d"));
+    assert!(!d.is_hashed());
+    check_lookup(&c, &root, "d", None);
+    check_lookup(&c, &d, "e", None);
+    // Everything but `d` (still held) is freed.
+    assert_eq!(c.len(), 1);
+    drop(d);
+    assert_eq!(c.len(), 0);
+    assert_eq!(c.stats().dropped, 4);
+}
+
+#[test]
+fn insert_under_unhashed_parent_is_not_cached() {
+    let c = cache();
+    let root = c.root();
+    let d = c.insert(&root, b"d", Some(1));
+    assert!(c.remove(&root, b"d"));
+    let x = c.insert(&d, b"x", Some(2));
+    assert!(!x.is_hashed());
+    check_lookup(&c, &d, "x", None);
+    drop((d, x));
+    assert_eq!(c.len(), 0);
+}
+
+#[test]
+fn rename_moves_subtree() {
+    let c = cache();
+    let root = c.root();
+    let a = c.insert(&root, b"a", Some(1));
+    let b = c.insert(&root, b"b", Some(2));
+    let d = c.insert(&a, b"d", Some(3));
+    c.insert(&d, b"f", Some(4));
+    assert!(c.rename(&a, b"d", &b, b"e"));
+    check_lookup(&c, &a, "d", None);
+    check_lookup(&c, &b, "e", Some(Some(3)));
+    check_lookup(&c, &d, "f", Some(Some(4)));
+    assert_eq!(d.name(), b"e");
+    assert_eq!(d.parent().map(|p| p.id()), Some(b.id()));
+    match c.walk(&root, [&b"b"[..], b"e", b"f"]) {
+        Walk::Found(f) => assert_eq!(f.payload(), Some(&4)),
+        other => panic!("{other:?}"),
+    }
+    // Not cached: false.
+    assert!(!c.rename(&a, b"d", &b, b"z"));
+    // Into its own subtree: refused.
+    assert!(!c.rename(&b, b"e", &d, b"loop"));
+    check_lookup(&c, &b, "e", Some(Some(3)));
+    // Same name: a no-op that succeeds.
+    assert!(c.rename(&b, b"e", &b, b"e"));
+    // Within one directory.
+    assert!(c.rename(&b, b"e", &b, b"e2"));
+    check_lookup(&c, &b, "e2", Some(Some(3)));
+    check_lookup(&c, &b, "e", None);
+    // Dropping `a` now leaves `d` alone.
+    drop(a);
+    assert_eq!(
+        c.drop_subtree(&root, |&p| p == 1),
+        DropStats {
+            dropped: 1,
+            busy: 0,
+            skipped: 3
+        }
+    );
+    check_lookup(&c, &b, "e2", Some(Some(3)));
+}
+
+#[test]
+fn rename_over_cached_target_unhashes_it() {
+    let c = cache();
+    let root = c.root();
+    let s = c.insert(&root, b"s", Some(1));
+    let t = c.insert(&root, b"t", Some(2));
+    let tc = c.insert(&t, b"child", Some(3));
+    assert!(c.rename(&root, b"s", &root, b"t"));
+    assert!(!t.is_hashed());
+    assert!(!tc.is_hashed());
+    assert!(s.is_hashed());
+    check_lookup(&c, &root, "t", Some(Some(1)));
+    check_lookup(&c, &root, "s", None);
+}
+
+#[test]
+fn rename_of_negative_removes_it() {
+    let c = cache();
+    let root = c.root();
+    c.insert(&root, b"n", None);
+    assert!(!c.rename(&root, b"n", &root, b"m"));
+    check_lookup(&c, &root, "n", None);
+    check_lookup(&c, &root, "m", None);
+    assert_eq!(c.len(), 0);
+}
+
+#[test]
+fn walk_reports_where_the_cached_path_ends() {
+    let c = cache();
+    let root = c.root();
+    let a = c.insert(&root, b"a", Some(1));
+    let b = c.insert(&a, b"b", Some(2));
+    c.insert(&b, b"neg", None);
+    match c.walk(&root, [&b"a"[..], b"b"]) {
+        Walk::Found(d) => assert!(Dentry::ptr_eq(&d, &b)),
+        other => panic!("{other:?}"),
+    }
+    match c.walk(&root, [&b"a"[..], b"x", b"y"]) {
+        Walk::Miss { deepest, consumed } => {
+            assert!(Dentry::ptr_eq(&deepest, &a));
+            assert_eq!(consumed, 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    match c.walk(&root, [&b"a"[..], b"b", b"neg", b"z"]) {
+        Walk::Negative { parent, consumed } => {
+            assert!(Dentry::ptr_eq(&parent, &b));
+            assert_eq!(consumed, 2);
+        }
+        other => panic!("{other:?}"),
+    }
+    match c.walk(&root, std::iter::empty()) {
+        Walk::Found(d) => assert!(Dentry::ptr_eq(&d, &root)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn drop_subtree_counts_dropped_busy_and_skipped() {
+    let c = Dcache::new(
+        Config {
+            prune_batch: 2,
+            ..Config::default()
+        },
+        0,
+    );
+    let root = c.root();
+    let d = c.insert(&root, b"d", Some(1));
+    let mut held = Vec::new();
+    for i in 0..10u32 {
+        let e = c.insert(&d, format!("f{i}").as_bytes(), Some(100 + i));
+        if i % 3 == 0 {
+            held.push(e);
+        }
+    }
+    c.insert(&d, b"neg", None);
+    // Keep payloads >= 105 (filter false), drop the rest and the negative.
+    let s = c.drop_subtree(&d, |&p| p < 105);
+    assert_eq!(
+        s,
+        DropStats {
+            dropped: 4,
+            busy: 2,
+            skipped: 5
+        }
+    );
+    assert!(d.is_hashed());
+    for i in 0..10u32 {
+        let expected = (i >= 5).then_some(Some(100 + i));
+        check_lookup(&c, &d, &format!("f{i}"), expected);
+    }
+    check_lookup(&c, &d, "neg", None);
+    drop(held);
+    assert_eq!(c.len(), 6);
+}
+
+#[test]
+fn capacity_prunes_unused_entries_only() {
+    let c = Dcache::new(
+        Config {
+            max_entries: 16,
+            max_negative: 4,
+            prune_batch: 4,
+        },
+        0,
+    );
+    let root = c.root();
+    let held: Vec<_> = (0..8u32)
+        .map(|i| c.insert(&root, format!("held{i}").as_bytes(), Some(i)))
+        .collect();
+    for i in 0..100u32 {
+        drop(c.insert(&root, format!("tmp{i}").as_bytes(), Some(i)));
+    }
+    assert!(c.len() <= 16 + 4, "len {}", c.len());
+    for (i, h) in held.iter().enumerate() {
+        assert!(h.is_hashed());
+        check_lookup(&c, &root, &format!("held{i}"), Some(Some(i as u32)));
+    }
+    for i in 0..50u32 {
+        c.insert(&root, format!("neg{i}").as_bytes(), None);
+    }
+    assert!(c.negative_len() <= 4 + 4, "negatives {}", c.negative_len());
+    assert!(c.stats().evictions > 0);
+    // In-use entries survive even an explicit prune of everything.
+    c.prune(usize::MAX);
+    assert_eq!(c.len(), 8);
+    drop(held);
+    assert_eq!(c.prune(usize::MAX), 8);
+    assert_eq!(c.len(), 0);
+}
+
+#[test]
+fn directories_with_cached_children_are_not_pruned() {
+    let c = cache();
+    let root = c.root();
+    let d = c.insert(&root, b"d", Some(1));
+    drop(c.insert(&d, b"f", Some(2)));
+    drop(d);
+    // Only `f` is unused; `d` is held by its child.
+    assert_eq!(c.lru_len(), 1);
+    assert_eq!(c.prune(1), 1);
+    // Now `d` is unused and on the LRU.
+    assert_eq!(c.lru_len(), 1);
+    assert_eq!(c.prune(10), 1);
+    assert_eq!(c.len(), 0);
+}
+
+#[test]
+fn referenced_entries_get_a_second_chance() {
+    let c = cache();
+    let root = c.root();
+    drop(c.insert(&root, b"old", Some(1)));
+    drop(c.insert(&root, b"new", Some(2)));
+    // A hit on the oldest entry marks it; the pruner then skips it once.
+    check_lookup(&c, &root, "old", Some(Some(1)));
+    assert_eq!(c.prune(1), 1);
+    check_lookup(&c, &root, "old", Some(Some(1)));
+    check_lookup(&c, &root, "new", None);
+}
+
+#[test]
+fn in_use_entries_leave_the_lru_lazily() {
+    let c = cache();
+    let root = c.root();
+    drop(c.insert(&root, b"a", Some(1)));
+    assert_eq!(c.lru_len(), 1);
+    let a = match c.lookup(&root, b"a") {
+        Lookup::Positive(a) => a,
+        other => panic!("{other:?}"),
+    };
+    // The hit did not touch the list.
+    assert_eq!(c.lru_len(), 1);
+    assert_eq!(c.prune(1), 0);
+    assert_eq!(c.lru_len(), 0);
+    drop(a);
+    assert_eq!(c.lru_len(), 1);
+}
+
+#[test]
+fn pinned_lookups_chain_without_counts() {
+    let c = cache();
+    let root = c.root();
+    let a = c.insert(&root, b"a", Some(1));
+    c.insert(&a, b"b", Some(2));
+    let p = c.pin();
+    let ra = p.lookup_in(p.root(), b"a").expect("a");
+    let rb = p.lookup_in(ra, b"b").expect("b");
+    assert_eq!(rb.payload(), Some(&2));
+    assert_eq!(rb.name(), b"b");
+    let owned = rb.to_dentry().expect("hashed");
+    drop(p);
+    assert_eq!(owned.payload(), Some(&2));
+}
+
+#[test]
+fn stats_count_events() {
+    let c = cache();
+    let root = c.root();
+    c.insert(&root, b"a", Some(1));
+    c.insert(&root, b"n", None);
+    let _ = c.lookup(&root, b"a");
+    let _ = c.lookup(&root, b"n");
+    let _ = c.lookup(&root, b"m");
+    let s = c.stats();
+    assert_eq!((s.hits, s.negative_hits, s.misses, s.inserts), (1, 1, 1, 2));
+    assert_eq!((s.entries, s.negative_entries), (2, 1));
+}
+
+#[test]
+fn handles_outlive_the_cache() {
+    let c = cache();
+    let root = c.root();
+    let a = c.insert(&root, b"a", Some(7));
+    drop(root);
+    drop(c);
+    assert!(!a.is_hashed());
+    assert_eq!(a.payload(), Some(&7));
+    let p = a.parent().expect("root lives while a child does");
+    assert!(p.parent().is_none());
+}
+
+#[test]
+fn payloads_are_dropped() {
+    use std::sync::Arc;
+    let token = Arc::new(());
+    {
+        let c = Dcache::new(Config::default(), token.clone());
+        let root = c.root();
+        for i in 0..100u32 {
+            c.insert(&root, format!("{i}").as_bytes(), Some(token.clone()));
+        }
+    }
+    // Destruction goes through the epoch; flush until it has run.
+    for _ in 0..1000 {
+        if Arc::strong_count(&token) == 1 {
+            break;
+        }
+        crossbeam_epoch::pin().flush();
+    }
+    assert_eq!(Arc::strong_count(&token), 1);
+}
