@@ -95,3 +95,9 @@ impl From<std::ffi::NulError> for FsError {
         Self::INVAL
     }
 }
+
+impl From<FsError> for io::Error {
+    fn from(e: FsError) -> Self {
+        io::Error::from_raw_os_error(e.errno())
+    }
+}

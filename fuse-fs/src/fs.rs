@@ -385,6 +385,7 @@ pub struct Fs {
     dirs: Handles<OpenDir>,
     drops: DropCounters,
     stale_opens: AtomicU64,
+    dir_changes: AtomicU64,
     is_root: bool,
 }
 
@@ -454,6 +455,7 @@ impl Fs {
             dirs: Handles::new(),
             drops: DropCounters::default(),
             stale_opens: AtomicU64::new(0),
+            dir_changes: AtomicU64::new(0),
             is_root: sys::is_root(),
         })
     }
@@ -497,8 +499,15 @@ impl Fs {
         }
     }
 
-    fn negative(&self) -> FsResult<Entry> {
+    fn negative(&self, parent: &Inode, name: &[u8]) -> FsResult<Entry> {
         if self.cfg.kernel_cache {
+            // Remembered so that a drop can invalidate the kernel's copy; a
+            // directory with more than this many outstanding names relies on
+            // the entry timeout for the rest.
+            let mut names = parent.kernel_negatives.lock().expect("negatives lock");
+            if names.len() < 4096 && !names.iter().any(|n| &**n == name) {
+                names.push(name.into());
+            }
             Ok(Entry {
                 ino: 0,
                 attr: Attr::from_stat(0, &sys::zero_stat()),
@@ -520,15 +529,24 @@ impl Fs {
     /// revalidation interval; if its mtime or ctime moved, names under it may
     /// have changed in the source, so its cached children are forgotten.
     fn revalidate_dir(&self, dir: &Inode) {
-        let old = dir.attr();
-        if self.fresh(old.at) {
+        let seen = *dir.names_stamp.lock().expect("names stamp lock");
+        if let Some((_, at)) = seen
+            && self.fresh(at)
+        {
             return;
         }
-        if let Ok(st) = self.refresh(dir)
-            && Stamp::of(&st) != Stamp::of(&old.st)
-        {
+        let Ok(st) = self.refresh(dir) else { return };
+        let now = Stamp::of(&st);
+        let changed = match seen {
+            Some((stamp, _)) => stamp != now,
+            // First check: compare with the attributes the directory was found with.
+            None => false,
+        };
+        if changed {
             self.names.drop_subtree(dir, |_| true);
+            self.dir_changes.fetch_add(1, Ordering::Relaxed);
         }
+        *dir.names_stamp.lock().expect("names stamp lock") = Some((now, Instant::now()));
     }
 
     /// Looks `name` up in the source under `parent`, interns the result and
@@ -577,16 +595,17 @@ impl Fs {
                 let a = inode.attr();
                 if self.fresh(a.at) {
                     self.table.remember(&inode, 1);
+                    self.names.attach(&parent, name, &inode);
                     inode.set_link(parent.ino, name);
                     return Ok(self.entry_of(&inode));
                 }
             }
-            Hit::Negative => return self.negative(),
+            Hit::Negative => return self.negative(&parent, name),
             Hit::Miss => {}
         }
         match self.lookup_source(&parent, name, true)? {
             Some(inode) => Ok(self.entry_of(&inode)),
-            None => self.negative(),
+            None => self.negative(&parent, name),
         }
     }
 
@@ -674,8 +693,17 @@ impl Fs {
     }
 
     /// After a change of `parent`'s entries through the mount.
+    /// The cached names under it were kept exact, so the new mtime is not
+    /// a change made in the source. (A change made in the source at the same
+    /// moment is then noticed only at the directory's next change, a drop or
+    /// an eviction.)
     fn touched_dir(&self, parent: &Inode) {
-        let _ = self.refresh(parent);
+        if let Ok(st) = self.refresh(parent) {
+            let mut seen = parent.names_stamp.lock().expect("names stamp lock");
+            if let Some((stamp, _)) = seen.as_mut() {
+                *stamp = Stamp::of(&st);
+            }
+        }
     }
 
     fn made(&self, parent: &Arc<Inode>, name: &[u8]) -> FsResult<Entry> {
@@ -1191,24 +1219,35 @@ impl Fs {
         Ok((out.args.to_bytes().to_vec(), out.inval))
     }
 
-    /// Whether the inodes under `dir` found by their recorded links, walking
-    /// up through the inodes the kernel knows.
-    fn under(&self, dir: u64, inode: &Inode) -> Option<u32> {
-        let mut depth = 0;
+    /// How deep `inode` lies under directory `dir` (1 = a child), following
+    /// the recorded links up through the inodes the kernel knows; `None` if
+    /// it is not under it. `memo` remembers the answer for every directory
+    /// passed on the way, so one drop walks each chain once.
+    fn under(&self, dir: u64, inode: &Inode, memo: &mut HashMap<u64, Option<u32>>) -> Option<u32> {
+        let mut chain = Vec::new();
         let mut cur = inode.link.lock().expect("link lock").0;
-        let mut seen = inode.ino;
-        for _ in 0..4096 {
-            depth += 1;
+        let base = loop {
             if cur == dir {
-                return Some(depth);
+                break Some(0);
             }
-            if cur == ROOT_INO || cur == seen {
-                return None;
+            if let Some(&known) = memo.get(&cur) {
+                break known;
             }
-            seen = cur;
-            cur = self.table.get(cur).ok()?.link.lock().expect("link lock").0;
+            if cur == ROOT_INO || chain.contains(&cur) || chain.len() > 4096 {
+                break None;
+            }
+            chain.push(cur);
+            match self.table.get(cur) {
+                Ok(parent) => cur = parent.link.lock().expect("link lock").0,
+                Err(_) => break None,
+            }
+        };
+        // chain[i] lies base + (chain.len() - i) levels under `dir`.
+        let n = chain.len() as u32;
+        for (i, ino) in chain.iter().enumerate() {
+            memo.insert(*ino, base.map(|b| b + n - i as u32));
         }
-        None
+        base.map(|b| b + n + 1)
     }
 
     /// Drops the caches under directory `ino` (seeds 001 and 004): the
@@ -1226,9 +1265,23 @@ impl Fs {
         }
         self.drops.requests.fetch_add(1, Ordering::Relaxed);
         let mut out = DropOutcome::default();
-        // Every inode under the directory: the dcache's view and the kernel's.
+        // Every inode under the directory: the kernel's view (the inodes it
+        // knows, by their recorded parent chain) and the dcache's.
         let mut found: HashMap<u64, (Arc<Inode>, u32)> = HashMap::new();
         let mut skipped_inos = std::collections::HashSet::new();
+        let mut memo = HashMap::new();
+        for inode in self.table.snapshot() {
+            if let Some(depth) = self.under(dir.ino, &inode, &mut memo) {
+                if mode.drops_dentries() && owner(&inode) {
+                    // Let go of the inode's dentry so that the drop frees it
+                    // rather than finding it in use; the next lookup of the
+                    // name attaches a fresh one.
+                    let released = inode.dentry.lock().expect("dentry lock").take();
+                    drop(released);
+                }
+                found.insert(inode.ino, (inode, depth));
+            }
+        }
         let sub = self.names.drop_subtree(&dir, |inode| {
             let ok = owner(inode);
             if !ok {
@@ -1241,14 +1294,25 @@ impl Fs {
             out.args.dentries_dropped = sub.dropped;
             out.args.busy = sub.busy;
         }
-        for inode in self.table.snapshot() {
-            if let Some(depth) = self.under(dir.ino, &inode) {
-                found.insert(inode.ino, (inode, depth));
-            }
-        }
         for (inode, depth) in found.values_mut() {
             if *depth == 0 {
-                *depth = self.under(dir.ino, inode).unwrap_or(1);
+                *depth = self.under(dir.ino, inode, &mut memo).unwrap_or(1);
+            }
+        }
+        if mode.drops_dentries() && self.cfg.kernel_cache {
+            // The kernel's negative entries under the directory, deepest first.
+            let mut dirs: Vec<(&Arc<Inode>, u32)> = found
+                .values()
+                .filter(|(i, _)| i.is_dir())
+                .map(|(i, d)| (i, *d))
+                .collect();
+            dirs.sort_by_key(|e| std::cmp::Reverse(e.1));
+            for (d, _) in dirs.into_iter().chain(std::iter::once((&dir, 0))) {
+                let names = std::mem::take(&mut *d.kernel_negatives.lock().expect("negatives lock"));
+                out.inval.extend(names.into_iter().map(|name| Inval::Entry {
+                    parent: d.ino,
+                    name: name.into_vec(),
+                }));
             }
         }
         let mut list: Vec<(Arc<Inode>, u32)> = found.into_values().collect();
@@ -1292,7 +1356,7 @@ impl Fs {
         if mode.drops_dentries() {
             dir.expire_attr();
         }
-        out.args.skipped = skipped_inos.len() as u64 + if mode.drops_dentries() { sub.skipped } else { 0 };
+        out.args.skipped = skipped_inos.len() as u64;
         out.args.elapsed_ns = start.elapsed().as_nanos() as u64;
         let d = &self.drops;
         d.dentries.fetch_add(out.args.dentries_dropped, Ordering::Relaxed);
@@ -1330,6 +1394,7 @@ impl Fs {
                 "open_files": self.files.len() as u64,
                 "open_dirs": self.dirs.len() as u64,
                 "stale_opens": self.stale_opens.load(Ordering::Relaxed),
+                "source_dir_changes": self.dir_changes.load(Ordering::Relaxed),
             },
             "drops": {
                 "requests": d.requests.load(Ordering::Relaxed),

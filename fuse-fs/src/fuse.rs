@@ -609,65 +609,15 @@ impl Filesystem for FuseAdapter {
 /// What `mount.rs` needs from fuser, kept here so that only this file names it.
 pub mod session {
     use super::*;
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
+
+    use crate::sys;
 
     /// A running FUSE session.
     pub struct Running {
-        /// The background session.
-        pub session: fuser::BackgroundSession,
-    }
-
-    /// Mounts `adapter` at `mountpoint` with `threads` workers and the given
-    /// `-o` options (already validated), and sets the notifier for the
-    /// invalidation worker.
-    pub fn start(
-        adapter: FuseAdapter,
-        mountpoint: &Path,
-        threads: usize,
-        options: &[String],
-        notifier: &OnceLock<Notifier>,
-    ) -> std::io::Result<Running> {
-        use fuser::{Config, MountOption, SessionACL};
-        let mut cfg = Config::default();
-        cfg.n_threads = Some(threads.max(1));
-        cfg.clone_fd = true;
-        let mut opts = vec![
-            MountOption::FSName("rcufs".into()),
-            MountOption::Subtype("rcufs".into()),
-            MountOption::DefaultPermissions,
-        ];
-        for o in options {
-            match o.as_str() {
-                "allow_other" => cfg.acl = SessionACL::All,
-                "allow_root" => cfg.acl = SessionACL::RootAndOwner,
-                "default_permissions" => {}
-                "ro" => opts.push(MountOption::RO),
-                "rw" => opts.push(MountOption::RW),
-                "dev" => opts.push(MountOption::Dev),
-                "nodev" => opts.push(MountOption::NoDev),
-                "suid" => opts.push(MountOption::Suid),
-                "nosuid" => opts.push(MountOption::NoSuid),
-                "exec" => opts.push(MountOption::Exec),
-                "noexec" => opts.push(MountOption::NoExec),
-                "atime" => opts.push(MountOption::Atime),
-                "noatime" => opts.push(MountOption::NoAtime),
-                "sync" => opts.push(MountOption::Sync),
-                "async" => opts.push(MountOption::Async),
-                "dirsync" => opts.push(MountOption::DirSync),
-                other => {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidInput,
-                        format!("unknown mount option `{other}`"),
-                    ));
-                }
-            }
-        }
-        cfg.mount_options = opts;
-        let session = fuser::Session::new(adapter, mountpoint, &cfg)?;
-        let _ = notifier.set(session.notifier());
-        Ok(Running {
-            session: session.spawn()?,
-        })
+        session: fuser::BackgroundSession,
+        /// Set when rcufs mounted the filesystem itself (and so unmounts it).
+        own_mount: Option<PathBuf>,
     }
 
     /// The mount options rcufs understands.
@@ -690,9 +640,125 @@ pub mod session {
         "dirsync",
     ];
 
+    /// Mounts `adapter` at `mountpoint` with `threads` workers and the given
+    /// `-o` options (already validated), and sets the notifier for the
+    /// invalidation worker.
+    ///
+    /// As root, rcufs calls mount(2) itself with the filesystem type
+    /// `fuse.rcufs` (fuser's own mount always says `fuse`), then hands the
+    /// `/dev/fuse` descriptor to fuser. Otherwise fuser mounts through
+    /// fusermount3 and the type shows as `fuse`.
+    pub fn start(
+        adapter: FuseAdapter,
+        mountpoint: &Path,
+        threads: usize,
+        options: &[String],
+        notifier: &OnceLock<Notifier>,
+    ) -> std::io::Result<Running> {
+        use fuser::{Config, MountOption, SessionACL};
+        let mut cfg = Config::default();
+        cfg.n_threads = Some(threads.max(1));
+        cfg.clone_fd = true;
+        let mut opts = vec![
+            MountOption::FSName("rcufs".into()),
+            MountOption::Subtype("rcufs".into()),
+            MountOption::DefaultPermissions,
+        ];
+        let mut flags: libc::c_ulong = 0;
+        let (mut nosuid, mut nodev) = (true, true);
+        for o in options {
+            let (opt, flag) = match o.as_str() {
+                "allow_other" => {
+                    cfg.acl = SessionACL::All;
+                    continue;
+                }
+                "allow_root" => {
+                    cfg.acl = SessionACL::RootAndOwner;
+                    continue;
+                }
+                "default_permissions" | "rw" | "exec" | "atime" | "async" => continue,
+                "ro" => (MountOption::RO, libc::MS_RDONLY),
+                "dev" => {
+                    nodev = false;
+                    (MountOption::Dev, 0)
+                }
+                "nodev" => (MountOption::NoDev, 0),
+                "suid" => {
+                    nosuid = false;
+                    (MountOption::Suid, 0)
+                }
+                "nosuid" => (MountOption::NoSuid, 0),
+                "noexec" => (MountOption::NoExec, libc::MS_NOEXEC),
+                "noatime" => (MountOption::NoAtime, libc::MS_NOATIME),
+                "sync" => (MountOption::Sync, libc::MS_SYNCHRONOUS),
+                "dirsync" => (MountOption::DirSync, libc::MS_DIRSYNC),
+                other => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("unknown mount option `{other}`"),
+                    ));
+                }
+            };
+            opts.push(opt);
+            flags |= flag;
+        }
+        if nosuid {
+            flags |= libc::MS_NOSUID;
+        }
+        if nodev {
+            flags |= libc::MS_NODEV;
+        }
+        cfg.mount_options = opts;
+        if !sys::is_root() {
+            let session = fuser::Session::new(adapter, mountpoint, &cfg)?;
+            let _ = notifier.set(session.notifier());
+            return Ok(Running {
+                session: session.spawn()?,
+                own_mount: None,
+            });
+        }
+        let dev = sys::open_path(c"/dev/fuse", libc::O_RDWR)?;
+        let mut data = format!(
+            "fd={},rootmode=40000,user_id=0,group_id=0,default_permissions",
+            sys::raw(std::os::fd::AsFd::as_fd(&dev))
+        );
+        if cfg.acl != SessionACL::Owner {
+            data.push_str(",allow_other");
+        }
+        let target = sys::cstr(mountpoint.as_os_str().as_bytes())?;
+        let data = std::ffi::CString::new(data).expect("no NUL in mount data");
+        sys::mount(c"rcufs", &target, c"fuse.rcufs", flags, &data)?;
+        let acl = cfg.acl;
+        let session = match fuser::Session::from_fd(adapter, dev, acl, cfg) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = sys::umount(&target, libc::MNT_DETACH);
+                return Err(e);
+            }
+        };
+        let _ = notifier.set(session.notifier());
+        Ok(Running {
+            session: session.spawn()?,
+            own_mount: Some(mountpoint.to_path_buf()),
+        })
+    }
+
     /// Unmounts and waits for the session's threads.
     pub fn stop(r: Running) -> std::io::Result<()> {
-        r.session.umount_and_join()
+        if let Some(mp) = &r.own_mount {
+            let target = sys::cstr(mp.as_os_str().as_bytes())?;
+            match sys::umount(&target, 0) {
+                Ok(()) => {}
+                // Already unmounted from outside.
+                Err(e) if e.errno() == libc::EINVAL || e.errno() == libc::ENOENT => {}
+                // Busy: detach now, the kernel finishes when the last user leaves.
+                Err(e) if e.errno() == libc::EBUSY => sys::umount(&target, libc::MNT_DETACH)?,
+                Err(e) => return Err(std::io::Error::from_raw_os_error(e.errno())),
+            }
+            r.session.join()
+        } else {
+            r.session.umount_and_join()
+        }
     }
 
     /// Waits until the filesystem is unmounted from outside.

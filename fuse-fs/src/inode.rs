@@ -121,6 +121,13 @@ pub struct Inode {
     pub attr: Mutex<AttrState>,
     /// What the page cache saw at the last open or write; `None` before the first open.
     pub data_stamp: Mutex<Option<Stamp>>,
+    /// Directories: the stamp under which the cached names below were last
+    /// checked against the source, and when (see `Fs::revalidate_dir`). Kept
+    /// apart from `attr` so that a GETATTR refresh does not hide a change.
+    pub names_stamp: Mutex<Option<(Stamp, Instant)>>,
+    /// Directories, kernel-cache mode: names answered to the kernel as
+    /// negative entries (which it caches), so that a drop can invalidate them.
+    pub kernel_negatives: Mutex<Vec<Box<[u8]>>>,
     /// The dentry this inode was last found under (the dcache's counted
     /// handle), held only while the kernel knows the node id so that it never
     /// forms a cycle with the payload; see `names.rs`.
@@ -325,6 +332,8 @@ impl InodeTable {
             stale: AtomicBool::new(false),
             attr: Mutex::new(AttrState { st, at: Instant::now() }),
             data_stamp: Mutex::new(None),
+            names_stamp: Mutex::new(None),
+            kernel_negatives: Mutex::new(Vec::new()),
             dentry: Mutex::new(None),
             link: Mutex::new((ROOT_INO, Box::default())),
         });
@@ -386,6 +395,8 @@ impl InodeTable {
                 at: Instant::now(),
             }),
             data_stamp: Mutex::new(None),
+            names_stamp: Mutex::new(None),
+            kernel_negatives: Mutex::new(Vec::new()),
             dentry: Mutex::new(None),
             link: Mutex::new((new.parent_ino, new.name.to_bytes().into())),
         });
@@ -415,22 +426,16 @@ impl InodeTable {
                     let known = self.mounts.read().expect("mounts lock").contains_key(&mount_id);
                     if !known {
                         // `open_by_handle_at` refuses `O_PATH` mount descriptors
-                        // (EBADF), so this one is a real open: the object is
-                        // almost always the root directory of a mount.
+                        // (EBADF), so this one is a real open of a directory:
+                        // the object itself (a mount's root is a directory) or,
+                        // for a non-directory, its parent on the same filesystem.
                         let fd = sys::openat(
                             new.parent,
                             new.name,
                             libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
                             0,
                         )
-                        .or_else(|_| {
-                            sys::openat(
-                                new.parent,
-                                new.name,
-                                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW,
-                                0,
-                            )
-                        })?;
+                        .or_else(|_| sys::reopen(new.parent, libc::O_RDONLY | libc::O_DIRECTORY))?;
                         self.mounts
                             .write()
                             .expect("mounts lock")
@@ -483,13 +488,20 @@ impl InodeTable {
             if left > 0 {
                 return None;
             }
-            map.remove(&ino)?
+            let removed = map.remove(&ino)?;
+            // The kernel no longer knows the node id: release its dentry so
+            // that the dcache may evict it (and with it the payload's
+            // reference). Taken under the shard lock so that a racing LOOKUP
+            // that revives the node id attaches a dentry after this, not before.
+            let dentry = removed.dentry.lock().expect("dentry lock").take();
+            (removed, dentry)
         };
+        let (removed, dentry) = removed;
+        {
+            // Released outside the shard lock.
+            let _released = dentry;
+        }
         self.pool.remove(ino);
-        // The kernel no longer knows the node id: release its dentry so that
-        // the dcache may evict it (and with it the payload's reference).
-        let dentry = removed.dentry.lock().expect("dentry lock").take();
-        let _released = dentry;
         if Arc::strong_count(&removed) == 1 {
             let mut keys = self.by_key[Self::key_shard(&removed.key)].lock().expect("key lock");
             if keys

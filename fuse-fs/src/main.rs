@@ -49,7 +49,18 @@ fn init_tracing() {
 
 fn mount(args: MountArgs) -> Result<()> {
     cli::preflight(&args, &client::mounts()?)?;
-    anyhow::bail!("the filesystem itself is not built yet in this revision: `rcufs mount` cannot serve a mount")
+    let m = fuse_fs::mount(fuse_fs::MountOptions {
+        source: args.source.clone(),
+        mountpoint: args.mountpoint.clone(),
+        threads: args.threads,
+        dcache_entries: args.dcache_entries,
+        dcache_negative: args.dcache_negative.unwrap_or(args.dcache_entries / 4),
+        page_cache_bytes: args.page_cache_size,
+        kernel_cache: args.kernel_cache,
+        revalidate: args.revalidate,
+        fuse_options: args.options.clone(),
+    })?;
+    m.wait()
 }
 
 fn drop_dirs(args: &DropCmd) -> Result<()> {

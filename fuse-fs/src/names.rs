@@ -1,14 +1,34 @@
-//! The name layer: every lookup of the filesystem goes through here.
+//! The name layer: every LOOKUP of the filesystem goes through the dcache
+//! (`crates/dcache`).
 //!
-//! (This revision does not cache names yet: every lookup misses and goes to
-//! the source. The dcache-backed version replaces this file.)
+//! # Design
+//! The dcache maps `(parent dentry, name)` to a payload: the child's
+//! `Arc<Inode>` (positive) or nothing (negative, "does not exist"). A hit is
+//! answered from the payload without touching the source; a miss goes to the
+//! source and inserts what it found, negative results included. The
+//! dcache's lookups take no lock and write no shared line (seed 000,
+//! "Scalability of the directory entry cache").
+//!
+//! An inode keeps a counted handle to its dentry (the parent for lookups
+//! under it) only while the kernel knows its node id; the handle is released
+//! at FORGET, so the payload's `Arc<Inode>` and the dentry never keep each
+//! other alive once the kernel has let go.
+//!
+//! # Invariants
+//! - A payload names the inode the source had under that name when it was
+//!   inserted or last revalidated; `fs.rs` revalidates entries older than the
+//!   revalidation interval and the directory whose mtime moved.
+//! - Lookups under a parent whose dentry was unhashed (dropped, renamed
+//!   over) bypass the cache until the parent is looked up again.
 
 use std::sync::Arc;
+
+use dcache::{Config, Dcache, Dentry, Lookup};
 
 use crate::inode::Inode;
 
 /// The handle an inode keeps to its dentry while the kernel knows it.
-pub type DentryHandle = ();
+pub type DentryHandle = Dentry<Arc<Inode>>;
 
 /// What the name layer knows of `(parent, name)`.
 pub enum Hit {
@@ -32,38 +52,142 @@ pub struct SubtreeDrop {
 }
 
 /// The name cache.
-#[derive(Debug, Default)]
-pub struct Names {}
+pub struct Names {
+    cache: Dcache<Arc<Inode>>,
+    capacity: usize,
+}
+
+impl std::fmt::Debug for Names {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Names").field("capacity", &self.capacity).finish()
+    }
+}
 
 impl Names {
     /// A name cache with room for `entries` entries, `negative` of them negative.
-    pub fn new(_entries: usize, _negative: usize, _root: &Arc<Inode>) -> Self {
-        Self {}
+    pub fn new(entries: usize, negative: usize, root: &Arc<Inode>) -> Self {
+        let config = Config {
+            max_entries: entries,
+            max_negative: negative,
+            ..Config::default()
+        };
+        let cache = Dcache::new(config, root.clone());
+        *root.dentry.lock().expect("dentry lock") = Some(cache.root());
+        Self {
+            cache,
+            capacity: entries,
+        }
+    }
+
+    fn dentry_of(&self, dir: &Inode) -> Option<DentryHandle> {
+        dir.dentry
+            .lock()
+            .expect("dentry lock")
+            .clone()
+            .filter(|d| d.is_hashed())
     }
 
     /// Looks `name` up under `parent`.
-    pub fn lookup(&self, _parent: &Inode, _name: &[u8]) -> Hit {
-        Hit::Miss
+    pub fn lookup(&self, parent: &Inode, name: &[u8]) -> Hit {
+        let Some(pd) = self.dentry_of(parent) else {
+            return Hit::Miss;
+        };
+        match self.cache.lookup_with(&pd, name, |p| p.cloned()) {
+            None => Hit::Miss,
+            Some(None) => Hit::Negative,
+            Some(Some(inode)) => Hit::Positive(inode),
+        }
+    }
+
+    /// Gives `child` (just remembered by the kernel) its dentry under
+    /// `(parent, name)` if it has no live one.
+    pub fn attach(&self, parent: &Inode, name: &[u8], child: &Inode) {
+        let has = child
+            .dentry
+            .lock()
+            .expect("dentry lock")
+            .as_ref()
+            .is_some_and(|d| d.is_hashed());
+        if has || child.nlookup() == 0 {
+            return;
+        }
+        let Some(pd) = self.dentry_of(parent) else { return };
+        if let Lookup::Positive(d) = self.cache.lookup(&pd, name)
+            && d.payload().is_some_and(|p| std::ptr::eq(Arc::as_ptr(p), child))
+        {
+            let old = child.dentry.lock().expect("dentry lock").replace(d);
+            drop(old);
+        }
     }
 
     /// Records `(parent, name) -> child` (`None`: a negative entry).
-    pub fn insert(&self, _parent: &Inode, _name: &[u8], _child: Option<&Arc<Inode>>) {}
+    pub fn insert(&self, parent: &Inode, name: &[u8], child: Option<&Arc<Inode>>) {
+        let Some(pd) = self.dentry_of(parent) else { return };
+        let d = self.cache.insert(&pd, name, child.cloned());
+        let same = match (d.payload(), child) {
+            (Some(p), Some(c)) => Arc::ptr_eq(p, c),
+            (None, None) => true,
+            _ => false,
+        };
+        let d = if same {
+            d
+        } else {
+            self.cache.replace(&pd, name, child.cloned())
+        };
+        if let Some(c) = child
+            && c.nlookup() > 0
+        {
+            let old = c.dentry.lock().expect("dentry lock").replace(d);
+            drop(old);
+        }
+    }
 
     /// Forgets `(parent, name)` and anything cached under it.
-    pub fn remove(&self, _parent: &Inode, _name: &[u8]) {}
+    pub fn remove(&self, parent: &Inode, name: &[u8]) {
+        if let Some(pd) = self.dentry_of(parent) {
+            self.cache.remove(&pd, name);
+        }
+    }
 
     /// Moves `(op, on)` to `(np, nn)`.
-    pub fn rename(&self, _op: &Inode, _on: &[u8], _np: &Inode, _nn: &[u8]) {}
+    pub fn rename(&self, op: &Inode, on: &[u8], np: &Inode, nn: &[u8]) {
+        match (self.dentry_of(op), self.dentry_of(np)) {
+            (Some(o), Some(n)) => {
+                if !self.cache.rename(&o, on, &n, nn) {
+                    self.cache.remove(&n, nn);
+                }
+            }
+            (o, n) => {
+                if let Some(o) = o {
+                    self.cache.remove(&o, on);
+                }
+                if let Some(n) = n {
+                    self.cache.remove(&n, nn);
+                }
+            }
+        }
+    }
 
-    /// Drops everything cached under `dir` that `filter` accepts; `visit`
-    /// sees every positive payload found under it.
-    pub fn drop_subtree(&self, _dir: &Inode, _filter: impl FnMut(&Arc<Inode>) -> bool) -> SubtreeDrop {
-        SubtreeDrop::default()
+    /// Drops everything cached under `dir` (not `dir` itself) that `filter`
+    /// accepts; the filter sees every positive payload under it, and negative
+    /// entries under it are always dropped.
+    pub fn drop_subtree(&self, dir: &Inode, mut filter: impl FnMut(&Arc<Inode>) -> bool) -> SubtreeDrop {
+        let Some(dd) = self.dentry_of(dir) else {
+            return SubtreeDrop::default();
+        };
+        let s = self.cache.drop_subtree(&dd, |p: &Arc<Inode>| filter(p));
+        SubtreeDrop {
+            dropped: s.dropped,
+            busy: s.busy,
+            skipped: s.skipped,
+        }
     }
 
     /// The layer's counters as JSON.
     pub fn stats_json(&self) -> serde_json::Value {
-        serde_json::json!({"entries": 0, "negative": 0, "hits": 0, "misses": 0, "negative_hits": 0,
-            "inserts": 0, "evictions": 0, "dropped": 0, "capacity": 0})
+        let s = self.cache.stats();
+        serde_json::json!({"entries": s.entries, "negative": s.negative_entries,
+            "hits": s.hits, "misses": s.misses, "negative_hits": s.negative_hits, "inserts": s.inserts,
+            "evictions": s.evictions, "dropped": s.dropped, "capacity": self.capacity as u64})
     }
 }

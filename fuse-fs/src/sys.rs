@@ -518,3 +518,25 @@ pub fn is_root() -> bool {
 pub fn raw(fd: BorrowedFd<'_>) -> RawFd {
     fd.as_raw_fd()
 }
+
+/// `mount(source, target, fstype, flags, data)`.
+pub fn mount(source: &CStr, target: &CStr, fstype: &CStr, flags: libc::c_ulong, data: &CStr) -> FsResult<()> {
+    // SAFETY: all strings are NUL-terminated; `data` is a string, as FUSE expects.
+    check(unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            flags,
+            data.as_ptr().cast(),
+        )
+    })?;
+    Ok(())
+}
+
+/// `umount2(target, flags)`.
+pub fn umount(target: &CStr, flags: i32) -> FsResult<()> {
+    // SAFETY: `target` is NUL-terminated.
+    check(unsafe { libc::umount2(target.as_ptr(), flags) })?;
+    Ok(())
+}

@@ -462,3 +462,151 @@ fn writes_past_the_end_and_truncates_keep_cached_reads_exact() {
     assert_eq!(read_all(&t.fs, a.ino), want);
     assert_eq!(std::fs::read(t.src.join("a.txt")).expect("source"), want);
 }
+
+#[test]
+fn kernel_cache_drops_invalidate_bottom_up() {
+    let t = setup(FsConfig {
+        kernel_cache: true,
+        ..default_cfg()
+    });
+    let d = walk(&t.fs, "d").expect("d");
+    let e = walk(&t.fs, "d/e").expect("e");
+    let f = walk(&t.fs, "d/e/f").expect("f");
+    let out = t.fs.drop_dir(d.ino, DropMode::All, ME).expect("drop");
+    let pos = |want: &Inval| out.inval.iter().position(|i| i == want);
+    let f_entry = pos(&Inval::Entry {
+        parent: e.ino,
+        name: b"f".to_vec(),
+    })
+    .expect("f's entry is invalidated");
+    let e_entry = pos(&Inval::Entry {
+        parent: d.ino,
+        name: b"e".to_vec(),
+    })
+    .expect("e's entry is invalidated");
+    assert!(f_entry < e_entry, "children before parents: {:?}", out.inval);
+    assert!(
+        pos(&Inval::Inode { ino: f.ino, offset: 0 }).is_some(),
+        "f's pages and attributes"
+    );
+    assert!(
+        !out.inval
+            .iter()
+            .any(|i| matches!(i, Inval::Entry { name, .. } if name == b"d")),
+        "the directory itself stays"
+    );
+    // Without kernel caching there is nothing in the kernel to invalidate.
+    let plain = setup(default_cfg());
+    let d = walk(&plain.fs, "d").expect("d");
+    walk(&plain.fs, "d/e/f").expect("f");
+    assert!(
+        plain
+            .fs
+            .drop_dir(d.ino, DropMode::All, ME)
+            .expect("drop")
+            .inval
+            .is_empty()
+    );
+}
+
+fn dc(fs: &Fs, key: &str) -> u64 {
+    fs.stats_json()["dcache"][key].as_u64().expect("counter")
+}
+
+/// Sets `path`'s times far in the past, so that the next change made to it
+/// moves its mtime even on a filesystem with coarse timestamps.
+fn age(path: &std::path::Path) {
+    let c = sys::cstr(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())).expect("path");
+    let old = libc::timespec {
+        tv_sec: 1_000_000_000,
+        tv_nsec: 0,
+    };
+    sys::utimens(&c, &[old, old]).expect("utimens");
+}
+
+#[test]
+fn lookups_are_answered_from_the_dcache() {
+    let t = setup(FsConfig {
+        revalidate: Duration::from_secs(3600),
+        ..default_cfg()
+    });
+    walk(&t.fs, "d/e/f").expect("f");
+    let (hits, inserts) = (dc(&t.fs, "hits"), dc(&t.fs, "inserts"));
+    assert!(inserts >= 3, "d, e and f were inserted");
+    walk(&t.fs, "d/e/f").expect("f again");
+    assert_eq!(dc(&t.fs, "hits"), hits + 3, "every component hits");
+    assert_eq!(dc(&t.fs, "inserts"), inserts, "nothing new is inserted");
+    err(t.fs.lookup(ROOT_INO, b"nope"), libc::ENOENT);
+    let neg = dc(&t.fs, "negative_hits");
+    err(t.fs.lookup(ROOT_INO, b"nope"), libc::ENOENT);
+    assert_eq!(dc(&t.fs, "negative_hits"), neg + 1, "the negative entry answers");
+    assert!(dc(&t.fs, "negative") >= 1);
+}
+
+#[test]
+fn a_negative_entry_hides_a_source_name_until_a_drop() {
+    let t = setup(FsConfig {
+        revalidate: Duration::from_secs(3600),
+        ..default_cfg()
+    });
+    let d = walk(&t.fs, "d").expect("d");
+    err(t.fs.lookup(d.ino, b"late"), libc::ENOENT);
+    std::fs::write(t.src.join("d/late"), b"x").expect("write");
+    err(t.fs.lookup(d.ino, b"late"), libc::ENOENT);
+    let out = t.fs.drop_dir(d.ino, DropMode::Dentries, ME).expect("drop");
+    assert!(out.args.dentries_dropped >= 1, "{:?}", out.args);
+    assert_eq!(
+        t.fs.lookup(d.ino, b"late").expect("visible after the drop").attr.size,
+        1
+    );
+}
+
+#[test]
+fn a_getattr_does_not_hide_a_name_created_in_the_source() {
+    let t = setup(FsConfig {
+        revalidate: Duration::ZERO,
+        ..default_cfg()
+    });
+    age(&t.src.join("d"));
+    let d = walk(&t.fs, "d").expect("d");
+    err(t.fs.lookup(d.ino, b"late"), libc::ENOENT);
+    std::fs::write(t.src.join("d/late"), b"x").expect("write");
+    t.fs.getattr(d.ino, None).expect("getattr refreshes d's attributes");
+    assert_eq!(t.fs.lookup(d.ino, b"late").expect("the directory changed").attr.size, 1);
+    assert!(
+        t.fs.stats_json()["inodes"]["source_dir_changes"]
+            .as_u64()
+            .expect("counter")
+            >= 1
+    );
+}
+
+#[test]
+fn changes_through_the_fs_keep_the_dcache_coherent() {
+    let t = setup(FsConfig {
+        revalidate: Duration::from_secs(3600),
+        ..default_cfg()
+    });
+    let d = walk(&t.fs, "d").expect("d");
+    err(t.fs.lookup(d.ino, b"n"), libc::ENOENT);
+    let (e, o) =
+        t.fs.create(d.ino, b"n", 0o644, libc::O_RDWR, ME)
+            .expect("create over a negative entry");
+    t.fs.release(o.fh).expect("release");
+    assert_eq!(t.fs.lookup(d.ino, b"n").expect("n").ino, e.ino);
+    t.fs.rename(d.ino, b"n", ROOT_INO, b"m", 0).expect("rename");
+    err(t.fs.lookup(d.ino, b"n"), libc::ENOENT);
+    assert_eq!(t.fs.lookup(ROOT_INO, b"m").expect("m").ino, e.ino);
+    t.fs.unlink(ROOT_INO, b"m").expect("unlink");
+    err(t.fs.lookup(ROOT_INO, b"m"), libc::ENOENT);
+    let sub = t.fs.mkdir(d.ino, b"sub", 0o755, ME).expect("mkdir");
+    t.fs.mkdir(sub.ino, b"deeper", 0o755, ME).expect("mkdir");
+    t.fs.rmdir(sub.ino, b"deeper").expect("rmdir");
+    t.fs.rmdir(d.ino, b"sub").expect("rmdir");
+    err(t.fs.lookup(d.ino, b"sub"), libc::ENOENT);
+    // A name removed in the source stays cached until a drop (revalidate is an hour).
+    assert!(t.fs.lookup(ROOT_INO, b"a.txt").is_ok());
+    std::fs::remove_file(t.src.join("a.txt")).expect("rm");
+    t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("drop");
+    err(t.fs.lookup(ROOT_INO, b"a.txt"), libc::ENOENT);
+}
