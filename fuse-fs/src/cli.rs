@@ -1,6 +1,7 @@
-//! The `rcufs` command line: argument definitions (clap derive), the size and
-//! duration parsers, and the checks that turn a doomed `rcufs mount` into an
-//! error a person can act on before anything touches the kernel.
+//! The `rcufs` command line: argument definitions (clap derive) with the
+//! library's defaults, and the size and duration parsers. (`mount()` itself
+//! checks the source, the mount point and the machine, and names each
+//! problem with its fix.)
 //!
 //! Three subcommands:
 //! - `rcufs mount SOURCE MOUNTPOINT [options]` serves SOURCE at MOUNTPOINT in
@@ -14,27 +15,43 @@
 //! (an optional `B` or `iB` may follow), and a decimal fraction is allowed
 //! with a unit (`1.5G`); the result is rounded down to a whole byte.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::LazyLock;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
-
-use crate::client::{self, MountEntry};
+use fuse_fs::MountOptions;
 use fuse_fs::protocol::DropMode;
 
-/// The default number of FUSE worker threads: the machine's parallelism, at
-/// least 2 (one thread may block in a slow source call while another serves).
+/// The default number of FUSE worker threads (the library's default: the
+/// machine's parallelism, at least 2).
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get()).max(2)
+    MountOptions::default().threads
 }
 
-/// Default dcache capacity, in entries.
-pub const DEFAULT_DCACHE_ENTRIES: usize = 1_000_000;
-/// Default page cache budget, as shown in `--help`.
-pub const DEFAULT_PAGE_CACHE_SIZE: &str = "512M";
-/// Default revalidation interval, in seconds, as shown in `--help`.
-pub const DEFAULT_REVALIDATE: &str = "1";
+/// The default dcache capacity, in entries (the library's default).
+pub fn default_dcache_entries() -> usize {
+    MountOptions::default().dcache_entries
+}
+
+/// The default page cache budget as `--help` shows it (the library's
+/// default, in the largest binary unit that divides it).
+static DEFAULT_PAGE_CACHE_SIZE: LazyLock<String> =
+    LazyLock::new(|| show_size(MountOptions::default().page_cache_bytes));
+
+/// The default revalidation interval in seconds as `--help` shows it.
+static DEFAULT_REVALIDATE: LazyLock<String> =
+    LazyLock::new(|| format!("{}", MountOptions::default().revalidate.as_secs_f64()));
+
+/// `n` bytes in the largest binary unit that divides it exactly (`512M`).
+pub fn show_size(n: u64) -> String {
+    for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
+        if n != 0 && n.is_multiple_of(1u64 << shift) {
+            return format!("{}{unit}", n >> shift);
+        }
+    }
+    n.to_string()
+}
 /// The smallest page cache budget `mount` accepts: one page.
 pub const MIN_PAGE_CACHE_BYTES: u64 = 4096;
 
@@ -72,14 +89,14 @@ pub struct MountArgs {
     #[arg(long, value_name = "N", default_value_t = default_threads(), value_parser = parse_positive)]
     pub threads: usize,
     /// Capacity of the dentry cache, in entries.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_DCACHE_ENTRIES, value_parser = parse_positive)]
+    #[arg(long, value_name = "N", default_value_t = default_dcache_entries(), value_parser = parse_positive)]
     pub dcache_entries: usize,
     /// How many of those entries may be negative (names known not to exist)
     /// [default: a quarter of --dcache-entries].
     #[arg(long, value_name = "N")]
     pub dcache_negative: Option<usize>,
     /// Page cache budget: bytes, or with a binary unit (4096, 512K, 512M, 1.5G, 2G).
-    #[arg(long, value_name = "SIZE", default_value = DEFAULT_PAGE_CACHE_SIZE, value_parser = parse_page_cache_size)]
+    #[arg(long, value_name = "SIZE", default_value = DEFAULT_PAGE_CACHE_SIZE.as_str(), value_parser = parse_page_cache_size)]
     pub page_cache_size: u64,
     /// Let the kernel cache entries, attributes, negative entries and pages
     /// too (faster; every drop also invalidates the kernel's copies).
@@ -87,7 +104,7 @@ pub struct MountArgs {
     pub kernel_cache: bool,
     /// How soon names and attributes changed directly in SOURCE are seen, in
     /// seconds (fractions allowed).
-    #[arg(long, value_name = "SECS", default_value = DEFAULT_REVALIDATE, value_parser = parse_secs)]
+    #[arg(long, value_name = "SECS", default_value = DEFAULT_REVALIDATE.as_str(), value_parser = parse_secs)]
     pub revalidate: Duration,
     /// FUSE mount options, comma-separated, repeatable (allow_other, ro,
     /// default_permissions, ...).
@@ -213,67 +230,6 @@ fn parse_positive(s: &str) -> Result<usize, String> {
         Ok(0) => Err("must be at least 1".into()),
         Ok(n) => Ok(n),
         Err(_) => Err(format!("`{s}` is not a whole number")),
-    }
-}
-
-/// What a mount needs from the machine, checked before the filesystem starts
-/// so that each problem gets its own message and fix.
-pub fn preflight(args: &MountArgs, mounts: &[MountEntry]) -> Result<()> {
-    check_dir("source", &args.source)?;
-    check_dir("mount point", &args.mountpoint)?;
-    let source = std::fs::canonicalize(&args.source)?;
-    let mountpoint = std::fs::canonicalize(&args.mountpoint)?;
-    if mountpoint.starts_with(&source) {
-        bail!(
-            "the mount point {} is inside the source {}: the mount would contain itself; mount somewhere outside \
-             the source",
-            mountpoint.display(),
-            source.display()
-        );
-    }
-    if let Some(m) = mounts.iter().rev().find(|m| m.mount_point == mountpoint) {
-        bail!(
-            "the mount point {} is busy: a {} filesystem is already mounted there (unmount it with `umount {}`, \
-             or choose another directory)",
-            mountpoint.display(),
-            m.fstype,
-            mountpoint.display()
-        );
-    }
-    if !Path::new("/dev/fuse").exists() {
-        bail!(
-            "/dev/fuse does not exist: load the FUSE module (`modprobe fuse`) or, in a container, pass the \
-             device in (`--device /dev/fuse`)"
-        );
-    }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    if euid != 0 && !client::on_path("fusermount3") {
-        bail!(
-            "not running as root and `fusermount3` is not on PATH: run as root, or install fusermount3 \
-             (Debian package `fuse3`)"
-        );
-    }
-    Ok(())
-}
-
-fn check_dir(what: &str, path: &Path) -> Result<()> {
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => bail!("the {what} {} is not a directory", path.display()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            bail!(
-                "the {what} {} does not exist (create it with `mkdir -p {}`)",
-                path.display(),
-                path.display()
-            )
-        }
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
-            "the {what} {} is a dead FUSE mount (its daemon exited); clear it with `umount -l {}`",
-            path.display(),
-            path.display()
-        ),
-        Err(e) => bail!("cannot use the {what} {}: {e}", path.display()),
     }
 }
 

@@ -10,7 +10,7 @@
 //!
 //! A mount is identified by its device number: `stat(PATH).st_dev` is matched
 //! against the `major:minor` field of mountinfo, which is exact even through
-//! symlinks and bind mounts; the filesystem type must be `fuse.rcufs`.
+//! symlinks and bind mounts; the mount must be an rcufs one (see [`is_rcufs`]).
 
 use std::ffi::CString;
 use std::fmt::Write as _;
@@ -24,6 +24,13 @@ use fuse_fs::protocol::{DropArgs, DropMode, IOC_DROP, XATTR_STATS};
 
 /// The filesystem type rcufs mounts show in mountinfo.
 pub const FSTYPE: &str = "fuse.rcufs";
+
+/// Whether a mount is an rcufs mount: type `fuse.rcufs`, or type `fuse` with
+/// the mount source `rcufs` (what a FUSE library shows when it mounts with
+/// mount(2) directly and passes the subtype only as the source name).
+pub fn is_rcufs(m: &MountEntry) -> bool {
+    m.fstype == FSTYPE || (m.fstype == "fuse" && m.source == "rcufs")
+}
 
 /// One line of `/proc/self/mountinfo`, the fields rcufs needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,11 +104,6 @@ pub fn mounts() -> Result<Vec<MountEntry>> {
     Ok(parse_mountinfo(&text))
 }
 
-/// Whether `program` is an executable file in a directory on `PATH`.
-pub fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
-}
-
 /// Splits a `dev_t` into major and minor as glibc's `gnu_dev_major`/`minor` do.
 fn split_dev(dev: u64) -> (u32, u32) {
     (libc::major(dev), libc::minor(dev))
@@ -129,7 +131,7 @@ pub fn find_rcufs_mount(path: &Path) -> Result<MountEntry> {
         .max_by_key(|m| m.mount_point.as_os_str().len())
         .or_else(|| same_dev.last());
     match best {
-        Some(m) if m.fstype == FSTYPE => Ok((*m).clone()),
+        Some(m) if is_rcufs(m) => Ok((*m).clone()),
         Some(m) => bail!(
             "{} is not on an rcufs mount: it is on {} (type {}); give a path under a mount made with `rcufs mount`",
             path.display(),
@@ -147,6 +149,42 @@ pub fn find_rcufs_mount(path: &Path) -> Result<MountEntry> {
 
 fn cstring(path: &Path) -> Result<CString> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| anyhow!("{}: path contains a NUL byte", path.display()))
+}
+
+/// Unmounts `mountpoint` from outside the FUSE session: a plain unmount, or a
+/// lazy one if the mount is in use; through `fusermount3` when not root.
+pub fn unmount(mountpoint: &Path) -> Result<()> {
+    let c = cstring(mountpoint)?;
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EBUSY) => {
+            tracing::info!(
+                "{} is in use: detaching it lazily; exiting once the last file closes",
+                mountpoint.display()
+            );
+            // SAFETY: as above.
+            if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+                return Ok(());
+            }
+            Err(std::io::Error::last_os_error()).with_context(|| format!("lazy unmount of {}", mountpoint.display()))
+        }
+        Some(libc::EPERM) => {
+            let status = std::process::Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(mountpoint)
+                .status()
+                .context("running fusermount3 -u -z")?;
+            if !status.success() {
+                bail!("fusermount3 -u -z {} failed: {status}", mountpoint.display());
+            }
+            Ok(())
+        }
+        _ => Err(err).with_context(|| format!("unmounting {}", mountpoint.display())),
+    }
 }
 
 /// Why a drop of one directory failed, with the errno kept for callers that
@@ -301,12 +339,18 @@ pub fn format_stats(json: &str, mount: &MountEntry) -> Result<String> {
         .as_object()
         .ok_or_else(|| anyhow!("the stats are not a JSON object"))?;
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "rcufs mount {} (source {})",
-        mount.mount_point.display(),
-        mount.source
-    );
+    // The mount source is the source directory when the mount records it;
+    // a direct mount(2) by the FUSE library records only the name "rcufs".
+    if mount.source.is_empty() || mount.source == "rcufs" {
+        let _ = writeln!(out, "rcufs mount {}", mount.mount_point.display());
+    } else {
+        let _ = writeln!(
+            out,
+            "rcufs mount {} (source {})",
+            mount.mount_point.display(),
+            mount.source
+        );
+    }
     // Scalars first, then one block per section.
     for (key, v) in obj.iter().filter(|(_, v)| !v.is_object()) {
         let _ = writeln!(out, "  {key}: {v}");

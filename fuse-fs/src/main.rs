@@ -1,8 +1,12 @@
 //! `rcufs`: the command line of the passthrough filesystem.
 //!
 //! `rcufs mount` hands its options to the library's `mount()` and then waits,
-//! in the foreground, for SIGINT/SIGTERM (then unmounts cleanly) or for an
-//! unmount from outside (then reaps the session). `rcufs drop` and
+//! in the foreground, until the mount goes away. An unmount from outside
+//! ends the session directly. The first SIGINT/SIGTERM unmounts from a
+//! signal thread: a plain unmount if nothing on the mount is in use, else a
+//! lazy one (the mount leaves the namespace at once, open files keep working
+//! and the daemon exits when the last one closes, as libfuse does); a second
+//! signal exits at once, which aborts the FUSE connection. `rcufs drop` and
 //! `rcufs stats` are clients of a running mount (see `client.rs`).
 //!
 //! Exit codes: 0 on success, 1 on any failure (every failing directory of a
@@ -14,8 +18,11 @@ mod client;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Parser;
+use fuse_fs::MountOptions;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
 use cli::{Cli, Command, DropCmd, MountArgs, StatsCmd};
 
@@ -40,27 +47,71 @@ fn main() -> ExitCode {
 /// for everything else).
 fn init_tracing() {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,rcufs=info,fuse_fs=info"));
+    // fuser's mount guard warns "Unmount failed" whenever the mount is already
+    // gone when the session ends, which is every ordinary exit here (the
+    // unmount comes from outside the session), so its module logs errors only.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("warn,fuser::mnt=error,rcufs=info,fuse_fs=info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
 }
 
+/// Mounts, then serves until the mount goes away: unmounted from outside, or
+/// unmounted by the signal thread on SIGINT/SIGTERM.
 fn mount(args: MountArgs) -> Result<()> {
-    cli::preflight(&args, &client::mounts()?)?;
-    let m = fuse_fs::mount(fuse_fs::MountOptions {
-        source: args.source.clone(),
-        mountpoint: args.mountpoint.clone(),
+    let dcache_negative = args.dcache_negative.unwrap_or(args.dcache_entries / 4);
+    let opts = MountOptions {
+        source: args.source,
+        mountpoint: args.mountpoint,
         threads: args.threads,
         dcache_entries: args.dcache_entries,
-        dcache_negative: args.dcache_negative.unwrap_or(args.dcache_entries / 4),
+        dcache_negative,
         page_cache_bytes: args.page_cache_size,
         kernel_cache: args.kernel_cache,
         revalidate: args.revalidate,
-        fuse_options: args.options.clone(),
-    })?;
-    m.wait()
+        fuse_options: args.options,
+    };
+    // Register before mounting, so that a signal that arrives while the
+    // mount is being set up is queued rather than killing the process with
+    // a mount half made.
+    let mut signals = Signals::new([SIGINT, SIGTERM]).context("installing the SIGINT/SIGTERM handlers")?;
+    let mounted = fuse_fs::mount(opts)?;
+    let mountpoint = std::fs::canonicalize(mounted.mountpoint()).context("resolving the mount point")?;
+    tracing::info!(mountpoint = %mountpoint.display(), "serving; unmount it or send SIGINT/SIGTERM to stop");
+
+    let handle = signals.handle();
+    let signal_thread = std::thread::Builder::new()
+        .name("rcufs-signals".into())
+        .spawn(move || {
+            let mut seen = 0;
+            for sig in signals.forever() {
+                seen += 1;
+                if seen == 1 {
+                    tracing::info!(signal = sig, "unmounting");
+                    if let Err(e) = client::unmount(&mountpoint) {
+                        tracing::error!("{e:#}");
+                    }
+                } else {
+                    // Exiting closes every /dev/fuse descriptor, which makes
+                    // the kernel abort the connection (no fusectl needed).
+                    tracing::warn!(
+                        signal = sig,
+                        "second signal: exiting now; files still open on the mount fail"
+                    );
+                    std::process::exit(1);
+                }
+            }
+        })
+        .context("starting the signal thread")?;
+    let result = mounted.wait();
+    handle.close();
+    // The thread leaves its loop once the handle is closed.
+    let _ = signal_thread.join();
+    result?;
+    tracing::info!("unmounted");
+    Ok(())
 }
 
 fn drop_dirs(args: &DropCmd) -> Result<()> {

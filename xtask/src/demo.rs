@@ -82,15 +82,19 @@ fn demo_in(rcufs: &Path, base: &Path) -> Result<()> {
         bail!("the walks saw {cold:?} and {warm:?}, the source has {files} files of {bytes} bytes");
     }
     println!(
-        "pass 1 (cold: every lookup and read goes to the source): {}",
+        "pass 1 (cold caches: lookups and reads go to the source): {}",
         cold.show()
     );
     println!("        {}", delta(&s0, &s1));
     println!(
-        "pass 2 (warm: lookups from the dcache, reads from the page cache): {}",
+        "pass 2 (warm caches: lookups and reads answered by rcufs's caches): {}",
         warm.show()
     );
     println!("        {}", delta(&s1, &s2));
+    println!(
+        "(the source was just written, so the host's page cache already holds it and pass 1 is not slow \
+         for lack of disk I/O; the counters show where each answer came from)"
+    );
 
     section("5. rcufs stats");
     println!("$ rcufs stats {}", mnt.display());
@@ -102,10 +106,12 @@ fn demo_in(rcufs: &Path, base: &Path) -> Result<()> {
     fs::write(src.join("docs/NEWS"), b"written directly in the source\n")?;
     println!("(created {} directly in the source)", src.join("docs/NEWS").display());
     let before = stat_result(&late);
-    println!(
-        "$ stat {}   -> {before}   (the negative entry is still cached)",
-        late.display()
-    );
+    let why = if before == "exists" {
+        "already visible: rcufs cached no negative entry for it"
+    } else {
+        "still hidden: the cached negative entry answers, the source is not asked"
+    };
+    println!("$ stat {}   -> {before}   ({why})", late.display());
     println!("$ rcufs drop {}", mnt.join("docs").display());
     run_shown(Command::new(rcufs).arg("drop").arg(mnt.join("docs")))?;
     let after = stat_result(&late);

@@ -170,36 +170,14 @@ fn drop_modes() {
 }
 
 #[test]
-fn preflight_names_the_problem() {
-    let tmp = tempfile::tempdir().unwrap();
-    let src = tmp.path().join("src");
-    let mnt = tmp.path().join("mnt");
-    let file = tmp.path().join("file");
-    std::fs::create_dir(&src).unwrap();
-    std::fs::create_dir(&mnt).unwrap();
-    std::fs::write(&file, b"x").unwrap();
-    let args = |s: &Path, m: &Path| {
-        let cli = Cli::try_parse_from(["rcufs".as_ref(), "mount".as_ref(), s.as_os_str(), m.as_os_str()]).unwrap();
-        match cli.command {
-            Command::Mount(m) => m,
-            _ => unreachable!("parsed a mount"),
-        }
-    };
-    let err = |s: &Path, m: &Path, mounts: &[MountEntry]| preflight(&args(s, m), mounts).unwrap_err().to_string();
-
-    assert!(err(&tmp.path().join("nope"), &mnt, &[]).contains("source"));
-    assert!(err(&tmp.path().join("nope"), &mnt, &[]).contains("does not exist"));
-    assert!(err(&file, &mnt, &[]).contains("not a directory"));
-    assert!(err(&src, &file, &[]).contains("mount point"));
-    let inside = src.join("inner");
-    std::fs::create_dir(&inside).unwrap();
-    assert!(err(&src, &inside, &[]).contains("inside the source"));
-    let busy = MountEntry {
-        dev: (0, 99),
-        root: "/".into(),
-        mount_point: std::fs::canonicalize(&mnt).unwrap(),
-        fstype: "fuse.rcufs".into(),
-        source: "elsewhere".into(),
-    };
-    assert!(err(&src, &mnt, &[busy]).contains("busy"));
+fn sizes_show_in_the_largest_exact_unit() {
+    assert_eq!(show_size(512 << 20), "512M");
+    assert_eq!(show_size(2 << 30), "2G");
+    assert_eq!(show_size(3 << 29), "1536M");
+    assert_eq!(show_size(4096), "4K");
+    assert_eq!(show_size(1000), "1000");
+    assert_eq!(show_size(0), "0");
+    for n in [4096, 512 << 20, 3 << 29, 12345 << 10, 1 << 40] {
+        assert_eq!(parse_size(&show_size(n)), Ok(n), "round trip of {n}");
+    }
 }

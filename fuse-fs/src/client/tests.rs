@@ -6,12 +6,14 @@ const MOUNTINFO: &str = "\
 37 22 0:52 /sub /bind rw,relatime shared:80 - fuse.rcufs /srv/data rw,user_id=0,group_id=0
 garbage line without separator
 38 22 0:53 / /proc/sys/fs/binfmt_misc rw - binfmt_misc binfmt_misc rw
+39 22 0:54 / /m rw - fuse rcufs rw,user_id=0
+40 22 0:55 / /n rw - fuse sshfs rw,user_id=0
 ";
 
 #[test]
 fn mountinfo_lines_parse_and_unescape() {
     let m = parse_mountinfo(MOUNTINFO);
-    assert_eq!(m.len(), 4, "{m:?}");
+    assert_eq!(m.len(), 6, "{m:?}");
     assert_eq!(m[0].dev, (8, 1));
     assert_eq!(m[0].fstype, "ext4");
     assert_eq!(m[1].mount_point, PathBuf::from("/tmp/my mount"));
@@ -20,6 +22,8 @@ fn mountinfo_lines_parse_and_unescape() {
     assert_eq!(m[1].dev, (0, 52));
     assert_eq!(m[2].root, PathBuf::from("/sub"));
     assert_eq!(m[3].mount_point, PathBuf::from("/proc/sys/fs/binfmt_misc"));
+    let rcufs: Vec<bool> = m.iter().map(is_rcufs).collect();
+    assert_eq!(rcufs, [false, true, true, false, true, false]);
 }
 
 #[test]

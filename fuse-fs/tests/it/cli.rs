@@ -164,5 +164,34 @@ fn unknown_fuse_options_are_a_clear_error() {
     ]);
     assert!(!out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("no_such_option"), "{}", text(&out));
-    assert!(crate::harness::rcufs_mount_at(&std::fs::canonicalize(&mnt).unwrap()).is_none());
+    assert!(crate::harness::any_mount_at(&std::fs::canonicalize(&mnt).unwrap()).is_none());
+}
+
+#[test]
+fn mounting_as_a_user_without_fusermount3_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: switching to another user needs root");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (src, mnt) = (tmp.path().join("src"), tmp.path().join("mnt"));
+    fs::create_dir(&src).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let out = rcufs()
+        .arg("mount")
+        .arg(&src)
+        .arg(&mnt)
+        .env("PATH", tmp.path())
+        .env("RUST_LOG", "warn")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("fusermount3"), "{}", text(&out));
+    assert!(crate::harness::any_mount_at(&fs::canonicalize(&mnt).unwrap()).is_none());
 }

@@ -44,20 +44,29 @@ pub fn mount_possible() -> bool {
     false
 }
 
-/// Whether mountinfo lists an rcufs mount at `mnt`; returns its device minor.
-pub fn rcufs_mount_at(mnt: &Path) -> Option<u32> {
+/// Whether mountinfo lists an rcufs mount at `mnt`.
+pub fn rcufs_mount_at(mnt: &Path) -> bool {
     let text = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    text.lines().rev().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        let f: Vec<&str> = left.split(' ').collect();
+    text.lines().any(|line| {
+        let Some((left, right)) = line.split_once(" - ") else {
+            return false;
+        };
         let mut r = right.split(' ');
-        let (fstype, source) = (r.next()?, r.next()?);
+        let (fstype, source) = (r.next().unwrap_or(""), r.next().unwrap_or(""));
         // `fuse.rcufs`, or `fuse` with source `rcufs` when the FUSE library
         // mounts with mount(2) and keeps the subtype only as the source.
         let rcufs = fstype == "fuse.rcufs" || (fstype == "fuse" && source == "rcufs");
-        (f.get(4).map(Path::new) == Some(mnt) && rcufs)
-            .then(|| f[2].split_once(':').and_then(|(_, minor)| minor.parse().ok()))
-            .flatten()
+        rcufs && left.split(' ').nth(4).map(Path::new) == Some(mnt)
+    })
+}
+
+/// The filesystem type of the topmost mount at `mnt`, if anything is mounted there.
+pub fn any_mount_at(mnt: &Path) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    text.lines().rev().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let at = left.split(' ').nth(4).map(Path::new) == Some(mnt);
+        at.then(|| right.split(' ').next().unwrap_or("").to_string())
     })
 }
 
@@ -70,7 +79,6 @@ pub struct Mount {
     pub mnt: PathBuf,
     log: PathBuf,
     child: Option<Child>,
-    minor: u32,
 }
 
 impl Mount {
@@ -111,12 +119,10 @@ impl Mount {
             mnt,
             log,
             child: Some(child),
-            minor: 0,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(minor) = rcufs_mount_at(&m.mnt) {
-                m.minor = minor;
+            if rcufs_mount_at(&m.mnt) {
                 return Some(m);
             }
             if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
@@ -128,7 +134,9 @@ impl Mount {
             }
             if Instant::now() > deadline {
                 panic!(
-                    "the mount did not appear in /proc/self/mountinfo within 20 s; log:\n{}",
+                    "no rcufs mount appeared at {} within 20 s (mounted there: {:?}); log:\n{}",
+                    m.mnt.display(),
+                    any_mount_at(&m.mnt),
                     m.log_text()
                 );
             }
@@ -216,8 +224,9 @@ impl Mount {
             // SAFETY: kill has no memory preconditions; the pid is our live child.
             unsafe { libc::kill(self.pid(), libc::SIGTERM) };
             if self.wait_exit(Duration::from_secs(10)).is_none() {
-                eprintln!("rcufs ignored SIGTERM for 10 s: aborting the connection and killing it");
-                let _ = std::fs::write(format!("/sys/fs/fuse/connections/{}/abort", self.minor), "1");
+                // Killing the daemon closes its /dev/fuse descriptors, which
+                // aborts the connection.
+                eprintln!("rcufs ignored SIGTERM for 10 s: killing it");
                 if let Some(child) = self.child.as_mut() {
                     let _ = child.kill();
                     let _ = child.wait();
@@ -225,13 +234,22 @@ impl Mount {
                 self.child = None;
             }
         }
-        if rcufs_mount_at(&self.mnt).is_some() {
-            let _ = std::fs::write(format!("/sys/fs/fuse/connections/{}/abort", self.minor), "1");
+        // Whatever is still mounted on our private mount point is ours: a
+        // daemon that exited without unmounting leaves a dead mount behind
+        // (of whatever type it mounted), and deleting the temporary
+        // directory must not walk into it.
+        while let Some(fstype) = any_mount_at(&self.mnt) {
+            eprintln!(
+                "rcufs is gone but a {fstype} mount is left at {}: detaching it",
+                self.mnt.display()
+            );
             let c = sys::cpath(&self.mnt);
             // SAFETY: the path is NUL-terminated.
-            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+                break;
+            }
         }
-        if rcufs_mount_at(&self.mnt).is_some() {
+        if any_mount_at(&self.mnt).is_some() {
             // Never delete the temporary directory through a live mount.
             eprintln!("LEAKED MOUNT at {}: keeping its directory", self.mnt.display());
             if let Some(tmp) = self.tmp.take() {
@@ -244,6 +262,14 @@ impl Mount {
 impl Drop for Mount {
     fn drop(&mut self) {
         self.cleanup();
+        let log = self.log_text();
+        if std::thread::panicking() {
+            // The test failed: the daemon's side of the story helps.
+            eprintln!("rcufs log of the failed test:\n{log}");
+        } else if log.contains("panicked at") {
+            // The daemon must never panic, whatever a request carries.
+            panic!("the rcufs daemon panicked during this test:\n{log}");
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use std::os::unix::fs::FileExt;
 
-use crate::harness::{Mount, eventually, rcufs_mount_at, write_tree};
+use crate::harness::{Mount, any_mount_at, eventually, write_tree};
 use crate::sys::errno;
 
 fn tree(src: &std::path::Path) {
@@ -26,7 +26,7 @@ fn sigterm_and_sigint_unmount_cleanly() {
             m.log_text()
         );
         assert!(
-            rcufs_mount_at(&m.mnt).is_none(),
+            any_mount_at(&m.mnt).is_none(),
             "the mount is still listed after signal {signal}"
         );
         assert_eq!(fs::read(m.src_at("f")).unwrap(), b"data");
@@ -40,7 +40,7 @@ fn sigterm_with_a_file_open_detaches_and_exits_when_it_closes() {
     // SAFETY: kill has no memory preconditions; the pid is the live daemon.
     unsafe { libc::kill(m.pid(), libc::SIGTERM) };
     assert!(
-        eventually(Duration::from_secs(20), || rcufs_mount_at(&m.mnt).is_none()),
+        eventually(Duration::from_secs(20), || any_mount_at(&m.mnt).is_none()),
         "the busy mount was not detached after SIGTERM; log:\n{}",
         m.log_text()
     );
@@ -64,7 +64,7 @@ fn a_second_signal_aborts_a_busy_mount() {
     let open = fs::File::open(m.at("f")).unwrap();
     // SAFETY: kill has no memory preconditions; the pid is the live daemon.
     unsafe { libc::kill(m.pid(), libc::SIGTERM) };
-    assert!(eventually(Duration::from_secs(20), || rcufs_mount_at(&m.mnt).is_none()));
+    assert!(eventually(Duration::from_secs(20), || any_mount_at(&m.mnt).is_none()));
     m.stop_with(libc::SIGTERM);
     // The connection is gone: the open file cannot be read any more.
     let mut buf = [0u8; 4];

@@ -508,3 +508,66 @@ fn positive_lookups_hit_the_dcache() {
         "a second read of a small file did not hit the page cache"
     );
 }
+
+#[test]
+fn readdirplus_fills_the_dcache() {
+    let Some(m) = Mount::with(&["--revalidate", "3600"], |src| {
+        for i in 0..100 {
+            write_tree(src, &[(&format!("dir/f{i:03}"), b"x")]);
+        }
+    }) else {
+        return;
+    };
+    // `ls -l`: readdir and a stat of each entry (the kernel uses readdirplus).
+    let names: Vec<_> = fs::read_dir(m.at("dir"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            e.metadata().unwrap();
+            e.file_name()
+        })
+        .collect();
+    assert_eq!(names.len(), 100);
+    let (hits, misses) = (m.stat("dcache", "hits"), m.stat("dcache", "misses"));
+    assert!(
+        m.stat("dcache", "entries") >= 100,
+        "the listing did not fill the dcache: {}",
+        m.stats()
+    );
+    for i in 0..100 {
+        fs::metadata(m.at(&format!("dir/f{i:03}"))).unwrap();
+    }
+    assert_eq!(
+        m.stat("dcache", "misses"),
+        misses,
+        "lookups after the listing missed the dcache"
+    );
+    assert!(m.stat("dcache", "hits") >= hits + 100);
+}
+
+#[test]
+fn concurrent_cold_reads_fill_each_page_once() {
+    const LEN: usize = 64 * 4096;
+    let Some(m) = Mount::with(&[], |src| write_tree(src, &[("shared", &content(5, LEN))])) else {
+        return;
+    };
+    assert_eq!(m.stat("pagecache", "fills"), 0);
+    std::thread::scope(|s| {
+        let readers: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| assert_eq!(fs::read(m.at("shared")).unwrap(), content(5, LEN))))
+            .collect();
+        for r in readers {
+            r.join().unwrap();
+        }
+    });
+    let (fills, pages) = (m.stat("pagecache", "fills"), m.stat("pagecache", "pages"));
+    assert_eq!(m.stat("pagecache", "evictions"), 0);
+    assert!(
+        pages >= (LEN / 4096) as u64,
+        "{pages} pages cached of a {LEN}-byte file"
+    );
+    assert!(
+        fills <= pages,
+        "{fills} fills for {pages} cached pages: some page was read from the source twice"
+    );
+}
