@@ -569,6 +569,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             return unsafe { self.counted(n) };
         }
         let mut old = None;
+        // A reference to release only after the locks are gone (releasing
+        // the last one frees the node, which takes the bucket lock).
+        let mut release_later = None;
         let new = {
             let mut children = pnode.children.lock();
             // The parent's UNHASHED bit is set before whoever unhashed it
@@ -588,11 +591,14 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                     // AcqRel: the single unhash transition; Release pairs with
                     // the Acquire in `release_one`'s DEAD CAS (via the word's
                     // modification order) and with readers of the bit.
-                    if d.node().count.fetch_or(UNHASHED, Ordering::AcqRel) & UNHASHED == 0 {
-                        old = Some(d);
-                    }
+                    let first = d.node().count.fetch_or(UNHASHED, Ordering::AcqRel) & UNHASHED == 0;
                     // SAFETY: we hold the lock of the bucket of `n`'s key.
                     unsafe { sh.table.unlink_locked(index, n, &guard) };
+                    if first {
+                        old = Some(d);
+                    } else {
+                        release_later = Some(d);
+                    }
                 }
             }
             // Relaxed: ids only need to be unique and to grow in each child
@@ -621,6 +627,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             // SAFETY: the node was created with one reference, which is ours.
             unsafe { self.counted(node) }
         };
+        drop(release_later);
         drop(guard);
         sh.counters.add(Event::Insert, 1);
         if let Some(old) = old {
@@ -943,9 +950,20 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     ) -> bool {
         struct Frame<T: Send + Sync + 'static> {
             node: Dentry<T>,
+            /// The next child id to look at.
             cursor: u64,
+            /// Child ids from here on are not looked at.
+            end: u64,
+            /// This pass unhashed the node and owes the count.
             dropping: bool,
         }
+        // Under a node that is unhashed no child can be added any more (insert
+        // and rename check the parent under its child-map lock), so all of its
+        // children are walked, however new: then no node is left hashed under
+        // an unhashed parent. Under a node that stays cached (`dir`, or one the
+        // filter kept) only children older than the call are, which bounds
+        // the walk while inserts go on.
+        let end_for = |d: &Dentry<T>| if d.is_hashed() { limit } else { u64::MAX };
         let finish = |f: Frame<T>, stats: &mut DropStats| {
             if f.dropping {
                 if f.node.release() {
@@ -957,16 +975,21 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         };
         let batch_size = self.sh().config.prune_batch;
         let mut stack = vec![Frame {
+            end: end_for(dir),
             node: dir.clone(),
             cursor: 0,
             dropping: false,
         }];
         let mut batch = Vec::with_capacity(batch_size);
         let complete = loop {
-            let Some(top) = stack.last_mut() else { break true };
-            if top.cursor < limit {
+            let Some(top) = stack.last_mut() else {
+                // The final check: a rename that changed the tree after our
+                // last look must make us walk again.
+                break locked || self.seq_rmw() == seq;
+            };
+            if top.cursor < top.end {
                 let children = top.node.node().children.lock();
-                for (&id, child) in children.range(top.cursor..limit) {
+                for (&id, child) in children.range(top.cursor..top.end) {
                     if batch.len() == batch_size {
                         break;
                     }
@@ -980,7 +1003,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                     }
                 }
                 if batch.is_empty() {
-                    top.cursor = limit;
+                    top.cursor = top.end;
                 }
             }
             if batch.is_empty() {
@@ -997,6 +1020,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                     false
                 };
                 stack.push(Frame {
+                    end: end_for(&child),
                     node: child,
                     cursor: 0,
                     dropping,
