@@ -456,12 +456,13 @@ impl PageCache {
                 .take()
                 .expect("the fill closure runs at most once: after it we return");
             // SAFETY: the page is FILLING and we are its filler.
-            let (buf, len) = unsafe { mine.page().buffer_mut() };
+            let buf = unsafe { mine.page().buffer_mut() };
             match f(buf) {
                 Ok(n) => {
                     let n = n.min(buf.len());
                     buf[n..].fill(0);
-                    *len = n;
+                    // SAFETY: we are the filler of a FILLING page.
+                    unsafe { mine.page().set_len(n) };
                     if n < self.cfg.page_size {
                         inode.pages.set_tag(index, Tag::PARTIAL);
                     }
@@ -621,10 +622,11 @@ impl PageCache {
                 if page.try_lock_unused() {
                     // SAFETY: we hold NONEWREFS with the tree's reference as the
                     // only one: nobody else reads or writes the buffer.
-                    let (buf, len) = unsafe { page.buffer_mut() };
+                    let buf = unsafe { page.buffer_mut() };
                     let at = (lo - start) as usize;
                     buf[at..at + src.len()].copy_from_slice(src);
-                    *len = (*len).max(at + src.len());
+                    // SAFETY: as above.
+                    unsafe { page.set_len(page.len().max(at + src.len())) };
                     page.release_exclusive();
                 } else {
                     self.remove_page(&inode, index, handle.0);
@@ -656,11 +658,14 @@ impl PageCache {
                 if page.try_lock_unused() {
                     // SAFETY: NONEWREFS with only the tree's reference: the
                     // buffer is ours.
-                    let (buf, len) = unsafe { page.buffer_mut() };
+                    let buf = unsafe { page.buffer_mut() };
                     buf[tail..].fill(0);
-                    *len = tail;
-                    page.release_exclusive();
+                    // SAFETY: as above.
+                    unsafe { page.set_len(tail) };
+                    // Tag before releasing, so a concurrent invalidation that
+                    // finds the page unlocked also finds the tag.
                     inode.pages.set_tag(last_full, Tag::PARTIAL);
+                    page.release_exclusive();
                 } else {
                     self.remove_page(&inode, last_full, handle.0);
                 }
@@ -681,13 +686,11 @@ impl PageCache {
                 }
                 // A page still FILLING is stale by the generation check of its
                 // filler; a filled one is checked by length.
-                let short = handle.page().state() & (FILLING | NONEWREFS) != 0 || {
-                    // SAFETY: not FILLING and not exclusively held (checked just
-                    // above, racily): the length is only changed under
-                    // NONEWREFS with refs == 1, and a stale read here only
-                    // makes us drop a page we could have kept.
-                    unsafe { handle.page().len() < self.cfg.page_size }
-                };
+                // A page still FILLING or held exclusively may be short: drop it.
+                // Otherwise the length is a hint that can only be stale
+                // towards "short" (lengths grow only under NONEWREFS).
+                let short =
+                    handle.page().state() & (FILLING | NONEWREFS) != 0 || handle.page().len() < self.cfg.page_size;
                 if short {
                     self.remove_page(inode, index, handle.0);
                 } else {

@@ -30,7 +30,7 @@
 
 use std::ptr::NonNull;
 
-use crate::sync::{AtomicU64, Ordering, UnsafeCell, fence};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering, UnsafeCell, fence};
 
 const REFS: u64 = (1 << 32) - 1;
 pub(crate) const NONEWREFS: u64 = 1 << 32;
@@ -39,7 +39,9 @@ pub(crate) const FAILED: u64 = 1 << 34;
 
 pub(crate) struct Page {
     state: AtomicU64,
-    len: UnsafeCell<usize>,
+    /// The valid length. Atomic (Relaxed) only so that a racy hint read
+    /// (`drop_partial_below`) is not a data race; the state word orders it.
+    len: AtomicUsize,
     data: UnsafeCell<Box<[u8]>>,
 }
 
@@ -59,7 +61,7 @@ impl Page {
     pub(crate) fn new_filling(page_size: usize) -> NonNull<Page> {
         let page = Box::new(Page {
             state: AtomicU64::new(2 | FILLING),
-            len: UnsafeCell::new(0),
+            len: AtomicUsize::new(0),
             data: UnsafeCell::new(vec![0u8; page_size].into_boxed_slice()),
         });
         NonNull::from(Box::leak(page))
@@ -166,14 +168,22 @@ impl Page {
         self.state.fetch_and(!FILLING, Ordering::Release);
     }
 
-    /// The valid length.
+    /// The valid length. Exact when the caller holds a reference to a page
+    /// that is not `FILLING`, or is the filler, or holds `NONEWREFS` with
+    /// `refs == 1`; otherwise a hint.
+    pub(crate) fn len(&self) -> usize {
+        // Relaxed: ordered by the state word (see the callers' contracts).
+        self.len.load(Ordering::Relaxed)
+    }
+
+    /// Sets the valid length.
     ///
     /// # Safety
-    /// The caller holds a reference and the page is not `FILLING` (or the
-    /// caller is the filler), or the caller holds `NONEWREFS` with `refs == 1`.
-    pub(crate) unsafe fn len(&self) -> usize {
-        // SAFETY: per the contract nobody writes the length concurrently.
-        self.len.with(|p| unsafe { *p })
+    /// The caller is the filler of a `FILLING` page, or holds `NONEWREFS`
+    /// with `refs == 1`.
+    pub(crate) unsafe fn set_len(&self, len: usize) {
+        // Relaxed: published by the Release that ends the caller's right.
+        self.len.store(len, Ordering::Relaxed);
     }
 
     /// The valid bytes.
@@ -190,19 +200,18 @@ impl Page {
         }
     }
 
-    /// Mutable access to the whole buffer and the length.
+    /// Mutable access to the whole buffer.
     ///
     /// # Safety
     /// The caller is the filler of a `FILLING` page, or holds `NONEWREFS`
     /// with `refs == 1`; the borrow must end before that right does.
     #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn buffer_mut(&self) -> (&mut [u8], &mut usize) {
+    pub(crate) unsafe fn buffer_mut(&self) -> &mut [u8] {
         // SAFETY: per the contract this thread is the only one touching the
-        // buffer and the length.
+        // buffer.
         unsafe {
             let data: *mut Box<[u8]> = self.data.with_mut(|p| p);
-            let len: *mut usize = self.len.with_mut(|p| p);
-            (&mut (&mut *data)[..], &mut *len)
+            &mut (&mut *data)[..]
         }
     }
 }

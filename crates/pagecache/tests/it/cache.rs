@@ -1,0 +1,293 @@
+//! Stress of the page cache in every mode, against a backing store in
+//! memory: readers fill and hit, one writer writes through and updates the
+//! cache, a dropper drops ranges and inodes, and a small budget makes CLOCK
+//! evict all along. Checks: every page's content is the pattern of one
+//! version; never older than the last write that completed before the read
+//! began (so a page removed or replaced by a write is never returned after
+//! it); a pinned page never changes; the counters balance at the end.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::time::Duration;
+
+use pagecache::{Config, Mode, PageCache, PageRef};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::scaled;
+
+const PS: usize = 64;
+const INODES: u64 = 4;
+const PAGES: u64 = 32;
+
+const HALF: usize = PS / 2;
+
+/// A page of version `v`: two halves, each the version in its first 8
+/// bytes and then bytes derived from (ino, index, half, v). Each half is
+/// written in one piece, so each is self-consistent even while a split
+/// write has updated only one of them.
+fn pattern(ino: u64, index: u64, v: u64) -> Vec<u8> {
+    let mut p = Vec::with_capacity(PS);
+    for half in 0..2u64 {
+        p.extend(v.to_le_bytes());
+        p.extend((8..HALF as u64).map(|i| (ino * 131 + index * 31 + half * 57 + v * 7 + i) as u8));
+    }
+    p
+}
+
+/// The oldest version among the halves of a page, after checking that each
+/// half is that half's pattern of its version.
+#[track_caller]
+fn version_of(ino: u64, index: u64, page: &[u8]) -> u64 {
+    assert_eq!(page.len(), PS);
+    let mut oldest = u64::MAX;
+    for half in 0..2 {
+        let h = &page[half * HALF..(half + 1) * HALF];
+        let v = u64::from_le_bytes(h[..8].try_into().unwrap());
+        assert_eq!(
+            h,
+            &pattern(ino, index, v)[half * HALF..(half + 1) * HALF],
+            "torn or foreign page {ino}/{index}"
+        );
+        oldest = oldest.min(v);
+    }
+    oldest
+}
+
+struct Store {
+    /// The backing file's version of each page.
+    current: Vec<Mutex<u64>>,
+    /// The last version whose cache update completed.
+    committed: Vec<AtomicU64>,
+}
+
+impl Store {
+    fn new() -> Self {
+        let n = (INODES * PAGES) as usize;
+        Self {
+            current: (0..n).map(|_| Mutex::new(0)).collect(),
+            committed: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn slot(ino: u64, index: u64) -> usize {
+        (ino * PAGES + index) as usize
+    }
+
+    fn read(&self, ino: u64, index: u64, buf: &mut [u8]) -> usize {
+        let v = *self.current[Self::slot(ino, index)].lock().unwrap();
+        buf.copy_from_slice(&pattern(ino, index, v));
+        PS
+    }
+}
+
+fn read_checked(cache: &PageCache, store: &Store, ino: u64, index: u64) -> PageRef {
+    let floor = store.committed[Store::slot(ino, index)].load(Ordering::Acquire);
+    let r = cache
+        .get_or_fill(ino, index, |buf| Ok::<_, ()>(store.read(ino, index, buf)))
+        .unwrap();
+    let v = version_of(ino, index, &r);
+    assert!(
+        v >= floor,
+        "page {ino}/{index}: version {v} after write of {floor} completed"
+    );
+    r
+}
+
+fn stress(mode: Mode) {
+    let cache = PageCache::new(Config {
+        budget_bytes: 64 * PS,
+        page_size: PS,
+        mode,
+    });
+    let store = Store::new();
+    let stop = AtomicBool::new(false);
+    let reads = scaled(60_000);
+    std::thread::scope(|s| {
+        let readers: Vec<_> = (0..2u64)
+            .map(|t| {
+                let (cache, store) = (&cache, &store);
+                s.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(t);
+                    let mut pinned: Vec<(u64, u64, u64, PageRef)> = Vec::new();
+                    for _ in 0..reads {
+                        let (ino, index) = (rng.random_range(0..INODES), rng.random_range(0..PAGES));
+                        let r = read_checked(cache, store, ino, index);
+                        if rng.random_range(0..16) == 0 {
+                            let v = version_of(ino, index, &r);
+                            pinned.push((ino, index, v, r));
+                        }
+                        if pinned.len() > 8 {
+                            // A pinned page never changes under its holder.
+                            let (ino, index, v, r) = pinned.remove(0);
+                            assert_eq!(version_of(ino, index, &r), v);
+                        }
+                        if let Some(r) = cache.get(ino, index) {
+                            version_of(ino, index, &r);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let writer = s.spawn(|| {
+            let mut rng = SmallRng::seed_from_u64(99);
+            while !stop.load(Ordering::Relaxed) {
+                let (ino, index) = (rng.random_range(0..INODES), rng.random_range(0..PAGES));
+                let slot = Store::slot(ino, index);
+                // Write through first, then update the cache (the filesystem's order).
+                let v = {
+                    let mut cur = store.current[slot].lock().unwrap();
+                    *cur += 1;
+                    *cur
+                };
+                if rng.random_range(0..2) == 0 {
+                    cache.write(ino, index * PS as u64, &pattern(ino, index, v));
+                } else {
+                    // Two partial writes, one half each.
+                    let p = pattern(ino, index, v);
+                    cache.write(ino, index * PS as u64 + HALF as u64, &p[HALF..]);
+                    cache.write(ino, index * PS as u64, &p[..HALF]);
+                }
+                store.committed[slot].store(v, Ordering::Release);
+            }
+        });
+        let dropper = s.spawn(|| {
+            let mut rng = SmallRng::seed_from_u64(7);
+            while !stop.load(Ordering::Relaxed) {
+                let ino = rng.random_range(0..INODES);
+                match rng.random_range(0..3) {
+                    0 => drop(cache.drop_inode(ino)),
+                    1 => drop(cache.drop_range(ino, rng.random_range(0..PAGES), rng.random_range(0..PAGES))),
+                    _ => drop(cache.drop_inodes(&[ino, (ino + 1) % INODES])),
+                }
+                std::thread::yield_now();
+            }
+        });
+        // Stop the writer and the dropper even if a reader panicked.
+        let results: Vec<_> = readers.into_iter().map(|r| r.join()).collect();
+        stop.store(true, Ordering::Relaxed);
+        for r in results {
+            r.unwrap();
+        }
+        writer.join().unwrap();
+        dropper.join().unwrap();
+    });
+    cache.check_invariants().unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+    let stats = cache.stats();
+    assert!(
+        stats.bytes_cached <= 64 * PS as u64,
+        "{mode:?}: over budget when quiescent: {stats:?}"
+    );
+    assert!(
+        stats.evictions > 0,
+        "{mode:?}: the budget never forced an eviction: {stats:?}"
+    );
+    // Everything still cached is the latest version.
+    for ino in 0..INODES {
+        for index in 0..PAGES {
+            if let Some(r) = cache.get(ino, index) {
+                let want = *store.current[Store::slot(ino, index)].lock().unwrap();
+                assert_eq!(
+                    version_of(ino, index, &r),
+                    want,
+                    "{mode:?}: stale page {ino}/{index} at rest"
+                );
+            }
+        }
+    }
+    let dropped = cache.drop_inodes(&(0..INODES).collect::<Vec<_>>());
+    assert_eq!(dropped.pages, stats.pages);
+    assert_eq!(cache.stats().bytes_cached, 0);
+}
+
+#[test]
+fn stress_readers_writer_dropper() {
+    for mode in Mode::ALL {
+        stress(mode);
+    }
+}
+
+/// Threads that miss the same page at once: one fill, one content.
+#[test]
+fn concurrent_misses_fill_once() {
+    for mode in Mode::ALL {
+        for round in 0..scaled(40) as u64 {
+            let cache = PageCache::new(Config {
+                budget_bytes: 1 << 20,
+                page_size: PS,
+                mode,
+            });
+            let fills = AtomicUsize::new(0);
+            let barrier = Barrier::new(3);
+            let pages: Vec<Vec<u8>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..3)
+                    .map(|_| {
+                        let (cache, fills, barrier) = (&cache, &fills, &barrier);
+                        s.spawn(move || {
+                            barrier.wait();
+                            let r = cache
+                                .get_or_fill(1, round, |buf| {
+                                    fills.fetch_add(1, Ordering::Relaxed);
+                                    std::thread::sleep(Duration::from_millis(2));
+                                    buf.copy_from_slice(&pattern(1, round, round));
+                                    Ok::<_, ()>(PS)
+                                })
+                                .unwrap();
+                            r.to_vec()
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(fills.load(Ordering::Relaxed), 1, "{mode:?}");
+            for p in pages {
+                assert_eq!(p, pattern(1, round, round));
+            }
+            assert_eq!(cache.stats().fills, 1);
+        }
+    }
+}
+
+/// The first fill fails while others wait: the failer gets the error, the
+/// waiters retry, one of them fills, and no half-filled page is seen.
+#[test]
+fn failed_fill_with_waiters() {
+    for mode in Mode::ALL {
+        for round in 0..scaled(40) as u64 {
+            let cache = PageCache::new(Config {
+                budget_bytes: 1 << 20,
+                page_size: PS,
+                mode,
+            });
+            let failed = AtomicBool::new(false);
+            let barrier = Barrier::new(3);
+            let results: Vec<Result<Vec<u8>, &str>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..3)
+                    .map(|_| {
+                        let (cache, failed, barrier) = (&cache, &failed, &barrier);
+                        s.spawn(move || {
+                            barrier.wait();
+                            cache
+                                .get_or_fill(2, round, |buf| {
+                                    buf.fill(0xAA); // must never be seen
+                                    std::thread::sleep(Duration::from_millis(1));
+                                    if !failed.swap(true, Ordering::Relaxed) {
+                                        return Err("io error");
+                                    }
+                                    buf.copy_from_slice(&pattern(2, round, 5));
+                                    Ok(PS)
+                                })
+                                .map(|r| r.to_vec())
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(results.iter().filter(|r| r.is_err()).count(), 1, "{mode:?}");
+            for r in results.into_iter().flatten() {
+                assert_eq!(r, pattern(2, round, 5));
+            }
+            cache.check_invariants().unwrap();
+        }
+    }
+}
