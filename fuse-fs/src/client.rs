@@ -310,7 +310,10 @@ pub fn format_ns(ns: u64) -> String {
     }
 }
 
-/// One line describing a finished drop.
+/// One line describing a finished drop. Dentries the kernel still holds are
+/// taken out of the cache too but only unhashed (`busy`); they are freed when
+/// the kernel forgets them, so the line counts them with the dropped ones
+/// and says how many they were.
 pub fn format_drop(dir: &Path, mode: DropMode, args: &DropArgs, wall_ns: u64) -> String {
     let what = match mode {
         DropMode::Pages => "pages",
@@ -318,13 +321,14 @@ pub fn format_drop(dir: &Path, mode: DropMode, args: &DropArgs, wall_ns: u64) ->
         DropMode::All => "all",
     };
     format!(
-        "{}: dropped ({what}) {} dentries, {} pages ({}); skipped {} not owned, {} busy; took {} in rcufs, {} total",
+        "{}: dropped ({what}) {} dentries ({} of them still in use by the kernel, unhashed) and {} pages ({}); \
+         skipped {} not owned by you; took {} in rcufs, {} in all",
         dir.display(),
-        args.dentries_dropped,
+        args.dentries_dropped + args.busy,
+        args.busy,
         args.pages_dropped,
         format_bytes(args.bytes_freed),
         args.skipped,
-        args.busy,
         format_ns(args.elapsed_ns),
         format_ns(wall_ns),
     )

@@ -133,7 +133,7 @@ fn demo_in(rcufs: &Path, base: &Path) -> Result<()> {
     println!(
         "drops so far: {} requests, {} dentries and {} pages ({}) dropped",
         field(&s3, "drops", "requests"),
-        field(&s3, "drops", "dentries_dropped"),
+        field(&s3, "drops", "dentries_dropped") + field(&s3, "drops", "busy"),
         field(&s3, "drops", "pages_dropped"),
         human(field(&s3, "drops", "bytes_freed")),
     );

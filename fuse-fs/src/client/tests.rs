@@ -101,3 +101,21 @@ fn stats_table_shows_every_counter() {
     assert!(format_stats("not json", &mount).is_err());
     assert!(format_stats("[1]", &mount).is_err());
 }
+
+#[test]
+fn a_drop_reads_as_one_line() {
+    let args = DropArgs {
+        dentries_dropped: 2,
+        busy: 5,
+        pages_dropped: 3,
+        bytes_freed: 12288,
+        skipped: 1,
+        elapsed_ns: 1500,
+        ..DropArgs::request(DropMode::All)
+    };
+    assert_eq!(
+        format_drop(Path::new("/m/d"), DropMode::All, &args, 2_000_000),
+        "/m/d: dropped (all) 7 dentries (5 of them still in use by the kernel, unhashed) and 3 pages (12.0 KiB); \
+         skipped 1 not owned by you; took 1.5 µs in rcufs, 2.00 ms in all"
+    );
+}

@@ -571,3 +571,41 @@ fn concurrent_cold_reads_fill_each_page_once() {
         "{fills} fills for {pages} cached pages: some page was read from the source twice"
     );
 }
+
+#[test]
+fn atomic_replace_by_rename_then_reopen() {
+    // What editors, git (`config.lock` -> `config`) and linkers do: write a
+    // new file under a temporary name, then rename it over the real one.
+    let Some(m) = Mount::with(&[], tree) else { return };
+    for i in 0..4u8 {
+        let lock = m.at("a/config.lock");
+        let mut f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o666)
+            .open(&lock)
+            .unwrap();
+        f.write_all(&[b'0' + i; 10]).unwrap();
+        drop(f);
+        fs::set_permissions(&lock, fs::Permissions::from_mode(0o644))
+            .unwrap_or_else(|e| panic!("chmod of the new lock file, round {i}: {e}"));
+        fs::rename(&lock, m.at("a/config")).unwrap();
+        assert_eq!(
+            fs::read(m.at("a/config")).unwrap_or_else(|e| panic!("reading the replaced file, round {i}: {e}")),
+            [b'0' + i; 10]
+        );
+        fs::set_permissions(m.at("a/config"), fs::Permissions::from_mode(0o600))
+            .unwrap_or_else(|e| panic!("chmod of the replaced file, round {i}: {e}"));
+        assert_eq!(fs::read(m.src_at("a/config")).unwrap(), [b'0' + i; 10]);
+        assert_eq!(errno(&fs::metadata(m.at("a/config.lock"))), Some(libc::ENOENT));
+    }
+    // Unlink and create the same name again.
+    for i in 0..4u8 {
+        fs::write(m.at("a/out"), [i; 3]).unwrap();
+        fs::remove_file(m.at("a/out")).unwrap();
+        fs::write(m.at("a/out"), [i + 10; 5]).unwrap();
+        assert_eq!(fs::read(m.at("a/out")).unwrap(), [i + 10; 5], "round {i}");
+        fs::remove_file(m.at("a/out")).unwrap();
+    }
+}
