@@ -15,8 +15,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use benches::{THREADS, consume, cycle, names, timed_threads, write_side_result, zipf_keys};
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use benches::{Routine, Unit, consume, cycle, names, run_group, timed_threads, write_side_result, zipf_keys};
+use criterion::{Criterion, criterion_group, criterion_main};
 use dcache::{Config, Dcache, Dentry};
 
 const KEYS: usize = 200_000;
@@ -179,21 +179,22 @@ fn bench_churn(c: &mut Criterion) {
         }),
     );
 
-    let mut g = c.benchmark_group("churn");
-    for (name, cache) in contenders(&names) {
-        for threads in THREADS {
-            g.throughput(Throughput::Elements(threads as u64));
-            let n = stream.len();
-            g.bench_function(BenchmarkId::new(name, threads), |b| {
-                b.iter_custom(|iters| {
-                    timed_threads(threads, iters, |t, iters| {
-                        cycle(&stream, t * n / threads, iters, |&k| consume(cache.access(k)))
-                    })
+    let caches = contenders(&names);
+    let n = stream.len();
+    let routines: Vec<(&str, Routine<'_>)> = caches
+        .iter()
+        .map(|(name, cache)| {
+            let cache = &**cache;
+            let stream = &stream;
+            let r: Routine<'_> = Box::new(move |threads, iters| {
+                timed_threads(threads, iters, |t, iters| {
+                    cycle(stream, t * n / threads, iters, |&k| consume(cache.access(k)))
                 })
             });
-        }
-    }
-    g.finish();
+            (*name, r)
+        })
+        .collect();
+    run_group(c, "churn", Unit::Op, &routines);
 }
 
 criterion_group! {

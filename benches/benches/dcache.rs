@@ -18,8 +18,8 @@
 
 use std::collections::HashMap;
 
-use benches::{THREADS, consume, cycle, names, permutation, timed_threads};
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use benches::{Routine, Unit, consume, cycle, names, permutation, run_group, timed_threads};
+use criterion::{Criterion, criterion_group, criterion_main};
 use dcache::{Config, Dcache, Dentry, Lookup};
 use parking_lot::{Mutex, RwLock};
 
@@ -98,31 +98,32 @@ fn bench_hits(c: &mut Criterion) {
     }
     moka.run_pending_tasks();
 
-    let mut g = c.benchmark_group("dcache_hit");
-    for threads in THREADS {
-        g.throughput(Throughput::Elements(threads as u64));
-        let n = probe_keys.len();
-        g.bench_function(BenchmarkId::new("rcufs_lookup_with", threads), |b| {
-            b.iter_custom(|iters| {
+    let n = probe_keys.len();
+    let contenders: Vec<(&str, Routine<'_>)> = vec![
+        (
+            "rcufs_lookup_with",
+            Box::new(|threads, iters| {
                 timed_threads(threads, iters, |t, iters| {
                     cycle(&ours, offset(n, t, threads), iters, |(parent, name)| {
                         consume(dc.lookup_with(parent, name, |p| p.copied()));
                     })
                 })
-            })
-        });
-        g.bench_function(BenchmarkId::new("rcufs_pinned", threads), |b| {
-            b.iter_custom(|iters| {
+            }),
+        ),
+        (
+            "rcufs_pinned",
+            Box::new(|threads, iters| {
                 timed_threads(threads, iters, |t, iters| {
                     cycle(&ours, offset(n, t, threads), iters, |(parent, name)| {
                         let pinned = dc.pin();
                         consume(pinned.lookup(parent, name).and_then(|d| d.payload().copied()));
                     })
                 })
-            })
-        });
-        g.bench_function(BenchmarkId::new("rcufs_lookup_counted", threads), |b| {
-            b.iter_custom(|iters| {
+            }),
+        ),
+        (
+            "rcufs_lookup_counted",
+            Box::new(|threads, iters| {
                 timed_threads(threads, iters, |t, iters| {
                     cycle(&ours, offset(n, t, threads), iters, |(parent, name)| {
                         if let Lookup::Positive(d) = dc.lookup(parent, name) {
@@ -130,53 +131,59 @@ fn bench_hits(c: &mut Criterion) {
                         }
                     })
                 })
-            })
-        });
-        g.bench_function(BenchmarkId::new("mutex_hashmap", threads), |b| {
-            b.iter_custom(|iters| {
+            }),
+        ),
+        (
+            "mutex_hashmap",
+            Box::new(|threads, iters| {
                 timed_threads(threads, iters, |t, iters| {
                     cycle(&probe_keys, offset(n, t, threads), iters, |k| {
                         consume(mutex.lock().get(k).copied())
                     })
                 })
-            })
-        });
-        g.bench_function(BenchmarkId::new("rwlock_hashmap", threads), |b| {
-            b.iter_custom(|iters| {
+            }),
+        ),
+        (
+            "rwlock_hashmap",
+            Box::new(|threads, iters| {
                 timed_threads(threads, iters, |t, iters| {
                     cycle(&probe_keys, offset(n, t, threads), iters, |k| {
                         consume(rwlock.read().get(k).copied())
                     })
                 })
-            })
-        });
-        g.bench_function(BenchmarkId::new("dashmap", threads), |b| {
-            b.iter_custom(|iters| {
+            }),
+        ),
+        (
+            "dashmap",
+            Box::new(|threads, iters| {
                 timed_threads(threads, iters, |t, iters| {
                     cycle(&probe_keys, offset(n, t, threads), iters, |k| {
                         consume(dash.get(k).map(|r| *r))
                     })
                 })
-            })
-        });
-        g.bench_function(BenchmarkId::new("papaya", threads), |b| {
-            b.iter_custom(|iters| {
+            }),
+        ),
+        (
+            "papaya",
+            Box::new(|threads, iters| {
                 timed_threads(threads, iters, |t, iters| {
                     cycle(&probe_keys, offset(n, t, threads), iters, |k| {
                         consume(papaya.pin().get(k).copied())
                     })
                 })
-            })
-        });
-        g.bench_function(BenchmarkId::new("moka", threads), |b| {
-            b.iter_custom(|iters| {
+            }),
+        ),
+        (
+            "moka",
+            Box::new(|threads, iters| {
                 timed_threads(threads, iters, |t, iters| {
                     cycle(&probe_keys, offset(n, t, threads), iters, |k| consume(moka.get(k)))
                 })
-            })
-        });
-    }
-    g.finish();
+            }),
+        ),
+    ];
+    run_group(c, "dcache_hit", Unit::Op, &contenders);
+    drop(contenders);
     drop(ours);
 }
 

@@ -9,8 +9,8 @@
 //! copy. The working set is 16,384 pages (64 MiB, twice this machine's 32 MiB
 //! last-level cache) in 16 files, probed in the same random order by both.
 
-use benches::{THREADS, consume, cycle, permutation, timed_threads};
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use benches::{Routine, Unit, consume, cycle, permutation, run_group, timed_threads};
+use criterion::{Criterion, criterion_group, criterion_main};
 use pagecache::{Config, PageCache};
 
 const PAGE: usize = 4096;
@@ -44,36 +44,36 @@ fn bench_hits(c: &mut Criterion) {
         .map(|p| (p as u64 / PAGES_PER_FILE + 1, p as u64 % PAGES_PER_FILE))
         .collect();
 
-    let mut g = c.benchmark_group("pagecache_hit_copy");
-    for threads in THREADS {
-        g.throughput(Throughput::Bytes((threads * PAGE) as u64));
-        let off = |t: usize| t * total / threads;
-        g.bench_function(BenchmarkId::new("rcufs_pagecache", threads), |b| {
-            b.iter_custom(|iters| {
+    let off = |t: usize, threads: usize| t * total / threads;
+    let contenders: Vec<(&str, Routine<'_>)> = vec![
+        (
+            "rcufs_pagecache",
+            Box::new(|threads, iters| {
                 timed_threads(threads, iters, |t, iters| {
                     let mut buf = vec![0u8; PAGE];
-                    cycle(&probes, off(t), iters, |&(ino, index)| {
+                    cycle(&probes, off(t, threads), iters, |&(ino, index)| {
                         let page = cache.get(ino, index).expect("every benchmark page is cached");
                         buf[..page.len()].copy_from_slice(&page);
                         consume(&buf);
                     })
                 })
-            })
-        });
-        g.bench_function(BenchmarkId::new("memcpy", threads), |b| {
-            b.iter_custom(|iters| {
+            }),
+        ),
+        (
+            "memcpy",
+            Box::new(|threads, iters| {
                 timed_threads(threads, iters, |t, iters| {
                     let mut buf = vec![0u8; PAGE];
-                    cycle(&probes, off(t), iters, |&(ino, index)| {
+                    cycle(&probes, off(t, threads), iters, |&(ino, index)| {
                         let page = &plain[((ino - 1) * PAGES_PER_FILE + index) as usize];
                         buf.copy_from_slice(page);
                         consume(&buf);
                     })
                 })
-            })
-        });
-    }
-    g.finish();
+            }),
+        ),
+    ];
+    run_group(c, "pagecache_hit_copy", Unit::Bytes(PAGE as u64), &contenders);
 }
 
 criterion_group! {

@@ -13,8 +13,8 @@
 
 use std::collections::BTreeMap;
 
-use benches::{THREADS, consume, cycle, permutation, sparse_indexes, timed_threads};
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use benches::{Routine, Unit, consume, cycle, permutation, run_group, sparse_indexes, timed_threads};
+use criterion::{Criterion, criterion_group, criterion_main};
 use pagecache::Mode;
 use pagecache::radix::RadixTree;
 use parking_lot::RwLock;
@@ -45,39 +45,42 @@ fn bench_lookups(c: &mut Criterion) {
             }
         }
 
-        let mut g = c.benchmark_group(format!("radix_lookup_{kind}"));
-        for threads in THREADS {
-            g.throughput(Throughput::Elements(threads as u64));
-            let off = |t: usize| t * N / threads;
-            g.bench_function(BenchmarkId::new("rcufs_radix", threads), |b| {
-                b.iter_custom(|iters| {
+        let off = |t: usize, threads: usize| t * N / threads;
+        let contenders: Vec<(&str, Routine<'_>)> = vec![
+            (
+                "rcufs_radix",
+                Box::new(|threads, iters| {
                     timed_threads(threads, iters, |t, iters| {
-                        cycle(&probes, off(t), iters, |&k| {
+                        cycle(&probes, off(t, threads), iters, |&k| {
                             let guard = ours.pin();
                             consume(ours.get(k, &guard).copied());
                         })
                     })
-                })
-            });
-            g.bench_function(BenchmarkId::new("congee", threads), |b| {
-                b.iter_custom(|iters| {
+                }),
+            ),
+            (
+                "congee",
+                Box::new(|threads, iters| {
                     timed_threads(threads, iters, |t, iters| {
-                        cycle(&probes, off(t), iters, |&k| {
+                        cycle(&probes, off(t, threads), iters, |&k| {
                             let guard = congee.pin();
                             consume(congee.get(&(k as usize), &guard));
                         })
                     })
-                })
-            });
-            g.bench_function(BenchmarkId::new("rwlock_btreemap", threads), |b| {
-                b.iter_custom(|iters| {
+                }),
+            ),
+            (
+                "rwlock_btreemap",
+                Box::new(|threads, iters| {
                     timed_threads(threads, iters, |t, iters| {
-                        cycle(&probes, off(t), iters, |&k| consume(btree.read().get(&k).copied()))
+                        cycle(&probes, off(t, threads), iters, |&k| {
+                            consume(btree.read().get(&k).copied())
+                        })
                     })
-                })
-            });
-        }
-        g.finish();
+                }),
+            ),
+        ];
+        run_group(c, &format!("radix_lookup_{kind}"), Unit::Op, &contenders);
     }
 }
 

@@ -15,8 +15,8 @@
 //! dentries); every walk goes from the root to a random leaf, so all threads
 //! share the upper levels, as real paths share `/usr`.
 
-use benches::{THREADS, consume, cycle, names, permutation, timed_threads};
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use benches::{Routine, Unit, consume, cycle, names, permutation, run_group, timed_threads};
+use criterion::{Criterion, criterion_group, criterion_main};
 use dcache::{Config, Dcache, Dentry, Lookup, Walk};
 
 const DEPTH: usize = 8;
@@ -61,12 +61,11 @@ fn bench_walk(c: &mut Criterion) {
         .collect();
     let root = dc.root();
 
-    let mut g = c.benchmark_group("path_walk");
-    for threads in THREADS {
-        g.throughput(Throughput::Elements(threads as u64));
-        let n = paths.len();
-        g.bench_function(BenchmarkId::new("rcufs_epoch_walk", threads), |b| {
-            b.iter_custom(|iters| {
+    let n = paths.len();
+    let contenders: Vec<(&str, Routine<'_>)> = vec![
+        (
+            "rcufs_epoch_walk",
+            Box::new(|threads, iters| {
                 timed_threads(threads, iters, |t, iters| {
                     cycle(&paths, t * n / threads, iters, |path| {
                         match dc.walk(&root, path.iter().copied()) {
@@ -75,10 +74,11 @@ fn bench_walk(c: &mut Criterion) {
                         }
                     })
                 })
-            })
-        });
-        g.bench_function(BenchmarkId::new("rcufs_pinned_walk", threads), |b| {
-            b.iter_custom(|iters| {
+            }),
+        ),
+        (
+            "rcufs_pinned_walk",
+            Box::new(|threads, iters| {
                 timed_threads(threads, iters, |t, iters| {
                     cycle(&paths, t * n / threads, iters, |path| {
                         let pinned = dc.pin();
@@ -89,10 +89,11 @@ fn bench_walk(c: &mut Criterion) {
                         consume(at.payload().copied());
                     })
                 })
-            })
-        });
-        g.bench_function(BenchmarkId::new("counted_per_component", threads), |b| {
-            b.iter_custom(|iters| {
+            }),
+        ),
+        (
+            "counted_per_component",
+            Box::new(|threads, iters| {
                 timed_threads(threads, iters, |t, iters| {
                     cycle(&paths, t * n / threads, iters, |path| {
                         let mut at = root.clone();
@@ -105,10 +106,10 @@ fn bench_walk(c: &mut Criterion) {
                         consume(at.payload().copied());
                     })
                 })
-            })
-        });
-    }
-    g.finish();
+            }),
+        ),
+    ];
+    run_group(c, "path_walk", Unit::Op, &contenders);
 }
 
 criterion_group! {

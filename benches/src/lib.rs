@@ -261,25 +261,122 @@ mod tests;
 /// shared: other work steals cores), the ceiling for every contender's
 /// scaling in the same binary.
 pub fn calibration(c: &mut criterion::Criterion, bench: &str) {
-    let mut g = c.benchmark_group(format!("calibration_{bench}"));
+    let work: Routine<'_> = Box::new(|threads, iters| {
+        timed_threads(threads, iters, |t, iters| {
+            let mut x = black_box(0x9e37_79b9_7f4a_7c15u64 ^ t as u64);
+            for _ in 0..iters {
+                // About 50 ns of dependent ALU work per iteration.
+                for _ in 0..64 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                }
+                black_box(x);
+            }
+        })
+    });
+    run_group(
+        c,
+        &format!("calibration_{bench}"),
+        Unit::Op,
+        &[("independent_work", work)],
+    );
+}
+
+/// A contender's timed routine: `routine(threads, iters)` runs `iters`
+/// operations on each of `threads` threads and returns the wall time (what
+/// `iter_custom` wants).
+pub type Routine<'a> = Box<dyn Fn(usize, u64) -> Duration + Sync + 'a>;
+
+/// What one operation of a group processes, per thread.
+#[derive(Clone, Copy, Debug)]
+pub enum Unit {
+    /// One operation.
+    Op,
+    /// This many bytes.
+    Bytes(u64),
+}
+
+/// Rounds of the interleaved pass (see [`run_group`]).
+const ROUNDS: usize = 15;
+
+/// Runs one comparison group two ways:
+///
+/// 1. as a criterion group (`group/contender/threads`, `Throughput` per
+///    [`Unit`] times `threads`), the contenders one after the other;
+/// 2. as an *interleaved* pass: `ROUNDS` rounds in which every contender
+///    runs a burst of about 20 ms, in an order that rotates each round; the
+///    median rate per contender is written as the side result
+///    `interleaved_<group>`. On a shared machine whose load changes from one
+///    second to the next, this pass exposes every contender to the same
+///    conditions, so its ratios are the ones to trust; criterion's figures
+///    give the distribution of each contender on its own.
+pub fn run_group(c: &mut criterion::Criterion, group: &str, unit: Unit, contenders: &[(&str, Routine<'_>)]) {
+    let mut g = c.benchmark_group(group);
     for threads in THREADS {
-        g.throughput(criterion::Throughput::Elements(threads as u64));
-        g.bench_function(criterion::BenchmarkId::new("independent_work", threads), |b| {
-            b.iter_custom(|iters| {
-                timed_threads(threads, iters, |t, iters| {
-                    let mut x = black_box(0x9e37_79b9_7f4a_7c15u64 ^ t as u64);
-                    for _ in 0..iters {
-                        // About 50 ns of dependent ALU work per iteration.
-                        for _ in 0..64 {
-                            x ^= x << 13;
-                            x ^= x >> 7;
-                            x ^= x << 17;
-                        }
-                        black_box(x);
-                    }
-                })
-            })
+        g.throughput(match unit {
+            Unit::Op => criterion::Throughput::Elements(threads as u64),
+            Unit::Bytes(b) => criterion::Throughput::Bytes(b * threads as u64),
         });
+        for (name, routine) in contenders {
+            g.bench_function(criterion::BenchmarkId::new(*name, threads), |b| {
+                b.iter_custom(|iters| routine(threads, iters))
+            });
+        }
     }
     g.finish();
+    // Skip the interleaved pass when criterion only lists or filters out
+    // this group (`cargo bench -- --list`, or a filter naming another group).
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list" || a == "--test") {
+        return;
+    }
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    if !filters.is_empty() && !filters.iter().any(|f| group.contains(f.as_str()) || f.contains(group)) {
+        return;
+    }
+    let per_op = match unit {
+        Unit::Op => 1.0,
+        Unit::Bytes(b) => b as f64,
+    };
+    let mut result = serde_json::Map::new();
+    for threads in THREADS {
+        // Iterations for a burst of about 20 ms, from a short probe.
+        let bursts: Vec<u64> = contenders
+            .iter()
+            .map(|(_, r)| {
+                let mut iters = 1_000u64;
+                loop {
+                    let d = r(threads, iters);
+                    if d >= Duration::from_millis(2) || iters >= 1 << 30 {
+                        let per = d.as_secs_f64() / iters as f64;
+                        return ((0.02 / per.max(1e-12)) as u64).clamp(100, 1 << 32);
+                    }
+                    iters *= 4;
+                }
+            })
+            .collect();
+        let mut samples = vec![Vec::with_capacity(ROUNDS); contenders.len()];
+        for round in 0..ROUNDS {
+            for k in 0..contenders.len() {
+                let i = (round + k) % contenders.len();
+                let d = contenders[i].1(threads, bursts[i]);
+                samples[i].push(per_op * threads as f64 * bursts[i] as f64 / d.as_secs_f64().max(1e-12));
+            }
+        }
+        let mut at = serde_json::Map::new();
+        for ((name, _), mut s) in contenders.iter().zip(samples) {
+            s.sort_by(f64::total_cmp);
+            at.insert((*name).to_string(), serde_json::json!(s[s.len() / 2]));
+        }
+        result.insert(threads.to_string(), serde_json::Value::Object(at));
+    }
+    write_side_result(
+        &format!("interleaved_{group}"),
+        &serde_json::json!({
+            "group": group, "rounds": ROUNDS, "burst_ms": 20,
+            "unit": match unit { Unit::Op => "op/s", Unit::Bytes(_) => "B/s" },
+            "median_rate": result,
+        }),
+    );
 }

@@ -235,6 +235,19 @@ fn find<'a>(points: &'a [Point], group: &str, function: &str, threads: u32) -> O
         .find(|p| p.group == group && p.function == function && p.threads == threads)
 }
 
+/// The interleaved median rate of `function` in `group` at `threads`, and its unit.
+fn interleaved(
+    side: &BTreeMap<String, Value>,
+    group: &str,
+    function: &str,
+    threads: u32,
+) -> Option<(f64, &'static str)> {
+    let v = side.get(&format!("interleaved_{group}"))?;
+    let rate = v["median_rate"][threads.to_string()][function].as_f64()?;
+    let unit = if v["unit"] == "B/s" { "B/s" } else { "op/s" };
+    Some((rate, unit))
+}
+
 fn record(name: String, ours: f64, baseline: f64, unit: &str, target: Option<f64>) -> Value {
     let ratio = ours / baseline;
     let mut r = json!({ "name": name, "ours": ours, "baseline": baseline, "unit": unit, "ratio": ratio });
@@ -248,41 +261,59 @@ fn record(name: String, ours: f64, baseline: f64, unit: &str, target: Option<f64
 /// Builds the comparison records.
 fn summarise(points: &[Point], side: &BTreeMap<String, Value>) -> Vec<Value> {
     let mut out = Vec::new();
+    // Interleaved medians first: they carry the targets (see
+    // `benches::run_group`: every contender saw the same machine load).
     for &(group, ours, base, target) in COMPARISONS {
         for threads in [1, 2] {
-            if let (Some(o), Some(b)) = (find(points, group, ours, threads), find(points, group, base, threads)) {
+            if let (Some(o), Some(b)) = (
+                interleaved(side, group, ours, threads),
+                interleaved(side, group, base, threads),
+            ) {
                 let t = if threads == 2 { target } else { None };
                 out.push(record(
-                    format!("{group}: {ours} vs {base}, {threads} thread(s)"),
-                    o.rate,
-                    b.rate,
-                    o.unit,
+                    format!("{group}: {ours} vs {base}, {threads} thread(s), interleaved"),
+                    o.0,
+                    b.0,
+                    o.1,
                     t,
                 ));
             }
         }
     }
-    // Thread scaling of every contender.
     let mut seen = std::collections::BTreeSet::new();
     for p in points {
         if !seen.insert((p.group.clone(), p.function.clone())) {
             continue;
         }
         if let (Some(one), Some(two)) = (
-            find(points, &p.group, &p.function, 1),
-            find(points, &p.group, &p.function, 2),
+            interleaved(side, &p.group, &p.function, 1),
+            interleaved(side, &p.group, &p.function, 2),
         ) {
             let target = SCALING_TARGETS
                 .iter()
                 .find(|(g, f, _)| *g == p.group && *f == p.function)
                 .map(|t| t.2);
             out.push(record(
-                format!("{}: {} scaling, 2 threads vs 1", p.group, p.function),
-                two.rate,
-                one.rate,
-                one.unit,
+                format!("{}: {} scaling, 2 threads vs 1, interleaved", p.group, p.function),
+                two.0,
+                one.0,
+                one.1,
                 target,
             ));
+        }
+    }
+    // Criterion's medians, contender after contender.
+    for &(group, ours, base, _) in COMPARISONS {
+        for threads in [1, 2] {
+            if let (Some(o), Some(b)) = (find(points, group, ours, threads), find(points, group, base, threads)) {
+                out.push(record(
+                    format!("{group}: {ours} vs {base}, {threads} thread(s), criterion"),
+                    o.rate,
+                    b.rate,
+                    o.unit,
+                    None,
+                ));
+            }
         }
     }
     if let Some(v) = side.get("churn_hit_ratio")
@@ -343,9 +374,15 @@ fn markdown(points: &[Point], summary: &[Value], side: &BTreeMap<String, Value>)
     let mut groups: Vec<&str> = points.iter().map(|p| p.group.as_str()).collect();
     groups.dedup();
     for g in groups {
-        let _ = writeln!(s, "### {g}\n");
-        let _ = writeln!(s, "| contender | 1 thread | 2 threads | scaling 1→2 |");
-        let _ = writeln!(s, "|---|---:|---:|---:|");
+        let _ = writeln!(
+            s,
+            "### {g}\n\nInterleaved: median of 15 rounds of ~20 ms bursts, contenders in rotating order; criterion: median of its samples, contender after contender.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| contender | 1 thread | 2 threads | scaling 1→2 | criterion: 1 thread | 2 threads | scaling 1→2 |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|");
         let mut funcs: Vec<&str> = points
             .iter()
             .filter(|p| p.group == g)
@@ -360,7 +397,22 @@ fn markdown(points: &[Point], summary: &[Value], side: &BTreeMap<String, Value>)
                 (Some(a), Some(b)) => format!("{:.2}x", b.rate / a.rate),
                 _ => "-".into(),
             };
-            let _ = writeln!(s, "| {f} | {} | {} | {scale} |", cell(one), cell(two));
+            let unit = one.or(two).map_or("op/s", |p| p.unit);
+            let i1 = interleaved(side, g, f, 1).map(|r| r.0);
+            let i2 = interleaved(side, g, f, 2).map(|r| r.0);
+            let icell = |r: Option<f64>| r.map_or("-".to_string(), |r| human(r, unit));
+            let iscale = match (i1, i2) {
+                (Some(a), Some(b)) => format!("{:.2}x", b / a),
+                _ => "-".into(),
+            };
+            let _ = writeln!(
+                s,
+                "| {f} | {} | {} | {iscale} | {} | {} | {scale} |",
+                icell(i1),
+                icell(i2),
+                cell(one),
+                cell(two)
+            );
         }
         s.push('\n');
     }
@@ -467,7 +519,12 @@ fn plots(points: &[Point], side: &BTreeMap<String, Value>) -> Vec<(String, Strin
                 label: format!("{t} thread{}", if t == 1 { "" } else { "s" }),
                 values: funcs
                     .iter()
-                    .map(|f| find(points, g, f, t).map_or(0.0, |p| p.rate / scale))
+                    .map(|f| {
+                        interleaved(side, g, f, t)
+                            .map(|r| r.0)
+                            .or_else(|| find(points, g, f, t).map(|p| p.rate))
+                            .map_or(0.0, |r| r / scale)
+                    })
                     .collect(),
             })
             .collect();
