@@ -304,8 +304,9 @@ const ROUNDS: usize = 15;
 ///
 /// 1. as a criterion group (`group/contender/threads`, `Throughput` per
 ///    [`Unit`] times `threads`), the contenders one after the other;
-/// 2. as an *interleaved* pass: `ROUNDS` rounds in which every contender
-///    runs a burst of about 20 ms, in an order that rotates each round; the
+/// 2. as an *interleaved* pass: `ROUNDS` rounds in which every contender, at
+///    every thread count, runs a burst of about 20 ms, in an order that
+///    rotates each round; the
 ///    median rate per contender is written as the side result
 ///    `interleaved_<group>`. On a shared machine whose load changes from one
 ///    second to the next, this pass exposes every contender to the same
@@ -339,35 +340,46 @@ pub fn run_group(c: &mut criterion::Criterion, group: &str, unit: Unit, contende
         Unit::Op => 1.0,
         Unit::Bytes(b) => b as f64,
     };
+    // Every (contender, thread count) pair is one slot of a round, so that
+    // thread scaling is also measured under the same conditions.
+    let slots: Vec<(usize, usize)> = THREADS
+        .iter()
+        .flat_map(|&threads| (0..contenders.len()).map(move |i| (i, threads)))
+        .collect();
+    // Iterations for a burst of about 20 ms, from a short probe.
+    let bursts: Vec<u64> = slots
+        .iter()
+        .map(|&(i, threads)| {
+            let r = &contenders[i].1;
+            let mut iters = 1_000u64;
+            loop {
+                let d = r(threads, iters);
+                if d >= Duration::from_millis(2) || iters >= 1 << 30 {
+                    let per = d.as_secs_f64() / iters as f64;
+                    return ((0.02 / per.max(1e-12)) as u64).clamp(100, 1 << 32);
+                }
+                iters *= 4;
+            }
+        })
+        .collect();
+    let mut samples = vec![Vec::with_capacity(ROUNDS); slots.len()];
+    for round in 0..ROUNDS {
+        for k in 0..slots.len() {
+            let s = (round + k) % slots.len();
+            let (i, threads) = slots[s];
+            let d = contenders[i].1(threads, bursts[s]);
+            samples[s].push(per_op * threads as f64 * bursts[s] as f64 / d.as_secs_f64().max(1e-12));
+        }
+    }
     let mut result = serde_json::Map::new();
     for threads in THREADS {
-        // Iterations for a burst of about 20 ms, from a short probe.
-        let bursts: Vec<u64> = contenders
-            .iter()
-            .map(|(_, r)| {
-                let mut iters = 1_000u64;
-                loop {
-                    let d = r(threads, iters);
-                    if d >= Duration::from_millis(2) || iters >= 1 << 30 {
-                        let per = d.as_secs_f64() / iters as f64;
-                        return ((0.02 / per.max(1e-12)) as u64).clamp(100, 1 << 32);
-                    }
-                    iters *= 4;
-                }
-            })
-            .collect();
-        let mut samples = vec![Vec::with_capacity(ROUNDS); contenders.len()];
-        for round in 0..ROUNDS {
-            for k in 0..contenders.len() {
-                let i = (round + k) % contenders.len();
-                let d = contenders[i].1(threads, bursts[i]);
-                samples[i].push(per_op * threads as f64 * bursts[i] as f64 / d.as_secs_f64().max(1e-12));
-            }
-        }
         let mut at = serde_json::Map::new();
-        for ((name, _), mut s) in contenders.iter().zip(samples) {
-            s.sort_by(f64::total_cmp);
-            at.insert((*name).to_string(), serde_json::json!(s[s.len() / 2]));
+        for (s, &(i, t)) in slots.iter().enumerate() {
+            if t == threads {
+                let mut v = samples[s].clone();
+                v.sort_by(f64::total_cmp);
+                at.insert(contenders[i].0.to_string(), serde_json::json!(v[v.len() / 2]));
+            }
         }
         result.insert(threads.to_string(), serde_json::Value::Object(at));
     }
