@@ -305,8 +305,8 @@ const ROUNDS: usize = 15;
 /// 1. as a criterion group (`group/contender/threads`, `Throughput` per
 ///    [`Unit`] times `threads`), the contenders one after the other;
 /// 2. as an *interleaved* pass: `ROUNDS` rounds in which every contender, at
-///    every thread count, runs a burst of about 20 ms, in an order that
-///    rotates each round; the
+///    every thread count, runs a burst of about 20 ms after an untimed 4 ms
+///    one, in a random order drawn afresh each round; the
 ///    median rate per contender is written as the side result
 ///    `interleaved_<group>`. On a shared machine whose load changes from one
 ///    second to the next, this pass exposes every contender to the same
@@ -363,10 +363,17 @@ pub fn run_group(c: &mut criterion::Criterion, group: &str, unit: Unit, contende
         })
         .collect();
     let mut samples = vec![Vec::with_capacity(ROUNDS); slots.len()];
-    for round in 0..ROUNDS {
-        for k in 0..slots.len() {
-            let s = (round + k) % slots.len();
+    let mut order: Vec<usize> = (0..slots.len()).collect();
+    let mut rng = rng(0x1e4);
+    for _ in 0..ROUNDS {
+        // A fresh random order each round: no contender always follows the
+        // same one (whose memory it would find in, or missing from, the caches).
+        order.shuffle(&mut rng);
+        for &s in &order {
             let (i, threads) = slots[s];
+            // An untimed warm-up burst (a fifth of the timed one) brings the
+            // contender's own data back into the caches first.
+            contenders[i].1(threads, (bursts[s] / 5).max(1));
             let d = contenders[i].1(threads, bursts[s]);
             samples[s].push(per_op * threads as f64 * bursts[s] as f64 / d.as_secs_f64().max(1e-12));
         }

@@ -376,7 +376,7 @@ fn markdown(points: &[Point], summary: &[Value], side: &BTreeMap<String, Value>)
     for g in groups {
         let _ = writeln!(
             s,
-            "### {g}\n\nInterleaved: median of 15 rounds of ~20 ms bursts, contenders in rotating order; criterion: median of its samples, contender after contender.\n"
+            "### {g}\n\nInterleaved: median of 15 rounds of ~20 ms bursts (each after an untimed 4 ms one), contenders and thread counts in a fresh random order each round; criterion: median of its samples, contender after contender.\n"
         );
         let _ = writeln!(
             s,
