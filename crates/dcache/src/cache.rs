@@ -12,7 +12,7 @@
 //! the crate docs.
 //!
 //! Lock order (outer to inner): rename lock, then child-map locks (two only in
-//! rename, by address), then bucket locks (two only in rename, by index),
+//! rename, by node id), then bucket locks (two only in rename, by index),
 //! then the LRU lock. The LRU lock is a leaf: nothing is acquired while it is
 //! held. No thread takes a child-map lock while holding a bucket lock or the
 //! LRU lock.
@@ -267,7 +267,8 @@ impl<T: Send + Sync + 'static> Dentry<T> {
 
     /// The current parent (`None` for the root).
     pub fn parent(&self) -> Option<Dentry<T>> {
-        let guard = epoch::pin();
+        // The pin keeps a parent we read valid while we take a reference.
+        let _guard = epoch::pin();
         loop {
             // Acquire: pairs with the Release store of the new parent in
             // rename.
@@ -279,9 +280,9 @@ impl<T: Send + Sync + 'static> Dentry<T> {
                 // SAFETY: we just took the reference.
                 return Some(unsafe { Dentry::from_counted(pr, self.shared) });
             }
-            // The old parent died after a rename moved us away; reload.
+            // The old parent died after a rename moved us away (the pin keeps
+            // its memory valid); reload the pointer.
             spin_loop();
-            let _ = &guard;
         }
     }
 
@@ -412,6 +413,14 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         }
     }
 
+    /// Panics if `d` belongs to another cache: mixing caches would link
+    /// nodes of one into the child maps and reference counts of the other.
+    #[inline]
+    #[track_caller]
+    fn own(&self, d: &Dentry<T>) {
+        assert!(d.shared == self.shared, "dcache: a handle from another cache");
+    }
+
     #[inline]
     fn sh(&self) -> &Shared<T> {
         // SAFETY: the cache holds a reference on the root, which keeps the
@@ -442,10 +451,25 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         self.sh().table.len()
     }
 
+    /// Sizes of the per-entry structures, in bytes: the node (with its hash
+    /// and LRU links, state word, child-map header and payload), the key
+    /// object (parent id, hash, name pointer; the name bytes are a separate
+    /// allocation), and one hash bucket (there is one bucket per two entries
+    /// of `max_entries`). For overhead accounting.
+    #[doc(hidden)]
+    pub fn layout_bytes() -> (usize, usize, usize) {
+        (
+            std::mem::size_of::<Node<T>>(),
+            std::mem::size_of::<crate::node::Key>(),
+            std::mem::size_of::<crate::table::Bucket<T>>(),
+        )
+    }
+
     /// The bucket a name under `parent` hashes to (for tests and models that
     /// want names in the same or in different chains).
     #[doc(hidden)]
     pub fn bucket_of(&self, parent: &Dentry<T>, name: &[u8]) -> usize {
+        self.own(parent);
         let sh = self.sh();
         sh.table.index(sh.table.hash(parent.id(), name))
     }
@@ -481,6 +505,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
 
     /// Looks `name` up under `parent`, taking a reference on a positive hit.
     pub fn lookup(&self, parent: &Dentry<T>, name: &[u8]) -> Lookup<T> {
+        self.own(parent);
         let sh = self.sh();
         let guard = epoch::pin();
         let pid = parent.node().id;
@@ -508,6 +533,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// payload while the lookup is pinned. `None` is a miss, `Some(f(None))`
     /// a negative hit, `Some(f(Some(payload)))` a positive hit.
     pub fn lookup_with<R>(&self, parent: &Dentry<T>, name: &[u8], f: impl FnOnce(Option<&T>) -> R) -> Option<R> {
+        self.own(parent);
         let sh = self.sh();
         let guard = epoch::pin();
         let pid = parent.node().id;
@@ -554,6 +580,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     }
 
     fn insert_inner(&self, parent: &Dentry<T>, name: &[u8], payload: Option<T>, replace: bool) -> Dentry<T> {
+        self.own(parent);
         let sh = self.sh();
         let guard = epoch::pin();
         let pnode = parent.node();
@@ -654,6 +681,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// (unlink, rmdir). Returns whether an entry (positive or negative) was
     /// cached.
     pub fn remove(&self, parent: &Dentry<T>, name: &[u8]) -> bool {
+        self.own(parent);
         let sh = self.sh();
         let found = {
             let guard = epoch::pin();
@@ -680,6 +708,8 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// old name (a cached negative one is removed), or if the move would put
     /// a directory under itself.
     pub fn rename(&self, old_parent: &Dentry<T>, old_name: &[u8], new_parent: &Dentry<T>, new_name: &[u8]) -> bool {
+        self.own(old_parent);
+        self.own(new_parent);
         let mut cleanup = Vec::new();
         let moved = {
             let _rename = self.sh().rename_lock.lock();
@@ -713,6 +743,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         if x.is_negative() {
             if self.unhash(&x) {
                 sh.counters.add(Event::Dropped, 1);
+                cleanup.push(x);
             }
             return false;
         }
@@ -736,10 +767,11 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         }
         let new_hash = sh.table.hash(npn.id, new_name);
         let same_parent = ptr::eq(opn, npn);
-        // Child-map locks: by address when there are two.
+        // Child-map locks: by id when there are two (not by address: loom
+        // needs every execution of a model to take the same branches).
         let (mut old_children, mut new_children) = if same_parent {
             (opn.children.lock(), None)
-        } else if (opn as *const Node<T>) < (npn as *const Node<T>) {
+        } else if opn.id < npn.id {
             let o = opn.children.lock();
             (o, Some(npn.children.lock()))
         } else {
@@ -826,6 +858,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// business. A walk that raced with a rename is retried, so the result is
     /// a path that existed at one moment.
     pub fn walk<'a>(&self, start: &Dentry<T>, components: impl IntoIterator<Item = &'a [u8]>) -> Walk<T> {
+        self.own(start);
         let comps: Vec<&[u8]> = components.into_iter().collect();
         let sh = self.sh();
         let guard = epoch::pin();
@@ -915,7 +948,12 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// batches, and restarts if a rename interferes. After it returns, no
     /// lookup under `dir` hits an entry that existed before the call, except
     /// those the filter kept.
+    ///
+    /// An entry that a concurrent rename moves out of the subtree just after
+    /// the walk collected it may still be dropped (at its new place). That
+    /// costs a later miss, never a stale hit.
     pub fn drop_subtree(&self, dir: &Dentry<T>, mut filter: impl FnMut(&T) -> bool) -> DropStats {
+        self.own(dir);
         let sh = self.sh();
         // Entries whose insertion happened before this call have smaller ids;
         // entries inserted during the call are left alone, which bounds the
@@ -1011,8 +1049,12 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 finish(f, stats);
                 continue;
             }
+            // Everything below an unhashed node goes, whatever the filter says:
+            // it is unreachable by lookups from `dir` already, and must not
+            // stay hashed under an unhashed parent.
+            let parent_gone = !top.node.is_hashed();
             for child in batch.drain(..).rev() {
-                let drop_it = child.payload().is_none_or(&mut *filter);
+                let drop_it = parent_gone || !child.is_hashed() || child.payload().is_none_or(&mut *filter);
                 let dropping = if drop_it {
                     self.unhash(&child)
                 } else {
@@ -1216,11 +1258,16 @@ impl<'c, T: Send + Sync + 'static> Pinned<'c, T> {
 
     /// Looks `name` up under a counted `parent`; `None` is a miss.
     pub fn lookup(&self, parent: &Dentry<T>, name: &[u8]) -> Option<DentryRef<'_, T>> {
+        self.cache.own(parent);
         self.lookup_id(parent.id(), name)
     }
 
     /// Looks `name` up under a pinned `parent`.
     pub fn lookup_in(&self, parent: DentryRef<'_, T>, name: &[u8]) -> Option<DentryRef<'_, T>> {
+        assert!(
+            ptr::eq(parent.pinned.cache, self.cache),
+            "dcache: a reference from another cache"
+        );
         self.lookup_id(parent.id(), name)
     }
 

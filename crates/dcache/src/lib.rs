@@ -20,7 +20,10 @@
 //!     other => panic!("{other:?}"),
 //! }
 //! assert!(matches!(cache.lookup(&etc, b"shadow"), Lookup::Negative));
-//! assert_eq!(cache.drop_subtree(&root, |_| true).dropped, 3);
+//! // `etc` is still held, so it is only unhashed; the other two are freed.
+//! let dropped = cache.drop_subtree(&root, |_| true);
+//! assert_eq!((dropped.dropped, dropped.busy), (2, 1));
+//! assert!(!etc.is_hashed());
 //! ```
 //!
 //! # Design
@@ -80,7 +83,7 @@
 //!   counts it); the bucket lock decides who unlinks it.
 //! - Every cached child is in its parent's child map and holds one reference
 //!   on its parent; a node under an unhashed parent is never hashed.
-//! - Lock order: rename lock → child-map locks (by address) → bucket locks (by
+//! - Lock order: rename lock → child-map locks (by node id) → bucket locks (by
 //!   index) → LRU lock (a leaf).
 //!
 //! # Concurrency
@@ -94,6 +97,32 @@
 //! Two inserts of one name serialise on the bucket lock and end with one
 //! entry. Every protocol has a loom model in the `loom-tests` crate
 //! (`tests/dcache.rs`).
+
+//!
+//! ## Memory ordering, in brief
+//!
+//! - *Publication*: a node is fully built before insert stores it at a chain
+//!   head with Release; every chain link is loaded with Acquire, so a reader
+//!   that reaches a node sees its key and payload. A rename publishes a new
+//!   key with a Release swap, read with Acquire.
+//! - *Reclamation*: unlinking stores the predecessor's link with Release and
+//!   leaves the node's own link alone; the node is handed to
+//!   `defer_destroy` only by its killer, after it left every structure, so a
+//!   reader pinned before the unlink keeps valid memory.
+//! - *Counts*: every decision about the last reference (free it, put it on
+//!   the LRU, take it off) is a read-modify-write of the one state word, so
+//!   the word's modification order settles races without fences. Decrements
+//!   are Release and the transition to `DEAD` is Acquire (as in `Arc`).
+//! - *Rename*: the count is made odd (AcqRel) before the moved node's links
+//!   change; the misleading link a reader could follow is stored with
+//!   Release after that, so a reader that followed it (Acquire) sees the
+//!   count changed when it re-checks after a miss, and retries.
+//! - *Subtree drop* reads the rename count with read-modify-writes at the
+//!   start and end of a pass, which are totally ordered with the renames'
+//!   increments: a rename either precedes the pass entirely (its effects are
+//!   visible to it) or changes the count the pass re-reads.
+//! - *Locks* (parking_lot mutexes) order everything else: child maps, chain
+//!   writers, the LRU lists.
 
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
@@ -119,7 +148,7 @@ pub struct Config {
     /// The most negative entries kept; inserting beyond it prunes negatives.
     pub max_negative: usize,
     /// Entries pruned per capacity-triggered pass, and children handled per
-    /// locked step of `drop_subtree`.
+    /// locked step of `drop_subtree` (clamped to `1..=MAX_BATCH`).
     pub prune_batch: usize,
 }
 
@@ -134,9 +163,14 @@ impl Default for Config {
 }
 
 impl Config {
-    /// `prune_batch` of at least 1, and `max_negative` at most `max_entries`.
+    /// The largest batch: a batch is also how many children `drop_subtree`
+    /// collects under one lock, so it bounds lock hold times.
+    pub const MAX_BATCH: usize = 4096;
+
+    /// `prune_batch` in `1..=MAX_BATCH`, and `max_negative` at most
+    /// `max_entries`.
     fn normalized(mut self) -> Self {
-        self.prune_batch = self.prune_batch.max(1);
+        self.prune_batch = self.prune_batch.clamp(1, Self::MAX_BATCH);
         self.max_negative = self.max_negative.min(self.max_entries);
         self
     }

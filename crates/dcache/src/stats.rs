@@ -23,6 +23,7 @@ pub(crate) enum Event {
 }
 
 const EVENTS: usize = 6;
+/// A power of two.
 const SHARDS: usize = if crate::sync::LOOM { 1 } else { 32 };
 
 /// The shards of counters.
@@ -44,7 +45,7 @@ impl Counters {
         if n == 0 {
             return;
         }
-        let shard = &self.shards[thread_shard() % SHARDS];
+        let shard = &self.shards[thread_shard() & (SHARDS - 1)];
         // Relaxed: a statistic; it publishes nothing.
         shard[event as usize].fetch_add(n, Ordering::Relaxed);
     }

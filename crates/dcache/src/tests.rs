@@ -397,3 +397,41 @@ fn payloads_are_dropped() {
     }
     assert_eq!(Arc::strong_count(&token), 1);
 }
+
+#[test]
+#[should_panic(expected = "a handle from another cache")]
+fn handles_of_another_cache_are_refused() {
+    let c1 = cache();
+    let c2 = cache();
+    let r2 = c2.root();
+    c1.insert(&r2, b"x", Some(1));
+}
+
+#[test]
+fn config_is_normalized() {
+    let c = Dcache::new(
+        Config {
+            max_entries: 0,
+            max_negative: 10,
+            prune_batch: usize::MAX,
+        },
+        0u32,
+    );
+    assert_eq!(
+        c.config(),
+        &Config {
+            max_entries: 0,
+            max_negative: 0,
+            prune_batch: Config::MAX_BATCH
+        }
+    );
+    assert!(c.buckets().is_power_of_two());
+    let root = c.root();
+    // Every insert prunes; entries in use stay.
+    let held = c.insert(&root, b"a", Some(1));
+    drop(c.insert(&root, b"b", Some(2)));
+    drop(c.insert(&root, b"c", None));
+    assert!(held.is_hashed());
+    assert!(c.len() <= 2, "len {}", c.len());
+    assert_eq!(c.drop_subtree(&root, |_| true).busy, 1);
+}

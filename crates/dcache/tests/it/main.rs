@@ -1,0 +1,5 @@
+//! Integration tests of `dcache`: a property test against a model and
+//! multi-threaded stress tests with verification.
+
+mod model;
+mod stress;

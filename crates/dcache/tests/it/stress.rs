@@ -1,0 +1,321 @@
+//! Multi-threaded stress tests with verification: concurrent lookups,
+//! inserts, renames, drops and pruning, checking that no insert is lost, no
+//! entry is seen after its drop, no unrelated entry is missed while renames
+//! move nodes between chains, and no payload is freed while counted.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread;
+
+use dcache::{Config, Dcache, Dentry, Lookup};
+
+/// Scales iteration counts down in debug builds.
+fn scaled(n: usize) -> usize {
+    if cfg!(debug_assertions) { n / 10 } else { n }
+}
+
+/// A payload that checks it is still alive whenever it is read.
+#[derive(Debug)]
+struct Payload {
+    value: u64,
+    check: u64,
+    alive: AtomicBool,
+}
+
+impl Payload {
+    fn new(value: u64) -> Self {
+        Self {
+            value,
+            check: !value,
+            alive: AtomicBool::new(true),
+        }
+    }
+
+    #[track_caller]
+    fn verify(&self) -> u64 {
+        assert!(self.alive.load(Ordering::Relaxed), "payload read after its drop");
+        assert_eq!(self.check, !self.value, "payload torn or freed");
+        self.value
+    }
+}
+
+impl Drop for Payload {
+    fn drop(&mut self) {
+        self.alive.store(false, Ordering::Relaxed);
+    }
+}
+
+fn name(i: usize) -> Vec<u8> {
+    format!("entry-{i}").into_bytes()
+}
+
+/// Concurrent inserts of overlapping name sets: every name ends up cached
+/// exactly once, and every inserter got the one entry.
+#[test]
+fn no_lost_insert_and_one_entry_per_name() {
+    let c = Arc::new(Dcache::new(
+        Config {
+            max_entries: 1 << 20,
+            ..Config::default()
+        },
+        Payload::new(0),
+    ));
+    let n = scaled(20_000);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let c = c.clone();
+            thread::spawn(move || {
+                let root = c.root();
+                let mut got = Vec::with_capacity(n);
+                for i in 0..n {
+                    // Threads overlap pairwise on each name.
+                    let k = (i * 2 + t % 2) % n;
+                    let d = c.insert(&root, &name(k), Some(Payload::new(k as u64)));
+                    assert_eq!(d.payload().unwrap().verify(), k as u64);
+                    got.push((k, d.id()));
+                }
+                got
+            })
+        })
+        .collect();
+    let mut ids = std::collections::HashMap::new();
+    for t in threads {
+        for (k, id) in t.join().unwrap() {
+            assert_eq!(*ids.entry(k).or_insert(id), id, "two entries for one name");
+        }
+    }
+    let root = c.root();
+    for (&k, &id) in &ids {
+        match c.lookup(&root, &name(k)) {
+            Lookup::Positive(d) => assert_eq!(d.id(), id),
+            other => panic!("lost insert of {k}: {other:?}"),
+        }
+    }
+    assert_eq!(c.len(), ids.len());
+}
+
+/// Readers look up stable entries while writers rename, insert, remove and
+/// prune other entries in the same chains (few buckets), and drop a scratch
+/// subtree: a stable entry is never missed, payloads read are never freed.
+#[test]
+fn readers_never_miss_stable_entries_under_churn() {
+    // A small table so that stable and churned names share chains.
+    let c = Arc::new(Dcache::new(
+        Config {
+            max_entries: 64,
+            max_negative: 16,
+            prune_batch: 8,
+        },
+        Payload::new(0),
+    ));
+    let root = c.root();
+    let stable: Vec<Dentry<Payload>> = (0..32)
+        .map(|i| c.insert(&root, &name(i), Some(Payload::new(i as u64))))
+        .collect();
+    let scratch = c.insert(&root, b"scratch", Some(Payload::new(999)));
+    // A stable directory with stable children, for walks and pinned lookups.
+    let sdir = c.insert(&root, b"stable-dir", Some(Payload::new(500)));
+    let schildren: Vec<Dentry<Payload>> = (0..8)
+        .map(|i| c.insert(&sdir, &name(i), Some(Payload::new(600 + i as u64))))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        let (c, stop, reads) = (c.clone(), stop.clone(), reads.clone());
+        handles.push(thread::spawn(move || {
+            let root = c.root();
+            let mut i = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let k = i % 32;
+                match c.lookup(&root, &name(k)) {
+                    Lookup::Positive(d) => assert_eq!(d.payload().unwrap().verify(), k as u64),
+                    other => panic!("stable entry {k} missed: {other:?}"),
+                }
+                let v = c.lookup_with(&root, &name(k), |p| p.map(Payload::verify));
+                assert_eq!(v, Some(Some(k as u64)));
+                // A whole-path walk and a pinned two-step lookup of stable
+                // entries behind churned chains.
+                let j = k % 8;
+                match c.walk(&root, [&b"stable-dir"[..], &name(j)[..]]) {
+                    dcache::Walk::Found(d) => assert_eq!(d.payload().unwrap().verify(), 600 + j as u64),
+                    other => panic!("stable path {j} missed: {other:?}"),
+                }
+                {
+                    let p = c.pin();
+                    let d = p.lookup_in(p.root(), b"stable-dir").expect("stable dir");
+                    let e = p.lookup_in(d, &name(j)).expect("stable child");
+                    assert_eq!(e.payload().unwrap().verify(), 600 + j as u64);
+                }
+                // Churned names: whatever is found must be alive.
+                let _ = c.lookup_with(&root, &name(1000 + k), |p| p.map(Payload::verify));
+                i += 1;
+                reads.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let writer = {
+        let (c, stop, sdir) = (c.clone(), stop.clone(), sdir.clone());
+        thread::spawn(move || {
+            let root = c.root();
+            let rounds = scaled(20_000);
+            for r in 0..rounds {
+                let a = name(1000 + r % 32);
+                let b = name(1000 + (r + 7) % 32);
+                match r % 6 {
+                    0 => drop(c.insert(&root, &a, Some(Payload::new(1000 + (r % 32) as u64)))),
+                    1 if r % 12 == 1 => {
+                        // Through the stable directory and back.
+                        // Only this thread moves churned entries, so the way
+                        // back works whenever the way there did.
+                        if c.rename(&root, &a, &sdir, &b) {
+                            assert!(c.rename(&sdir, &b, &root, &a));
+                        }
+                    }
+                    1 => drop(c.rename(&root, &a, &root, &b)),
+                    2 => drop(c.remove(&root, &a)),
+                    3 => drop(c.insert(&root, &a, None)),
+                    4 => {
+                        let s = c.insert(&scratch, &a, Some(Payload::new(5)));
+                        drop(c.insert(&s, b"x", None));
+                        c.drop_subtree(&scratch, |_| true);
+                    }
+                    _ => drop(c.prune(4)),
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
+    writer.join().unwrap();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert!(reads.load(Ordering::Relaxed) > 0);
+    for (i, d) in schildren.iter().enumerate() {
+        assert!(d.is_hashed());
+        assert_eq!(d.payload().unwrap().verify(), 600 + i as u64);
+    }
+    for (i, d) in stable.iter().enumerate() {
+        assert!(d.is_hashed());
+        assert_eq!(d.payload().unwrap().verify(), i as u64);
+    }
+}
+
+/// After `drop_subtree` returns, no entry inserted before the call is found,
+/// while another thread keeps inserting under the same directory.
+#[test]
+fn no_entry_seen_after_its_drop() {
+    use std::sync::Mutex;
+    let c = Arc::new(Dcache::new(
+        Config {
+            max_entries: 1 << 20,
+            prune_batch: 16,
+            ..Config::default()
+        },
+        Payload::new(0),
+    ));
+    let root = c.root();
+    let dir = c.insert(&root, b"dir", Some(Payload::new(1)));
+    // The last (index, directory id, leaf id) inserted, published after the
+    // inserts returned.
+    let last = Arc::new(Mutex::new(None::<(usize, u64, u64)>));
+    let done = Arc::new(AtomicBool::new(false));
+    let total = scaled(30_000);
+    let inserter = {
+        let (c, dir, last, done) = (c.clone(), dir.clone(), last.clone(), done.clone());
+        thread::spawn(move || {
+            for i in 0..total {
+                let sub = c.insert(&dir, &name(i % 64), Some(Payload::new(2)));
+                let leaf = c.insert(&sub, &name(i), Some(Payload::new(i as u64)));
+                *last.lock().unwrap() = Some((i, sub.id(), leaf.id()));
+            }
+            done.store(true, Ordering::Release);
+        })
+    };
+    loop {
+        let finished = done.load(Ordering::Acquire);
+        let before = *last.lock().unwrap();
+        c.drop_subtree(&dir, |_| true);
+        let Some((i, sub_id, leaf_id)) = before else {
+            assert!(!finished, "the inserter publishes before it finishes");
+            continue;
+        };
+        match c.walk(&dir, [&name(i % 64)[..], &name(i)[..]]) {
+            dcache::Walk::Found(d) => assert_ne!(d.id(), leaf_id, "a dropped leaf is still found"),
+            dcache::Walk::Miss { deepest, consumed: 1 } => {
+                assert_ne!(deepest.id(), sub_id, "a dropped directory is still found")
+            }
+            dcache::Walk::Miss { consumed, .. } => assert_eq!(consumed, 0),
+            dcache::Walk::Negative { .. } => panic!("no negative entries here"),
+        }
+        if finished {
+            break;
+        }
+    }
+    inserter.join().unwrap();
+}
+
+/// Handles taken from lookups keep payloads alive while a pruner, a dropper
+/// and capacity pressure free everything unused around them.
+#[test]
+fn no_entry_freed_while_counted() {
+    let c = Arc::new(Dcache::new(
+        Config {
+            max_entries: 128,
+            max_negative: 32,
+            prune_batch: 16,
+        },
+        Payload::new(0),
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for t in 0..2u64 {
+        let (c, stop) = (c.clone(), stop.clone());
+        threads.push(thread::spawn(move || {
+            let root = c.root();
+            let mut held: Vec<Dentry<Payload>> = Vec::new();
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let k = (i * 7 + t) % 512;
+                let n = name(k as usize);
+                match c.lookup(&root, &n) {
+                    Lookup::Positive(d) => {
+                        assert_eq!(d.payload().unwrap().verify(), k);
+                        held.push(d);
+                    }
+                    _ => held.push(c.insert(&root, &n, Some(Payload::new(k)))),
+                }
+                if held.len() > 16 {
+                    let d = held.remove(0);
+                    assert_eq!(d.payload().unwrap().verify() % 512, d.payload().unwrap().value);
+                }
+                i += 1;
+            }
+            for d in &held {
+                d.payload().unwrap().verify();
+            }
+        }));
+    }
+    let pruner = {
+        let (c, stop) = (c.clone(), stop.clone());
+        thread::spawn(move || {
+            let root = c.root();
+            for r in 0..scaled(5_000) {
+                if r % 10 == 0 {
+                    c.drop_subtree(&root, |p| p.value % 2 == 0);
+                } else {
+                    c.prune(8);
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
+    pruner.join().unwrap();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // Once every handle is gone, everything can be freed.
+    let root = c.root();
+    c.drop_subtree(&root, |_| true);
+    assert_eq!(c.len(), 0);
+}

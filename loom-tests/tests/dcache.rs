@@ -1,0 +1,298 @@
+#![cfg(rcufs_loom)]
+//! loom models of the concurrency protocols of `dcache` (one per protocol of
+//! its issue): lookup against unhash and reclamation; the referenced bit and
+//! reference count against pruning; two racing inserts of one name; rename
+//! against lookup; subtree drop against an insert under the dropped
+//! directory; rename against subtree drop.
+//!
+//! Under `rcufs_loom` the cache has two hash buckets and a fixed hash seed,
+//! and crossbeam-epoch runs on loom with a fresh default collector per
+//! execution. Payloads carry a flag their `Drop` clears (a plain std atomic:
+//! it is an observer, not part of the protocol), so a model can check that no
+//! payload is freed while a handle or a pin can still reach it.
+//!
+//! The model names start with `dcache_` so that `cargo xtask loom dcache`
+//! selects them.
+
+use std::sync::Arc as StdArc;
+use std::sync::atomic::{AtomicBool as StdAtomicBool, Ordering as StdOrdering};
+
+use dcache::{Config, Dcache, Dentry, Lookup};
+use loom::thread;
+
+/// A payload that knows whether it has been dropped.
+struct P {
+    v: u32,
+    alive: StdArc<StdAtomicBool>,
+}
+
+impl P {
+    fn new(v: u32) -> (Self, StdArc<StdAtomicBool>) {
+        let alive = StdArc::new(StdAtomicBool::new(true));
+        (
+            Self {
+                v,
+                alive: alive.clone(),
+            },
+            alive,
+        )
+    }
+}
+
+impl Drop for P {
+    fn drop(&mut self) {
+        self.alive.store(false, StdOrdering::SeqCst);
+    }
+}
+
+fn small() -> Config {
+    Config {
+        max_entries: 64,
+        max_negative: 64,
+        prune_batch: 2,
+    }
+}
+
+fn cache() -> Dcache<P> {
+    Dcache::new(small(), P::new(0).0)
+}
+
+#[track_caller]
+fn payload_of(l: &Lookup<P>) -> Option<u32> {
+    match l {
+        Lookup::Positive(d) => {
+            let p = d.payload().expect("positive");
+            assert!(p.alive.load(StdOrdering::SeqCst), "a counted payload was dropped");
+            Some(p.v)
+        }
+        _ => None,
+    }
+}
+
+/// Two names under `parent` whose hashes land in the wanted buckets.
+fn names_in(c: &Dcache<P>, parent: &Dentry<P>, same_bucket: bool) -> (Vec<u8>, Vec<u8>) {
+    let first = b"n0".to_vec();
+    let b0 = c.bucket_of(parent, &first);
+    for i in 1..1000 {
+        let n = format!("n{i}").into_bytes();
+        if (c.bucket_of(parent, &n) == b0) == same_bucket {
+            return (first, n);
+        }
+    }
+    unreachable!("two buckets and a thousand names")
+}
+
+/// A lookup racing with `remove` and the node's reclamation: the reader
+/// either gets a live payload or misses, never a freed one; afterwards the
+/// name is gone and the entry is freed once the last handle goes.
+#[test]
+fn dcache_lookup_vs_unhash_and_reclaim() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        drop(c.insert(&root, b"a", Some(P::new(1).0)));
+        let reader = {
+            let c = c.clone();
+            let root = root.clone();
+            thread::spawn(move || {
+                let l = c.lookup(&root, b"a");
+                let seen = payload_of(&l);
+                assert!(seen.is_none() || seen == Some(1));
+                // Also the reference-free form.
+                let v = c.lookup_with(&root, b"a", |p| p.map(|p| (p.v, p.alive.load(StdOrdering::SeqCst))));
+                assert!(matches!(v, None | Some(Some((1, true)))), "{v:?}");
+            })
+        };
+        assert!(c.remove(&root, b"a"));
+        reader.join().unwrap();
+        assert!(matches!(c.lookup(&root, b"a"), Lookup::Miss));
+        assert_eq!(c.len(), 0);
+    });
+}
+
+/// The referenced bit and the reference count against the pruner: a hit
+/// that takes a handle keeps the entry alive; if the pruner runs first the
+/// entry is gone. After all handles are dropped, a still-cached entry is on
+/// the LRU (hashed and unused implies listed).
+#[test]
+fn dcache_referenced_and_refcount_vs_prune() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        drop(c.insert(&root, b"a", Some(P::new(1).0)));
+        let reader = {
+            let c = c.clone();
+            let root = root.clone();
+            thread::spawn(move || {
+                let l = c.lookup(&root, b"a");
+                payload_of(&l)
+            })
+        };
+        let pruned = c.prune(1);
+        let seen = reader.join().unwrap();
+        assert!(seen.is_some() || pruned == 1);
+        assert_eq!(c.len() + pruned, 1);
+        assert_eq!(c.lru_len(), c.len());
+        if c.len() == 1 {
+            assert_eq!(payload_of(&c.lookup(&root, b"a")), Some(1));
+        }
+    });
+}
+
+/// Two threads that miss the same name and insert it end with one entry,
+/// and both get a handle on it (`d_alloc_parallel`).
+#[test]
+fn dcache_racing_inserts_of_one_name() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        let other = {
+            let c = c.clone();
+            let root = root.clone();
+            thread::spawn(move || c.insert(&root, b"x", Some(P::new(2).0)))
+        };
+        let mine = c.insert(&root, b"x", Some(P::new(1).0));
+        let theirs = other.join().unwrap();
+        assert!(Dentry::ptr_eq(&mine, &theirs));
+        assert_eq!(c.len(), 1);
+        let v = mine.payload().unwrap().v;
+        assert!(mine.payload().unwrap().alive.load(StdOrdering::SeqCst));
+        assert_eq!(payload_of(&c.lookup(&root, b"x")), Some(v));
+    });
+}
+
+/// A rename moves a node to another hash chain while a reader walks the
+/// chain it left: the reader must still find an unrelated entry that sits
+/// behind the moved one (the rename sequence count makes it retry), and sees
+/// the moved entry under its old or its new name.
+#[test]
+fn dcache_rename_vs_lookup() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        // `b` and `c` share a chain, `b` in front (inserted last); the new
+        // name of `b` hashes to the other chain.
+        let (cname, bname) = names_in(&c, &root, true);
+        let (_, newname) = names_in(&c, &root, false);
+        assert_ne!(c.bucket_of(&root, &newname), c.bucket_of(&root, &bname));
+        drop(c.insert(&root, &cname, Some(P::new(3).0)));
+        drop(c.insert(&root, &bname, Some(P::new(2).0)));
+        let reader = {
+            let c = c.clone();
+            let root = root.clone();
+            let (cname, bname, newname) = (cname.clone(), bname.clone(), newname.clone());
+            thread::spawn(move || {
+                assert_eq!(
+                    payload_of(&c.lookup(&root, &cname)),
+                    Some(3),
+                    "an unrelated entry was missed"
+                );
+                let old = payload_of(&c.lookup(&root, &bname));
+                let new = payload_of(&c.lookup(&root, &newname));
+                // The rename happens at one point: if the old name is already
+                // gone, the later lookup must find the new one.
+                assert!(old == Some(2) || new == Some(2), "{old:?} {new:?}");
+            })
+        };
+        assert!(c.rename(&root, &bname, &root, &newname));
+        reader.join().unwrap();
+        assert!(matches!(c.lookup(&root, &bname), Lookup::Miss));
+        assert_eq!(payload_of(&c.lookup(&root, &newname)), Some(2));
+        assert_eq!(payload_of(&c.lookup(&root, &cname)), Some(3));
+    });
+}
+
+/// `drop_subtree(d)` against an insert under `d/e` (a directory being
+/// dropped): afterwards no entry that existed before the call is found under
+/// `d`, and the new entry is cached only if its parent still is (a node under
+/// an unhashed parent is never hashed).
+#[test]
+fn dcache_drop_subtree_vs_insert() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        let d = c.insert(&root, b"d", Some(P::new(1).0));
+        let e = c.insert(&d, b"e", Some(P::new(2).0));
+        drop(c.insert(&e, b"f", Some(P::new(3).0)));
+        let inserter = {
+            let c = c.clone();
+            let e = e.clone();
+            thread::spawn(move || c.insert(&e, b"g", Some(P::new(4).0)))
+        };
+        let stats = c.drop_subtree(&d, |_| true);
+        let g = inserter.join().unwrap();
+        // `e` and `f`, plus `g` if it was cached under `e` before `e` was
+        // unhashed.
+        assert!(matches!(stats.dropped + stats.busy, 2 | 3), "{stats:?}");
+        assert!(!e.is_hashed());
+        assert!(matches!(c.lookup(&d, b"e"), Lookup::Miss));
+        assert!(matches!(c.lookup(&e, b"f"), Lookup::Miss));
+        // `g` is new: it may survive only while its parent is cached, and
+        // `e` is not.
+        assert!(!g.is_hashed());
+        assert!(matches!(c.lookup(&e, b"g"), Lookup::Miss));
+        assert!(d.is_hashed());
+    });
+}
+
+/// A rename that moves an entry from outside into a directory being dropped:
+/// whichever order, nothing that existed before the drop is left under it.
+#[test]
+fn dcache_rename_vs_drop_subtree() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        let d = c.insert(&root, b"d", Some(P::new(1).0));
+        drop(c.insert(&d, b"x", Some(P::new(2).0)));
+        drop(c.insert(&root, b"y", Some(P::new(3).0)));
+        let renamer = {
+            let c = c.clone();
+            let (root, d) = (root.clone(), d.clone());
+            thread::spawn(move || c.rename(&root, b"y", &d, b"y"))
+        };
+        let stats = c.drop_subtree(&d, |_| true);
+        assert!(renamer.join().unwrap());
+        assert!(matches!(c.lookup(&d, b"x"), Lookup::Miss));
+        assert!(matches!(c.lookup(&root, b"y"), Lookup::Miss));
+        // Either the drop saw `y` under `d` and dropped it (a rename during
+        // the walk makes it walk again), or the rename came after the walk
+        // and `y` is cached under `d`; never both, never neither.
+        let y_cached = payload_of(&c.lookup(&d, b"y")).is_some();
+        assert_eq!(stats.dropped + stats.busy, if y_cached { 1 } else { 2 }, "{stats:?}");
+    });
+}
+
+/// `Dentry::parent` against a rename that moves the entry away and the
+/// removal that then frees its old parent: the reader gets the old or the
+/// new parent, alive, never a freed one.
+#[test]
+fn dcache_parent_vs_rename_and_free() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        let a = c.insert(&root, b"a", Some(P::new(1).0));
+        let b = c.insert(&root, b"b", Some(P::new(2).0));
+        let x = c.insert(&a, b"x", Some(P::new(3).0));
+        let (a_id, b_id) = (a.id(), b.id());
+        drop(a);
+        let reader = {
+            let x = x.clone();
+            thread::spawn(move || {
+                let p = x.parent().expect("x has a parent");
+                let v = p.payload().expect("positive");
+                assert!(v.alive.load(StdOrdering::SeqCst), "a freed parent was returned");
+                assert!(p.id() == a_id || p.id() == b_id);
+            })
+        };
+        let moved = {
+            let Lookup::Positive(a) = c.lookup(&root, b"a") else {
+                panic!("a is cached")
+            };
+            c.rename(&a, b"x", &b, b"x")
+        };
+        assert!(moved);
+        assert!(c.remove(&root, b"a"));
+        reader.join().unwrap();
+        assert_eq!(x.parent().map(|p| p.id()), Some(b_id));
+    });
+}
