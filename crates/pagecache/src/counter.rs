@@ -10,7 +10,11 @@
 
 use crate::sync::{AtomicU64, CachePadded, Ordering, shard_hint};
 
-const SHARDS: usize = 16;
+#[cfg(not(rcufs_loom))]
+const SHARDS: usize = 16; // a power of two
+/// One cell under loom: fewer atomics, fewer branches to explore.
+#[cfg(rcufs_loom)]
+const SHARDS: usize = 1;
 
 /// A counter that many threads update and few read.
 pub(crate) struct Counter {
@@ -27,7 +31,7 @@ impl Counter {
     /// Adds `delta` (two's complement, so negative deltas work).
     pub(crate) fn add(&self, delta: i64) {
         // Relaxed: a statistic; no other memory is published through it.
-        self.cells[shard_hint() % SHARDS].fetch_add(delta as u64, Ordering::Relaxed);
+        self.cells[shard_hint() & (SHARDS - 1)].fetch_add(delta as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn incr(&self) {

@@ -191,9 +191,31 @@ mod imp {
     pub(crate) use crossbeam_utils::CachePadded;
 
     /// Each structure owns a fresh collector under loom, because statics (the
-    /// global collector) persist across the iterations of a model.
+    /// global collector) persist across the iterations of a model. Each loom
+    /// thread registers once per domain and keeps its handle here: a fresh
+    /// registration per pin would make every pin run a full collection
+    /// (crossbeam collects on a participant's first pin), which multiplies
+    /// the interleavings loom explores for nothing.
     #[derive(Debug, Clone)]
-    pub(crate) struct Domain(epoch::Collector);
+    pub(crate) struct Domain(loom::sync::Arc<DomainInner>);
+
+    #[derive(Debug)]
+    pub(crate) struct DomainInner {
+        collector: epoch::Collector,
+        /// Not a loom mutex on purpose: loom runs one thread at a time and
+        /// this lock is never held across a loom operation, so it adds no
+        /// interleaving; it only keeps the bookkeeping sound.
+        handles: std::sync::Mutex<Vec<(loom::thread::ThreadId, Box<LocalHandleCell>)>>,
+    }
+
+    /// A `LocalHandle` used only by the loom thread that registered it.
+    #[derive(Debug)]
+    struct LocalHandleCell(epoch::LocalHandle);
+
+    // SAFETY: a handle is only used by the loom thread whose id it is filed
+    // under (see `Domain::pin`); it moves between OS threads only inside
+    // loom's scheduler, which runs one model thread at a time.
+    unsafe impl Send for LocalHandleCell {}
 
     impl Default for Domain {
         fn default() -> Self {
@@ -203,13 +225,33 @@ mod imp {
 
     impl Domain {
         pub(crate) fn new() -> Self {
-            Self(epoch::Collector::new())
+            Self(loom::sync::Arc::new(DomainInner {
+                collector: epoch::Collector::new(),
+                handles: std::sync::Mutex::new(Vec::new()),
+            }))
         }
 
-        /// Registers a participant for this one pin; the guard keeps the
-        /// participant alive after the handle is dropped.
         pub(crate) fn pin(&self) -> epoch::Guard {
-            self.0.register().pin()
+            let me = loom::thread::current().id();
+            // The std lock is never held across a loom operation (register,
+            // pin): loom could switch to a thread that then blocks on it for
+            // real.
+            let found = {
+                let handles = self.0.handles.lock().expect("domain handles");
+                handles
+                    .iter()
+                    .find(|(id, _)| *id == me)
+                    .map(|(_, h)| std::ptr::from_ref(&h.0))
+            };
+            if let Some(h) = found {
+                // SAFETY: handles are boxed and only dropped with the domain,
+                // which `self` keeps alive; this one belongs to this thread.
+                return unsafe { &*h }.pin();
+            }
+            let h = Box::new(LocalHandleCell(self.0.collector.register()));
+            let guard = h.0.pin();
+            self.0.handles.lock().expect("domain handles").push((me, h));
+            guard
         }
     }
 

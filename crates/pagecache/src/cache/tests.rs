@@ -145,3 +145,16 @@ fn budget_evicts_by_clock_and_spares_pinned_pages() {
         c.check_invariants().unwrap();
     }
 }
+
+/// The metadata per cached page, printed for the closing note (run with
+/// `--nocapture`); asserts only the layout facts the docs state.
+#[test]
+fn metadata_overhead_per_page() {
+    use crate::page::{Page, PageHandle};
+    use crate::radix::SLOTS;
+    let page = std::mem::size_of::<Page>();
+    let handle = std::mem::size_of::<PageHandle>();
+    let node = std::mem::size_of::<crate::radix::node::Node<PageHandle>>() + SLOTS * 8;
+    assert_eq!(handle, 8);
+    println!("Page {page} B + boxed PageHandle {handle} B + leaf node {node} B / {SLOTS} slots");
+}

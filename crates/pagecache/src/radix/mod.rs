@@ -60,7 +60,7 @@
 //! every bit whose subtree holds no tagged entry (a lock-free existence check
 //! first makes this rare).
 
-mod node;
+pub(crate) mod node;
 pub(crate) mod write;
 
 #[cfg(test)]
@@ -118,6 +118,8 @@ pub struct RadixTree<V: Send + Sync + 'static> {
     /// the single writer lock.
     pub(crate) root_lock: Mutex<()>,
     len: Counter,
+    /// Optimistic starts whose validation under the lock failed.
+    pub(crate) failed_validations: Counter,
     domain: Domain,
     _owns: PhantomData<V>,
 }
@@ -150,6 +152,7 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
             root: Atomic::null(),
             root_lock: Mutex::new(()),
             len: Counter::new(),
+            failed_validations: Counter::new(),
             domain,
             _owns: PhantomData,
         }
@@ -169,6 +172,12 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
 
     pub(crate) fn raw_pin(&self) -> epoch::Guard {
         self.domain.pin()
+    }
+
+    /// How many optimistic starts failed validation under the node lock and
+    /// fell back to the coupled protocol from the root (`Mode::Optimistic`).
+    pub fn failed_validations(&self) -> u64 {
+        self.failed_validations.get()
     }
 
     /// Number of items (exact when no writer runs).

@@ -225,6 +225,7 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
         }
         let lock = node.lock.lock();
         if node.is_dead() {
+            self.failed_validations.incr();
             return None;
         }
         let mut ctx = LockCtx::empty(false, None);
@@ -316,6 +317,7 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
         let node = best?;
         let lock = node.lock.lock();
         if node.is_dead() || !node.any_tag(t) {
+            self.failed_validations.incr();
             return None;
         }
         let mut ctx = LockCtx::empty(false, None);
@@ -431,12 +433,17 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
         if index > max_index(node.height) {
             return Err(Missing);
         }
+        // The first node is the root: apply the root rule to it (keep the
+        // root lock when the tree may shrink), so that removals that can
+        // shrink the tree go through the root lock in every mode.
         let mut best = None;
+        let mut first = true;
         loop {
             let s = slot_of(index, node.height);
-            if is_term(node, s, op, false) {
-                best = Some(node);
+            if is_term(node, s, op, first) {
+                best = Some((node, first));
             }
+            first = false;
             if node.is_leaf() {
                 if node.item(s, guard).is_null() {
                     return Err(Missing);
@@ -450,9 +457,10 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
                 None => return Err(Missing),
             }
         }
-        let node = best.ok_or(Fallback)?;
+        let (node, was_root) = best.ok_or(Fallback)?;
         let lock = node.lock.lock();
-        if node.is_dead() || !is_term(node, slot_of(index, node.height), op, false) {
+        if node.is_dead() || !is_term(node, slot_of(index, node.height), op, was_root) {
+            self.failed_validations.incr();
             return Err(Fallback);
         }
         let mut ctx = LockCtx::empty(false, None);

@@ -1,0 +1,247 @@
+#![cfg(rcufs_loom)]
+//! loom models of the protocols of `pagecache` (seed 002, "A Concurrent
+//! Pagecache"): ladder locking (two inserts in one leaf, in sibling leaves),
+//! growing and shrinking against lock-free lookups, path locking of
+//! set-tag against clear-tag on siblings, an optimistic start whose
+//! validation fails, a gang lookup against a remove, and the page cache's
+//! speculative reference against removal, in-place write and fill-once.
+//!
+//! Under `rcufs_loom` a node has 4 slots, so small keys build deep trees:
+//! a leaf covers 4 keys, a height-2 tree 16, height 3 64. Each tree or cache
+//! owns a fresh epoch collector, so nothing persists across iterations.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use loom::sync::Arc;
+use loom::thread;
+use pagecache::{Config, Mode, PageCache, RadixTree, Tag};
+
+/// Runs a model with room for the long execution paths of an epoch pin
+/// plus a tree walk (loom's default of 1000 branches is too few).
+fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut b = loom::model::Builder::new();
+    b.max_branches = 100_000;
+    b.check(f);
+}
+
+fn tree(mode: Mode, keys: &[u64]) -> Arc<RadixTree<u64>> {
+    let t = RadixTree::new(mode);
+    for &k in keys {
+        t.insert(k, k * 10).unwrap();
+    }
+    Arc::new(t)
+}
+
+#[track_caller]
+fn check(t: &RadixTree<u64>, present: &[u64], absent: &[u64]) {
+    t.check_invariants().unwrap();
+    for &k in present {
+        assert_eq!(t.get_cloned(k), Some(k * 10), "key {k} lost");
+    }
+    for &k in absent {
+        assert_eq!(t.get_cloned(k), None, "key {k} still there");
+    }
+}
+
+/// Two inserts race in one leaf of an empty tree (both may create the root).
+#[test]
+fn ladder_two_inserts_same_leaf() {
+    for mode in [Mode::LockCoupled, Mode::Optimistic] {
+        model(move || {
+            let t = tree(mode, &[]);
+            let t2 = t.clone();
+            let h = thread::spawn(move || t2.insert(0, 0).unwrap());
+            t.insert(1, 10).unwrap();
+            h.join().unwrap();
+            check(&t, &[0, 1], &[]);
+        });
+    }
+}
+
+/// Two inserts race to create sibling leaves under one parent.
+#[test]
+fn ladder_two_inserts_sibling_leaves() {
+    for mode in [Mode::LockCoupled, Mode::Optimistic] {
+        model(move || {
+            let t = tree(mode, &[15]);
+            let t2 = t.clone();
+            let h = thread::spawn(move || t2.insert(4, 40).unwrap());
+            t.insert(8, 80).unwrap();
+            h.join().unwrap();
+            check(&t, &[4, 8, 15], &[]);
+            assert_eq!(t.height(), 2);
+        });
+    }
+}
+
+/// An insert that grows the tree by two levels against lock-free lookups:
+/// the old key is always found, the gang lookup sees a prefix-consistent
+/// result.
+#[test]
+fn grow_vs_lookup() {
+    model(|| {
+        let t = tree(Mode::LockCoupled, &[1]);
+        let t2 = t.clone();
+        let h = thread::spawn(move || t2.insert(20, 200).unwrap());
+        assert_eq!(t.get_cloned(1), Some(10));
+        let g = t.gang_lookup(0, 4);
+        assert!(g == vec![(1, 10)] || g == vec![(1, 10), (20, 200)], "{g:?}");
+        h.join().unwrap();
+        check(&t, &[1, 20], &[]);
+        assert_eq!(t.height(), 3);
+    });
+}
+
+/// A remove that shrinks the tree from height 3 to 1 against lookups: the
+/// remaining key is always found through the old or the new root.
+#[test]
+fn shrink_vs_lookup() {
+    for mode in [Mode::LockCoupled, Mode::Optimistic] {
+        model(move || {
+            let t = tree(mode, &[1, 20]);
+            let t2 = t.clone();
+            let h = thread::spawn(move || assert!(t2.remove(20)));
+            assert_eq!(t.get_cloned(1), Some(10));
+            h.join().unwrap();
+            check(&t, &[1], &[20]);
+            assert_eq!(t.height(), 1);
+        });
+    }
+}
+
+/// Clear-tag (path locking, walking up) against set-tag (ladder, walking
+/// down) on entries in sibling leaves: the shared parent's bitmap must be
+/// right at the end.
+#[test]
+fn set_tag_vs_clear_tag_siblings() {
+    for mode in [Mode::LockCoupled, Mode::Optimistic] {
+        model(move || {
+            let t = tree(mode, &[0, 4]);
+            assert!(t.set_tag(0, Tag::DIRTY));
+            let t2 = t.clone();
+            let h = thread::spawn(move || assert!(t2.set_tag(4, Tag::DIRTY)));
+            assert!(t.clear_tag(0, Tag::DIRTY));
+            h.join().unwrap();
+            check(&t, &[0, 4], &[]);
+            assert!(!t.get_tag(0, Tag::DIRTY));
+            assert!(t.get_tag(4, Tag::DIRTY));
+            assert_eq!(t.gang_keys(0, 8, Some(Tag::DIRTY)), vec![4]);
+        });
+    }
+}
+
+static SAW_FAILED_VALIDATION: AtomicBool = AtomicBool::new(false);
+
+/// An optimistic insert locks the leaf it found without locks while a
+/// concurrent remove empties and unlinks that leaf: in some interleavings
+/// the validation (leaf dead) fails and the insert restarts from the root.
+#[test]
+fn optimistic_validation_fails() {
+    model(|| {
+        let t = tree(Mode::Optimistic, &[5, 9]);
+        let t2 = t.clone();
+        let h = thread::spawn(move || assert!(t2.remove(5)));
+        t.insert(6, 60).unwrap();
+        h.join().unwrap();
+        check(&t, &[6, 9], &[5]);
+        if t.failed_validations() > 0 {
+            SAW_FAILED_VALIDATION.store(true, Ordering::Relaxed);
+        }
+    });
+    assert!(
+        SAW_FAILED_VALIDATION.load(Ordering::Relaxed),
+        "no interleaving failed the validation"
+    );
+}
+
+/// A gang lookup against a remove of a middle entry: the others are always
+/// returned, in order.
+#[test]
+fn gang_lookup_vs_remove() {
+    model(|| {
+        let t = tree(Mode::LockCoupled, &[1, 5, 9]);
+        let t2 = t.clone();
+        let h = thread::spawn(move || assert!(t2.remove(5)));
+        let g: Vec<u64> = t.gang_lookup(0, 8).into_iter().map(|(k, _)| k).collect();
+        assert!(g == vec![1, 5, 9] || g == vec![1, 9], "{g:?}");
+        h.join().unwrap();
+        check(&t, &[1, 9], &[5]);
+    });
+}
+
+fn small_cache() -> Arc<PageCache> {
+    let c = PageCache::new(Config {
+        budget_bytes: 1 << 10,
+        page_size: 8,
+        mode: Mode::LockCoupled,
+    });
+    c.get_or_fill(1, 0, |b| {
+        b.fill(7);
+        Ok::<_, ()>(8)
+    })
+    .unwrap();
+    Arc::new(c)
+}
+
+/// A speculative reference against the page's removal: the reader gets the
+/// whole page or nothing, a page it got stays readable after the removal,
+/// and after the removal nobody finds it.
+#[test]
+fn speculative_ref_vs_removal() {
+    model(|| {
+        let c = small_cache();
+        let c2 = c.clone();
+        let h = thread::spawn(move || assert_eq!(c2.drop_range(1, 0, 0).pages, 1));
+        let got = c.get(1, 0);
+        h.join().unwrap();
+        if let Some(r) = got {
+            assert_eq!(&*r, &[7u8; 8]);
+        }
+        assert!(c.get(1, 0).is_none());
+        c.check_invariants().unwrap();
+    });
+}
+
+/// A speculative reference against an in-place write: the reader sees the
+/// old page or the new one, never a mix, and a page it holds never changes.
+#[test]
+fn speculative_ref_vs_write() {
+    model(|| {
+        let c = small_cache();
+        let c2 = c.clone();
+        let h = thread::spawn(move || c2.write(1, 0, &[9, 9, 9, 9, 9, 9, 9, 9]));
+        let got = c.get(1, 0);
+        if let Some(r) = &got {
+            assert!(**r == [7u8; 8] || **r == [9u8; 8], "{:?}", &**r);
+        }
+        let before = got.as_ref().map(|r| r.to_vec());
+        h.join().unwrap();
+        if let Some(r) = got {
+            assert_eq!(Some(r.to_vec()), before, "a held page changed");
+        }
+        if let Some(r) = c.get(1, 0) {
+            assert_eq!(&*r, &[9u8; 8]);
+        }
+        c.check_invariants().unwrap();
+    });
+}
+
+/// Two threads miss the same page: one fill, both see its bytes.
+#[test]
+fn fill_once() {
+    model(|| {
+        let c = small_cache(); // inode 1 exists: the model is about the page, not the inode map
+        let fills = Arc::new(loom::sync::atomic::AtomicUsize::new(0));
+        let (c2, f2) = (c.clone(), fills.clone());
+        let fill = move |f: &loom::sync::atomic::AtomicUsize, b: &mut [u8]| {
+            f.fetch_add(1, Ordering::Relaxed);
+            b.fill(3);
+            Ok::<_, ()>(8)
+        };
+        let h = thread::spawn(move || c2.get_or_fill(1, 1, |b| fill(&f2, b)).unwrap().to_vec());
+        let mine = c.get_or_fill(1, 1, |b| fill(&fills, b)).unwrap().to_vec();
+        assert_eq!(h.join().unwrap(), mine);
+        assert_eq!(mine, vec![3u8; 8]);
+        assert_eq!(fills.load(Ordering::Relaxed), 1);
+    });
+}
