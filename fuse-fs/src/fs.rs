@@ -161,12 +161,16 @@ pub struct Attr {
     pub blksize: u32,
 }
 
+/// A `stat` time as `SystemTime`; an unrepresentable one becomes the epoch
+/// (a request never panics on a strange timestamp).
 fn time(sec: i64, nsec: i64) -> SystemTime {
-    if sec >= 0 {
-        UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
+    let nanos = Duration::from_nanos(nsec.clamp(0, 999_999_999) as u64);
+    let t = if sec >= 0 {
+        UNIX_EPOCH.checked_add(Duration::from_secs(sec as u64))
     } else {
-        UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec as u64)
-    }
+        UNIX_EPOCH.checked_sub(Duration::from_secs(sec.unsigned_abs()))
+    };
+    t.and_then(|t| t.checked_add(nanos)).unwrap_or(UNIX_EPOCH)
 }
 
 impl Attr {
@@ -438,8 +442,7 @@ fn timespec(t: Option<Option<SystemTime>>) -> libc::timespec {
 impl Fs {
     /// A filesystem mirroring the directory `source`.
     pub fn new(source: &std::path::Path, cfg: FsConfig) -> FsResult<Self> {
-        // SAFETY: `umask` only sets the process file mode creation mask.
-        unsafe { libc::umask(0) };
+        sys::clear_umask();
         let path = sys::cstr(std::os::unix::ffi::OsStrExt::as_bytes(source.as_os_str()))?;
         let root_fd = sys::open_path(&path, libc::O_PATH | libc::O_DIRECTORY)?;
         let (table, root) = InodeTable::new(root_fd, cfg.fd_pool, cfg.use_handles)?;
@@ -501,13 +504,8 @@ impl Fs {
 
     fn negative(&self, parent: &Inode, name: &[u8]) -> FsResult<Entry> {
         if self.cfg.kernel_cache {
-            // Remembered so that a drop can invalidate the kernel's copy; a
-            // directory with more than this many outstanding names relies on
-            // the entry timeout for the rest.
-            let mut names = parent.kernel_negatives.lock().expect("negatives lock");
-            if names.len() < 4096 && !names.iter().any(|n| &**n == name) {
-                names.push(name.into());
-            }
+            // Remembered so that a drop can invalidate the kernel's copy.
+            parent.push_kernel_negative(name);
             Ok(Entry {
                 ino: 0,
                 attr: Attr::from_stat(0, &sys::zero_stat()),
@@ -529,7 +527,7 @@ impl Fs {
     /// revalidation interval; if its mtime or ctime moved, names under it may
     /// have changed in the source, so its cached children are forgotten.
     fn revalidate_dir(&self, dir: &Inode) {
-        let seen = *dir.names_stamp.lock().expect("names stamp lock");
+        let seen = dir.names_stamp();
         if let Some((_, at)) = seen
             && self.fresh(at)
         {
@@ -546,7 +544,7 @@ impl Fs {
             self.names.drop_subtree(dir, |_| true);
             self.dir_changes.fetch_add(1, Ordering::Relaxed);
         }
-        *dir.names_stamp.lock().expect("names stamp lock") = Some((now, Instant::now()));
+        dir.set_names_stamp(now, Instant::now());
     }
 
     /// Looks `name` up in the source under `parent`, interns the result and
@@ -593,7 +591,8 @@ impl Fs {
         match self.names.lookup(&parent, name) {
             Hit::Positive(inode) => {
                 let a = inode.attr();
-                if self.fresh(a.at) {
+                // A stale inode (its source object is gone) is never answered.
+                if self.fresh(a.at) && !inode.is_stale() {
                     self.table.remember(&inode, 1);
                     self.names.attach(&parent, name, &inode);
                     inode.set_link(parent.ino, name);
@@ -661,9 +660,9 @@ impl Fs {
         }
         let st = sys::fstat(pfd.as_fd())?;
         inode.set_attr(st);
-        if set.size.is_some() {
-            self.note_own_change(&inode, &st);
-        }
+        // The cached pages stayed exact (a size change went through
+        // `resized`), so the new ctime/mtime/size are rcufs's own doing.
+        self.note_own_change(&inode, &st);
         Ok(Attr::from_stat(ino, &st))
     }
 
@@ -699,10 +698,7 @@ impl Fs {
     /// an eviction.)
     fn touched_dir(&self, parent: &Inode) {
         if let Ok(st) = self.refresh(parent) {
-            let mut seen = parent.names_stamp.lock().expect("names stamp lock");
-            if let Some((stamp, _)) = seen.as_mut() {
-                *stamp = Stamp::of(&st);
-            }
+            parent.advance_names_stamp(Stamp::of(&st));
         }
     }
 
@@ -755,16 +751,20 @@ impl Fs {
         let fd = self.table.path_fd(&inode)?;
         let pfd = self.table.path_fd(&parent)?;
         sys::link_fd(fd.as_fd(), pfd.as_fd(), &cstr(new_name)?)?;
-        self.made(&parent, new_name)
+        let entry = self.made(&parent, new_name)?;
+        let st = inode.attr().st;
+        self.note_own_change(&inode, &st);
+        Ok(entry)
     }
 
     /// After a name went away: refresh the inode it named, if known.
     fn unnamed(&self, key: Option<crate::inode::Key>) {
-        if let Some(inode) = key.and_then(|k| self.table.find(k))
-            && self.refresh(&inode).is_err()
-        {
-            let mut a = inode.attr.lock().expect("attr lock");
-            a.st.st_nlink = 0;
+        if let Some(inode) = key.and_then(|k| self.table.find(k)) {
+            match self.refresh(&inode) {
+                // Another name is left; its ctime moved through the mount.
+                Ok(st) => self.note_own_change(&inode, &st),
+                Err(_) => inode.attr.lock().expect("attr lock").st.st_nlink = 0,
+            }
         }
     }
 
@@ -821,6 +821,7 @@ impl Fs {
             && let Some(moved) = self.table.find(key_of(&st))
         {
             moved.set_attr(st);
+            self.note_own_change(&moved, &st);
             moved.set_link(np.ino, new_name);
         }
         if flags & libc::RENAME_EXCHANGE == 0 {
@@ -1224,6 +1225,10 @@ impl Fs {
     /// it is not under it. `memo` remembers the answer for every directory
     /// passed on the way, so one drop walks each chain once.
     fn under(&self, dir: u64, inode: &Inode, memo: &mut HashMap<u64, Option<u32>>) -> Option<u32> {
+        if inode.ino == dir || inode.ino == ROOT_INO {
+            // Nothing is under itself; the root's link names itself.
+            return None;
+        }
         let mut chain = Vec::new();
         let mut cur = inode.link.lock().expect("link lock").0;
         let base = loop {
@@ -1308,7 +1313,7 @@ impl Fs {
                 .collect();
             dirs.sort_by_key(|e| std::cmp::Reverse(e.1));
             for (d, _) in dirs.into_iter().chain(std::iter::once((&dir, 0))) {
-                let names = std::mem::take(&mut *d.kernel_negatives.lock().expect("negatives lock"));
+                let names = d.take_kernel_negatives();
                 out.inval.extend(names.into_iter().map(|name| Inval::Entry {
                     parent: d.ino,
                     name: name.into_vec(),

@@ -5,6 +5,13 @@
 //! `Ok(v)` into the reply's success form, `Err(e)` into `reply.error(e.errno())`.
 //! Expected errnos (ENOENT, EEXIST, ...) are logged at debug, others at warn.
 //!
+//! The `session` module mounts: as root it calls mount(2) itself with the
+//! filesystem type `fuse.rcufs` and `default_permissions`, then hands the
+//! `/dev/fuse` descriptor to fuser (`Session::from_fd`), because fuser's own
+//! mount always names the type `fuse`; the INIT handshake has happened when
+//! it returns. `batch_forget` is fuser's default (one `forget` per node):
+//! fuser 0.18 does not export the type of its argument.
+//!
 //! Kernel cache invalidations (kernel-cache mode, after a drop) are handed to
 //! a worker thread *after* the reply has been sent: the kernel holds the
 //! directory's inode lock while a SETXATTR on it is in flight, so sending
@@ -70,6 +77,16 @@ fn errno(e: FsError) -> Errno {
         tracing::warn!(errno = e.errno(), "{e}");
     }
     Errno::from_i32(e.errno())
+}
+
+/// The xattr replies never say ENOSYS: the kernel would stop sending that
+/// xattr operation for the whole mount (and so lose `user.rcufs.*`).
+fn xattr_errno(e: FsError) -> Errno {
+    if e.errno() == libc::ENOSYS {
+        errno(FsError::new(libc::ENOTSUP))
+    } else {
+        errno(e)
+    }
 }
 
 fn caller(req: &Request) -> Caller {
@@ -470,7 +487,7 @@ impl Filesystem for FuseAdapter {
                 reply.ok();
                 self.send_inval(inval);
             }
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(xattr_errno(e)),
         }
     }
 
@@ -479,7 +496,7 @@ impl Filesystem for FuseAdapter {
         match self.fs.getxattr(ino.0, name.as_bytes(), size) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(xattr_errno(e)),
         }
     }
 
@@ -488,7 +505,7 @@ impl Filesystem for FuseAdapter {
         match self.fs.listxattr(ino.0, size) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(xattr_errno(e)),
         }
     }
 
@@ -496,7 +513,7 @@ impl Filesystem for FuseAdapter {
         let _s = span!("removexattr", req, ino.0);
         match self.fs.removexattr(ino.0, name.as_bytes()) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(xattr_errno(e)),
         }
     }
 

@@ -103,6 +103,22 @@ impl Stamp {
     }
 }
 
+/// What only a directory keeps.
+#[derive(Debug, Default)]
+struct DirState {
+    /// The stamp under which the cached names below were last checked
+    /// against the source, and when (see `Fs::revalidate_dir`). Kept apart
+    /// from the attributes so that a GETATTR refresh does not hide a change.
+    names_stamp: Option<(Stamp, Instant)>,
+    /// Kernel-cache mode: names answered to the kernel as negative entries
+    /// (which it caches), so that a drop can invalidate them.
+    kernel_negatives: Vec<Box<[u8]>>,
+}
+
+/// Most negative names remembered per directory for kernel invalidation; a
+/// directory with more relies on the entry timeout for the rest.
+const MAX_KERNEL_NEGATIVES: usize = 4096;
+
 /// One source inode known to the filesystem.
 #[derive(Debug)]
 pub struct Inode {
@@ -121,13 +137,8 @@ pub struct Inode {
     pub attr: Mutex<AttrState>,
     /// What the page cache saw at the last open or write; `None` before the first open.
     pub data_stamp: Mutex<Option<Stamp>>,
-    /// Directories: the stamp under which the cached names below were last
-    /// checked against the source, and when (see `Fs::revalidate_dir`). Kept
-    /// apart from `attr` so that a GETATTR refresh does not hide a change.
-    pub names_stamp: Mutex<Option<(Stamp, Instant)>>,
-    /// Directories, kernel-cache mode: names answered to the kernel as
-    /// negative entries (which it caches), so that a drop can invalidate them.
-    pub kernel_negatives: Mutex<Vec<Box<[u8]>>>,
+    /// Directories only, allocated on first use (files do not pay for it).
+    dir: Mutex<Option<Box<DirState>>>,
     /// The dentry this inode was last found under (the dcache's counted
     /// handle), held only while the kernel knows the node id so that it never
     /// forms a cycle with the payload; see `names.rs`.
@@ -168,6 +179,46 @@ impl Inode {
         if let Some(old) = Instant::now().checked_sub(std::time::Duration::from_secs(3600 * 24)) {
             a.at = old;
         }
+    }
+
+    /// Directories: the stamp the cached names below were last checked
+    /// under, and when.
+    pub fn names_stamp(&self) -> Option<(Stamp, Instant)> {
+        self.dir.lock().expect("dir lock").as_ref().and_then(|d| d.names_stamp)
+    }
+
+    /// Directories: records the stamp the cached names below were checked under.
+    pub fn set_names_stamp(&self, stamp: Stamp, at: Instant) {
+        self.dir.lock().expect("dir lock").get_or_insert_default().names_stamp = Some((stamp, at));
+    }
+
+    /// Directories: moves an existing names stamp to `stamp` (a change made
+    /// through the mount), keeping its time.
+    pub fn advance_names_stamp(&self, stamp: Stamp) {
+        if let Some(d) = self.dir.lock().expect("dir lock").as_mut()
+            && let Some((s, _)) = d.names_stamp.as_mut()
+        {
+            *s = stamp;
+        }
+    }
+
+    /// Directories: remembers a name answered to the kernel as a negative entry.
+    pub fn push_kernel_negative(&self, name: &[u8]) {
+        let mut guard = self.dir.lock().expect("dir lock");
+        let d = guard.get_or_insert_default();
+        if d.kernel_negatives.len() < MAX_KERNEL_NEGATIVES && !d.kernel_negatives.iter().any(|n| &**n == name) {
+            d.kernel_negatives.push(name.into());
+        }
+    }
+
+    /// Directories: takes the remembered negative names.
+    pub fn take_kernel_negatives(&self) -> Vec<Box<[u8]>> {
+        self.dir
+            .lock()
+            .expect("dir lock")
+            .as_mut()
+            .map(|d| std::mem::take(&mut d.kernel_negatives))
+            .unwrap_or_default()
     }
 
     /// The kernel's lookup count.
@@ -332,8 +383,7 @@ impl InodeTable {
             stale: AtomicBool::new(false),
             attr: Mutex::new(AttrState { st, at: Instant::now() }),
             data_stamp: Mutex::new(None),
-            names_stamp: Mutex::new(None),
-            kernel_negatives: Mutex::new(Vec::new()),
+            dir: Mutex::new(None),
             dentry: Mutex::new(None),
             link: Mutex::new((ROOT_INO, Box::default())),
         });
@@ -376,6 +426,7 @@ impl InodeTable {
         if let Some(inode) = found
             && inode.kind == kind
             && !inode.is_stale()
+            && self.same_object(&inode, &new)
         {
             inode.set_attr(new.st);
             inode.set_link(new.parent_ino, new.name.to_bytes());
@@ -395,8 +446,7 @@ impl InodeTable {
                 at: Instant::now(),
             }),
             data_stamp: Mutex::new(None),
-            names_stamp: Mutex::new(None),
-            kernel_negatives: Mutex::new(Vec::new()),
+            dir: Mutex::new(None),
             dentry: Mutex::new(None),
             link: Mutex::new((new.parent_ino, new.name.to_bytes().into())),
         });
@@ -416,6 +466,28 @@ impl InodeTable {
             self.sweep_keys();
         }
         Ok(result)
+    }
+
+    /// Whether `inode` (found by key) is still the object `new` describes:
+    /// inode numbers are reused once a file is deleted, and the dcache may
+    /// keep an inode alive past its file's deletion in the source. The file
+    /// handle carries the generation, so equal handles mean the same object;
+    /// a pinned descriptor of a deleted file shows no links. A mismatch marks
+    /// the old inode stale.
+    fn same_object(&self, inode: &Inode, new: &NewInode<'_>) -> bool {
+        let same = match &inode.backing {
+            Backing::Handle { handle, .. } => {
+                let flags = if new.name.is_empty() { libc::AT_EMPTY_PATH } else { 0 };
+                sys::name_to_handle_at(new.parent, new.name, flags).is_ok_and(|(h, _)| &h == handle)
+            }
+            Backing::Pinned(fd) => {
+                sys::fstat(fd.as_fd()).is_ok_and(|st| st.st_nlink > 0 || st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+            }
+        };
+        if !same {
+            inode.stale.store(true, Ordering::Relaxed);
+        }
+        same
     }
 
     fn make_backing(&self, new: &NewInode<'_>) -> FsResult<Backing> {

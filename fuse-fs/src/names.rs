@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use dcache::{Config, Dcache, Dentry, Lookup};
 
-use crate::inode::Inode;
+use crate::inode::{Inode, ROOT_INO};
 
 /// The handle an inode keeps to its dentry while the kernel knows it.
 pub type DentryHandle = Dentry<Arc<Inode>>;
@@ -54,6 +54,7 @@ pub struct SubtreeDrop {
 /// The name cache.
 pub struct Names {
     cache: Dcache<Arc<Inode>>,
+    root: DentryHandle,
     capacity: usize,
 }
 
@@ -74,12 +75,17 @@ impl Names {
         let cache = Dcache::new(config, root.clone());
         *root.dentry.lock().expect("dentry lock") = Some(cache.root());
         Self {
+            root: cache.root(),
             cache,
             capacity: entries,
         }
     }
 
     fn dentry_of(&self, dir: &Inode) -> Option<DentryHandle> {
+        if dir.ino == ROOT_INO {
+            // The root's dentry is never dropped or replaced.
+            return Some(self.root.clone());
+        }
         dir.dentry
             .lock()
             .expect("dentry lock")

@@ -508,6 +508,13 @@ pub fn raise_nofile_limit() -> u64 {
     rl.rlim_cur
 }
 
+/// Sets the process umask to 0: the kernel has already applied the caller's
+/// umask to the modes rcufs receives.
+pub fn clear_umask() {
+    // SAFETY: `umask` only sets the process file mode creation mask.
+    unsafe { libc::umask(0) };
+}
+
 /// Whether the process runs with effective uid 0.
 pub fn is_root() -> bool {
     // SAFETY: `geteuid` cannot fail and touches no memory.

@@ -610,3 +610,78 @@ fn changes_through_the_fs_keep_the_dcache_coherent() {
     t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("drop");
     err(t.fs.lookup(ROOT_INO, b"a.txt"), libc::ENOENT);
 }
+
+#[test]
+fn metadata_changes_through_the_fs_keep_the_cached_pages() {
+    let t = setup(default_cfg());
+    let a = walk(&t.fs, "a.txt").expect("a");
+    read_all(&t.fs, a.ino);
+    let fills = pc(&t.fs, "fills");
+    t.fs.setattr(
+        a.ino,
+        SetAttr {
+            mode: Some(0o600),
+            mtime: Some(None),
+            ..SetAttr::default()
+        },
+    )
+    .expect("setattr");
+    t.fs.rename(ROOT_INO, b"a.txt", ROOT_INO, b"b.txt", 0).expect("rename");
+    t.fs.link(a.ino, ROOT_INO, b"c.txt").expect("link");
+    t.fs.unlink(ROOT_INO, b"c.txt").expect("unlink");
+    assert_eq!(read_all(&t.fs, a.ino), b"hello");
+    assert_eq!(
+        pc(&t.fs, "fills"),
+        fills,
+        "no change came from the source, so no page was dropped"
+    );
+    assert_eq!(t.fs.stats_json()["inodes"]["stale_opens"], 0);
+}
+
+#[test]
+fn a_file_replaced_in_the_source_gets_a_fresh_inode() {
+    let t = setup(default_cfg());
+    let a = walk(&t.fs, "a.txt").expect("a");
+    assert_eq!(read_all(&t.fs, a.ino), b"hello");
+    // Replace it behind rcufs's back; whatever inode number the new file
+    // gets, reading it through the name must give the new content.
+    std::fs::remove_file(t.src.join("a.txt")).expect("rm");
+    std::fs::write(t.src.join("a.txt"), b"replaced").expect("write");
+    t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("drop");
+    let b = walk(&t.fs, "a.txt").expect("a again");
+    assert_eq!(read_all(&t.fs, b.ino), b"replaced");
+}
+
+#[test]
+fn extreme_timestamps_do_not_panic() {
+    assert!(time(i64::MIN, 0) < UNIX_EPOCH);
+    assert!(time(i64::MAX, 999_999_999) > UNIX_EPOCH);
+    assert_eq!(time(0, -5), UNIX_EPOCH, "a nonsense nanosecond field is clamped");
+    assert_eq!(time(-1, 500_000_000), UNIX_EPOCH - Duration::from_millis(500));
+    assert_eq!(time(1, 5), UNIX_EPOCH + Duration::new(1, 5));
+    let t = setup(default_cfg());
+    let a = walk(&t.fs, "a.txt").expect("a");
+    let long_ago = UNIX_EPOCH - Duration::from_secs(86_400 * 365);
+    let attr =
+        t.fs.setattr(
+            a.ino,
+            SetAttr {
+                mtime: Some(Some(long_ago)),
+                ..SetAttr::default()
+            },
+        )
+        .expect("a pre-1970 mtime");
+    assert_eq!(attr.mtime, long_ago);
+}
+
+#[test]
+fn a_drop_of_the_root_drops_everything_below_it() {
+    let t = setup(default_cfg());
+    walk(&t.fs, "d/e/f").expect("f");
+    walk(&t.fs, "a.txt").expect("a");
+    let before = dc(&t.fs, "entries");
+    assert!(before >= 4, "d, e, f and a.txt are cached: {before}");
+    let out = t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("drop");
+    assert_eq!(out.args.dentries_dropped + out.args.busy, before, "{:?}", out.args);
+    assert_eq!(dc(&t.fs, "entries"), 0);
+}

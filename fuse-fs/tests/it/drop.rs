@@ -444,3 +444,26 @@ fn a_non_owner_gets_eperm_and_unowned_entries_are_skipped() {
 fn drop_as_nobody(dir: &Path, mode: DropMode) -> Result<DropArgs, i32> {
     sys::drop_as(NOBODY, NOBODY, dir, DropArgs::request(mode))
 }
+
+#[test]
+fn dropping_the_mount_root_keeps_the_mount_working() {
+    let Some(m) = Mount::with(SLOW_REVALIDATE, tree) else {
+        return;
+    };
+    walk(&m.mnt);
+    assert_eq!(errno(&fs::metadata(m.at("late"))), Some(libc::ENOENT));
+    fs::write(m.src_at("late"), b"late").unwrap();
+    for mode in [DropMode::All, DropMode::Dentries, DropMode::Pages, DropMode::All] {
+        let out = sys::drop_dir(&m.mnt, mode).unwrap();
+        assert_eq!(out.skipped, 0, "{out:?}");
+        // Everything is still reachable and correct after each drop.
+        assert_eq!(walk(&m.mnt), 41, "after a {mode:?} drop of the root");
+        assert_eq!(fs::read(m.at("d/sub/f7")).unwrap(), content(7, 10_000));
+    }
+    assert_eq!(fs::read(m.at("late")).unwrap(), b"late");
+    fs::write(m.at("made-after"), b"x").unwrap();
+    assert_eq!(fs::read(m.src_at("made-after")).unwrap(), b"x");
+    sys::setxattr(&m.mnt, XATTR_DROP, b"all", 0).unwrap();
+    assert!(fs::metadata(m.at("d/sub")).unwrap().is_dir());
+    assert_eq!(m.stat("drops", "requests"), 5);
+}

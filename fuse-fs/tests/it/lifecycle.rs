@@ -94,3 +94,28 @@ fn read_only_mount() {
     assert_eq!(errno(&fs::remove_file(m.at("f"))), Some(libc::EROFS));
     assert!(m.src_at("f").exists());
 }
+
+#[test]
+fn acknowledged_writes_survive_a_killed_daemon() {
+    use std::io::Write;
+    let Some(mut m) = Mount::with(&[], tree) else { return };
+    let mut open = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(m.at("new"))
+        .unwrap();
+    // Each write that returned is acknowledged: no fsync, no close.
+    for i in 0..10u8 {
+        open.write_all(&[i; 1000]).unwrap();
+    }
+    let mut old = fs::OpenOptions::new().write(true).open(m.at("f")).unwrap();
+    old.write_all(b"DATA").unwrap();
+    let status = m.stop_with(libc::SIGKILL);
+    assert!(!status.success());
+    let expect: Vec<u8> = (0..10u8).flat_map(|i| [i; 1000]).collect();
+    assert_eq!(fs::read(m.src_at("new")).unwrap(), expect);
+    assert_eq!(fs::read(m.src_at("f")).unwrap(), b"DATA");
+    // The dead mount fails instead of hanging, and the harness detaches it.
+    assert_eq!(errno(&fs::metadata(m.at("f"))), Some(libc::ENOTCONN));
+    drop((open, old));
+}

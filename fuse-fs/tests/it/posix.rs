@@ -609,3 +609,27 @@ fn atomic_replace_by_rename_then_reopen() {
         fs::remove_file(m.at("a/out")).unwrap();
     }
 }
+
+#[test]
+fn extreme_timestamps_in_the_source_are_served() {
+    let Some(m) = Mount::with(&[], tree) else { return };
+    // Before 1970, and the far end of what ext4 stores; set directly in the source.
+    for (secs, nsec) in [(-2_000_000_000i64, 5), (-1, 999_999_999), (16_000_000_000, 0), (0, 0)] {
+        let times = [libc::timespec {
+            tv_sec: secs,
+            tv_nsec: nsec,
+        }; 2];
+        let c = sys::cpath(&m.src_at("top"));
+        // SAFETY: the path is NUL-terminated and `times` is a live array of two timespecs.
+        let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
+        assert_eq!(rc, 0, "utimensat: {}", std::io::Error::last_os_error());
+        let direct = fs::metadata(m.src_at("top")).unwrap();
+        // Through the mount, after the revalidation interval (1 s) at most.
+        let seen = crate::harness::eventually(Duration::from_secs(5), || {
+            let md = fs::metadata(m.at("top")).unwrap();
+            (md.mtime(), md.mtime_nsec()) == (direct.mtime(), direct.mtime_nsec())
+        });
+        assert!(seen, "mtime {secs}.{nsec} (source shows {}) not served", direct.mtime());
+        assert_eq!(fs::read(m.at("top")).unwrap(), b"top level");
+    }
+}
