@@ -467,3 +467,82 @@ fn dropping_the_mount_root_keeps_the_mount_working() {
     assert!(fs::metadata(m.at("d/sub")).unwrap().is_dir());
     assert_eq!(m.stat("drops", "requests"), 5);
 }
+
+#[test]
+fn metadata_churn_concurrent_with_drops_stays_coherent() {
+    const ROUNDS: usize = if cfg!(debug_assertions) { 100 } else { 300 };
+    for args in [
+        &["--revalidate", "3600"][..],
+        &["--kernel-cache", "--revalidate", "3600"],
+    ] {
+        let Some(m) = Mount::with(args, |src| {
+            for t in 0..3 {
+                fs::create_dir_all(src.join(format!("w{t}"))).unwrap();
+            }
+        }) else {
+            return;
+        };
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..3)
+                .map(|t| {
+                    let m = &m;
+                    s.spawn(move || {
+                        let dir = format!("w{t}");
+                        for r in 0..ROUNDS {
+                            let body = content(t * 1000 + r, 100 + r * 37);
+                            let (tmp, fin) = (m.at(&format!("{dir}/tmp")), m.at(&format!("{dir}/file{}", r % 3)));
+                            fs::write(&tmp, &body).unwrap();
+                            fs::rename(&tmp, &fin).unwrap();
+                            assert_eq!(fs::read(&fin).unwrap(), body, "{args:?} worker {t} round {r}");
+                            assert_eq!(errno(&fs::metadata(&tmp)), Some(libc::ENOENT));
+                            if r % 5 == 4 {
+                                fs::remove_file(&fin).unwrap();
+                                assert_eq!(errno(&fs::metadata(&fin)), Some(libc::ENOENT));
+                            }
+                            if r % 7 == 0 {
+                                let sub = m.at(&format!("{dir}/sub{r}"));
+                                fs::create_dir(&sub).unwrap();
+                                fs::write(sub.join("x"), b"x").unwrap();
+                                fs::remove_file(sub.join("x")).unwrap();
+                                fs::remove_dir(&sub).unwrap();
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let dropper = s.spawn(|| {
+                for r in 0..ROUNDS {
+                    let target = if r % 2 == 0 {
+                        m.mnt.clone()
+                    } else {
+                        m.at(&format!("w{}", r % 3))
+                    };
+                    sys::drop_dir(&target, [DropMode::All, DropMode::Dentries, DropMode::Pages][r % 3]).unwrap();
+                }
+            });
+            for w in workers {
+                w.join().unwrap();
+            }
+            dropper.join().unwrap();
+        });
+        // The mount and the source agree at the end.
+        for t in 0..3 {
+            let names = |p: std::path::PathBuf| -> std::collections::BTreeSet<String> {
+                fs::read_dir(p)
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name().into_string().unwrap())
+                    .collect()
+            };
+            let dir = format!("w{t}");
+            assert_eq!(names(m.at(&dir)), names(m.src_at(&dir)), "{args:?}");
+            for name in names(m.src_at(&dir)) {
+                let rel = format!("{dir}/{name}");
+                assert_eq!(
+                    fs::read(m.at(&rel)).unwrap(),
+                    fs::read(m.src_at(&rel)).unwrap(),
+                    "{args:?} {rel}"
+                );
+            }
+        }
+    }
+}

@@ -5,6 +5,7 @@
 
 use std::fs::File;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -90,6 +91,13 @@ impl Mount {
     /// Fills the source with `setup`, then mounts it. `None` means the test
     /// must skip (already reported).
     pub fn with(args: &[&str], setup: impl FnOnce(&Path)) -> Option<Mount> {
+        Self::with_nofile(args, None, setup)
+    }
+
+    /// As [`Mount::with`], with the daemon's RLIMIT_NOFILE (soft and hard)
+    /// set to `nofile` when given, so that a test can exceed the descriptor
+    /// limit with a few thousand files rather than tens of thousands.
+    pub fn with_nofile(args: &[&str], nofile: Option<u64>, setup: impl FnOnce(&Path)) -> Option<Mount> {
         if !mount_possible() {
             return None;
         }
@@ -102,7 +110,25 @@ impl Mount {
         std::fs::create_dir(&mnt).unwrap();
         setup(&src);
         let out = File::create(&log).unwrap();
-        let child = rcufs()
+        let mut cmd = rcufs();
+        if let Some(limit) = nofile {
+            let lim = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            // SAFETY: the closure runs in the forked child before exec and
+            // only calls setrlimit, which is async-signal-safe, on a local.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let child = cmd
             .arg("mount")
             .arg(&src)
             .arg(&mnt)

@@ -126,10 +126,12 @@ fn drop_invalidates_kernel_negative_entries() {
 #[test]
 fn a_walk_past_the_descriptor_limit_does_not_run_out_of_descriptors() {
     // RLIMIT_NOFILE's hard limit here is 20,000: a passthrough that keeps one
-    // descriptor per inode the kernel knows fails past it.
-    const DIRS: usize = 50;
-    const PER_DIR: usize = 500;
-    let Some(m) = Mount::with(ARGS, |src| {
+    // descriptor per inode the kernel knows fails past it. The daemon gets a
+    // limit of 512 so that 2,000 files are enough to cross it.
+    const NOFILE: u64 = 512;
+    const DIRS: usize = 40;
+    const PER_DIR: usize = 50;
+    let Some(m) = Mount::with_nofile(ARGS, Some(NOFILE), |src| {
         for d in 0..DIRS {
             let dir = src.join(format!("d{d:02}"));
             fs::create_dir(&dir).unwrap();
@@ -140,6 +142,11 @@ fn a_walk_past_the_descriptor_limit_does_not_run_out_of_descriptors() {
     }) else {
         return;
     };
+    // The premise: the daemon really runs under the lower limit.
+    let limits = fs::read_to_string(format!("/proc/{}/limits", m.pid())).unwrap();
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap();
+    let hard: u64 = line.split_whitespace().nth(4).unwrap().parse().unwrap();
+    assert_eq!(hard, NOFILE, "{line}");
     let mut seen = 0;
     for d in 0..DIRS {
         for e in fs::read_dir(m.at(&format!("d{d:02}"))).unwrap() {
@@ -160,8 +167,48 @@ fn a_walk_past_the_descriptor_limit_does_not_run_out_of_descriptors() {
         "the kernel holds {} inodes but rcufs knows {known}",
         DIRS * PER_DIR
     );
-    assert!(fds < 20_000, "{fds} descriptors open for {known} inodes");
-    // The mount still creates and opens files.
+    assert!(
+        fds < NOFILE,
+        "{fds} descriptors open for {known} inodes under a limit of {NOFILE}"
+    );
+    // The mount still creates and opens files, many at once.
     fs::write(m.at("d00/after"), b"after").unwrap();
     assert_eq!(fs::read(m.at("d00/after")).unwrap(), b"after");
+    let open: Vec<(usize, usize, fs::File)> = (1..3)
+        .flat_map(|d| (0..PER_DIR).map(move |f| (d, f)))
+        .map(|(d, f)| (d, f, fs::File::open(m.at(&format!("d{d:02}/f{f:03}"))).unwrap()))
+        .collect();
+    for (d, f, file) in &open {
+        let mut buf = [0u8; 2];
+        file.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(buf, [*d as u8, *f as u8]);
+    }
+}
+
+#[test]
+fn forgotten_inodes_leave_the_inode_table() {
+    let Some(m) = Mount::with(ARGS, |src| {
+        for i in 0..1000 {
+            write_tree(src, &[(&format!("many/f{i:04}"), b"x")]);
+        }
+    }) else {
+        return;
+    };
+    for e in fs::read_dir(m.at("many")).unwrap() {
+        e.unwrap().metadata().unwrap();
+    }
+    let known = m.stat("inodes", "known");
+    assert!(known >= 1000, "{known} inodes known after a walk of 1000 files");
+    // The drop invalidates the kernel's entries; the kernel then evicts the
+    // unused inodes and sends FORGET for each, which rcufs must honour.
+    sys::drop_dir(&m.at("many"), DropMode::All).unwrap();
+    let mut last = known;
+    let shrank = eventually(Duration::from_secs(10), || {
+        last = m.stat("inodes", "known");
+        last < 100
+    });
+    assert!(
+        shrank,
+        "still {last} inodes known 10 s after the kernel was told to forget 1000"
+    );
 }

@@ -633,3 +633,89 @@ fn extreme_timestamps_in_the_source_are_served() {
         assert_eq!(fs::read(m.at("top")).unwrap(), b"top level");
     }
 }
+
+/// Lazily unmounts the submount it was given when dropped.
+struct Submount(std::cell::RefCell<Option<std::path::PathBuf>>);
+
+impl Drop for Submount {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.borrow_mut().take() {
+            let c = sys::cpath(&p);
+            // SAFETY: the path is NUL-terminated.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}
+
+#[test]
+fn a_mount_point_inside_the_source_is_served_without_collisions() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: mounting a tmpfs inside the source needs root");
+        return;
+    }
+    // Declared first so that it is dropped after the rcufs mount.
+    let submount = Submount(std::cell::RefCell::new(None));
+    let Some(m) = Mount::with(&[], |src| {
+        tree(src);
+        let sub = src.join("sub");
+        fs::create_dir(&sub).unwrap();
+        let (what, c) = (std::ffi::CString::new("tmpfs").unwrap(), sys::cpath(&sub));
+        // SAFETY: all strings are NUL-terminated; no data argument.
+        let rc = unsafe { libc::mount(what.as_ptr(), c.as_ptr(), what.as_ptr(), 0, std::ptr::null()) };
+        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+        *submount.0.borrow_mut() = Some(sub.clone());
+        for i in 0..20 {
+            fs::write(sub.join(format!("s{i}")), format!("in the submount {i}")).unwrap();
+        }
+    }) else {
+        return;
+    };
+    let mut inos = std::collections::HashSet::new();
+    for i in 0..20 {
+        assert_eq!(
+            fs::read_to_string(m.at(&format!("sub/s{i}"))).unwrap(),
+            format!("in the submount {i}")
+        );
+        assert!(inos.insert(fs::metadata(m.at(&format!("sub/s{i}"))).unwrap().ino()));
+    }
+    for rel in ["a", "a/one", "a/b", "a/b/two", "top", "sub"] {
+        assert!(
+            inos.insert(fs::metadata(m.at(rel)).unwrap().ino()),
+            "{rel} shares an inode number"
+        );
+    }
+    assert_eq!(fs::read(m.at("a/b/two")).unwrap(), b"second\n");
+    fs::write(m.at("sub/new"), b"through the mount").unwrap();
+    assert_eq!(fs::read(m.src_at("sub/new")).unwrap(), b"through the mount");
+    assert_eq!(fs::read_dir(m.at("sub")).unwrap().count(), 21);
+    drop(m);
+    drop(submount);
+}
+
+#[test]
+fn names_and_attributes_changed_in_the_source_are_seen_within_revalidate() {
+    let Some(m) = Mount::with(&["--revalidate", "0.2"], tree) else {
+        return;
+    };
+    assert_eq!(errno(&fs::metadata(m.at("a/born"))), Some(libc::ENOENT));
+    let before = fs::metadata(m.at("a/one")).unwrap().mode() & 0o777;
+    assert_ne!(before, 0o600);
+    fs::write(m.src_at("a/born"), b"new").unwrap();
+    fs::set_permissions(m.src_at("a/one"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::remove_file(m.src_at("top")).unwrap();
+    let wait = Duration::from_secs(5);
+    assert!(
+        crate::harness::eventually(wait, || fs::metadata(m.at("a/born")).is_ok()),
+        "a new name"
+    );
+    assert!(
+        crate::harness::eventually(wait, || fs::metadata(m.at("a/one")).unwrap().mode() & 0o777 == 0o600),
+        "a new mode"
+    );
+    assert!(
+        crate::harness::eventually(wait, || errno(&fs::metadata(m.at("top"))) == Some(libc::ENOENT)),
+        "a removed name"
+    );
+    assert_eq!(fs::read(m.at("a/born")).unwrap(), b"new");
+}
