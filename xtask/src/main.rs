@@ -4,8 +4,10 @@
 //! installs it first (Debian packages through `apt-get`), so the tasks work on
 //! a fresh machine. Dependencies stay few so that this crate compiles fast.
 
+mod bench;
 mod ci;
 mod demo;
+mod fsbench;
 mod util;
 
 use anyhow::{Result, bail};
@@ -17,8 +19,11 @@ Tasks:
   ci              everything CI runs: fmt check, clippy -D warnings, all tests
                   (mount tests included), loom models at preemption bound 2
   loom [FILTER]   the loom models (release, LOOM_MAX_PREEMPTIONS=2 unless set)
-  bench           criterion benches of the cache crates against their peers
-  fsbench         the mount against the native source filesystem
+  bench [--quick] [--paper] [BENCH...]
+                  criterion benches of the cache crates against their peers,
+                  and seed 002's table (--paper: at 16,777,216 indexes)
+  fsbench [--quick] [--keep]
+                  the mount against the native source filesystem
   demo            mount a generated example tree and show what rcufs does
   tidy            fmt check and clippy only
   help            this text
@@ -39,8 +44,8 @@ fn run() -> Result<()> {
         Some("ci") => ci::ci(),
         Some("loom") => ci::loom(rest.first().map(String::as_str)),
         Some("tidy") => ci::tidy(),
-        Some("bench") => not_yet("bench", "the criterion benches"),
-        Some("fsbench") => not_yet("fsbench", "the filesystem benchmarks"),
+        Some("bench") => bench::bench(&rest),
+        Some("fsbench") => fsbench::fsbench(&rest),
         Some("demo") => demo::demo(),
         None | Some("help" | "-h" | "--help") => {
             print!("{HELP}");
@@ -48,8 +53,4 @@ fn run() -> Result<()> {
         }
         Some(other) => bail!("unknown task `{other}`\n\n{HELP}"),
     }
-}
-
-fn not_yet(task: &str, what: &str) -> Result<()> {
-    bail!("`cargo xtask {task}`: {what} do not exist yet in this revision")
 }

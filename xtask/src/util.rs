@@ -68,3 +68,39 @@ pub fn ensure_programs(programs: &[(&str, &str)]) -> Result<()> {
         .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
+
+/// A short description of this machine (CPU model, cores, memory, kernel) for
+/// the benchmark summaries.
+pub fn machine() -> serde_json::Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .and_then(|r| r.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    serde_json::json!({
+        "cpu": model,
+        "cores": cores,
+        "memory_gib": (mem_kib as f64 / (1024.0 * 1024.0)).round(),
+        "kernel": kernel.trim(),
+    })
+}
+
+/// The 1-minute load average (`/proc/loadavg`), or NaN if unreadable.
+pub fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
