@@ -881,6 +881,13 @@ impl Fs {
     }
 
     /// WRITE: to the source first, then to the cached pages.
+    ///
+    /// The source write and the cache update are two steps, so two
+    /// overlapping writers could apply them in opposite orders. They cannot
+    /// here because the kernel serialises direct-I/O writes to one inode
+    /// under its inode lock as long as the open does not set
+    /// `FOPEN_PARALLEL_DIRECT_WRITES` (see `fuse.rs`): setting that flag
+    /// needs a per-inode write lock here first.
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
         let file = self.files.get(fh)?;
         let inode = &file.inode;

@@ -132,6 +132,8 @@ fn attr(a: &Attr) -> FileAttr {
 fn fopen(o: &Opened) -> FopenFlags {
     let mut f = FopenFlags::empty();
     if o.direct_io {
+        // No FOPEN_PARALLEL_DIRECT_WRITES: `Fs::write` relies on the kernel
+        // serialising writes to one inode.
         f |= FopenFlags::FOPEN_DIRECT_IO;
     }
     if o.keep_cache {
