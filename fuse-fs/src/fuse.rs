@@ -30,7 +30,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::error::FsError;
+use crate::error::{FsError, FsResult};
 use crate::fs::{Attr, Caller, Fs, Inval, Kind, Opened, SetAttr, XattrReply};
 
 /// The adapter between fuser and [`Fs`].
@@ -77,6 +77,14 @@ fn errno(e: FsError) -> Errno {
         tracing::warn!(errno = e.errno(), "{e}");
     }
     Errno::from_i32(e.errno())
+}
+
+/// Answers a request whose success carries no data.
+fn reply_empty(reply: ReplyEmpty, result: FsResult<()>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
+    }
 }
 
 /// The xattr replies never say ENOSYS: the kernel would stop sending that
@@ -266,18 +274,12 @@ impl Filesystem for FuseAdapter {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = span!("unlink", req, parent.0);
-        match self.fs.unlink(parent.0, name.as_bytes()) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(reply, self.fs.unlink(parent.0, name.as_bytes()))
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = span!("rmdir", req, parent.0);
-        match self.fs.rmdir(parent.0, name.as_bytes()) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(reply, self.fs.rmdir(parent.0, name.as_bytes()))
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
@@ -368,10 +370,7 @@ impl Filesystem for FuseAdapter {
 
     fn flush(&self, req: &Request, ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         let _s = span!("flush", req, ino.0);
-        match self.fs.flush(fh.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(reply, self.fs.flush(fh.0))
     }
 
     fn release(
@@ -385,18 +384,12 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let _s = span!("release", req, ino.0);
-        match self.fs.release(fh.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(reply, self.fs.release(fh.0))
     }
 
     fn fsync(&self, req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         let _s = span!("fsync", req, ino.0);
-        match self.fs.fsync(fh.0, datasync) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(reply, self.fs.fsync(fh.0, datasync))
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -445,18 +438,12 @@ impl Filesystem for FuseAdapter {
 
     fn releasedir(&self, req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         let _s = span!("releasedir", req, ino.0);
-        match self.fs.releasedir(fh.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(reply, self.fs.releasedir(fh.0))
     }
 
     fn fsyncdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
         let _s = span!("fsyncdir", req, ino.0);
-        match self.fs.fsyncdir(fh.0, datasync) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(reply, self.fs.fsyncdir(fh.0, datasync))
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
@@ -521,10 +508,7 @@ impl Filesystem for FuseAdapter {
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let _s = span!("access", req, ino.0);
-        match self.fs.access(ino.0, mask.bits()) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(reply, self.fs.access(ino.0, mask.bits()))
     }
 
     fn create(
@@ -587,10 +571,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let _s = span!("fallocate", req, ino.0);
-        match self.fs.fallocate(fh.0, offset, length, mode) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_empty(reply, self.fs.fallocate(fh.0, offset, length, mode))
     }
 
     fn lseek(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
