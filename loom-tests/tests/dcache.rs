@@ -202,6 +202,28 @@ fn dcache_rename_vs_lookup() {
     });
 }
 
+/// A rename over a cached target against a lookup of the target name: the
+/// name is cached before the rename (the old target) and after it (the
+/// moved entry), so the lookup must find one of the two, never miss.
+#[test]
+fn dcache_rename_over_target_vs_lookup() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        drop(c.insert(&root, b"t", Some(P::new(1).0)));
+        drop(c.insert(&root, b"s", Some(P::new(2).0)));
+        let reader = {
+            let c = c.clone();
+            let root = root.clone();
+            thread::spawn(move || payload_of(&c.lookup(&root, b"t")))
+        };
+        assert!(c.rename(&root, b"s", &root, b"t"));
+        let seen = reader.join().unwrap();
+        assert!(matches!(seen, Some(1 | 2)), "the target name was missed: {seen:?}");
+        assert_eq!(payload_of(&c.lookup(&root, b"t")), Some(2));
+    });
+}
+
 /// `drop_subtree(d)` against an insert under `d/e` (a directory being
 /// dropped): afterwards no entry that existed before the call is found under
 /// `d`, and the new entry is cached only if its parent still is (a node under

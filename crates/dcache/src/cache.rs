@@ -481,6 +481,10 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// count did not change. The misleading value (the moved node's new
     /// `next`) is stored with Release after the count was made odd and read
     /// here with Acquire, so a scan that followed it sees the count changed.
+    /// Likewise a rename's target is unhashed while the count is odd, and a
+    /// scan reads the bit with Acquire, so a scan that skipped the target
+    /// retries instead of reporting a miss for a name that is cached before
+    /// and after the rename.
     fn find_live<'g>(&self, pid: u64, name: &[u8], hash: u64, guard: &'g Guard) -> Option<&'g Node<T>> {
         let sh = self.sh();
         let index = sh.table.index(hash);
@@ -510,21 +514,28 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let guard = epoch::pin();
         let pid = parent.node().id;
         let hash = sh.table.hash(pid, name);
-        match self.find_live(pid, name, hash, &guard) {
-            Some(n) if n.is_negative() => {
-                n.mark_referenced();
-                sh.counters.add(Event::NegativeHit, 1);
-                Lookup::Negative
-            }
-            Some(n) if n.try_get(true) => {
-                n.mark_referenced();
-                sh.counters.add(Event::Hit, 1);
-                // SAFETY: `try_get` took the reference.
-                Lookup::Positive(unsafe { self.counted(n) })
-            }
-            _ => {
-                sh.counters.add(Event::Miss, 1);
-                Lookup::Miss
+        loop {
+            match self.find_live(pid, name, hash, &guard) {
+                Some(n) if n.is_negative() => {
+                    n.mark_referenced();
+                    sh.counters.add(Event::NegativeHit, 1);
+                    return Lookup::Negative;
+                }
+                Some(n) if n.try_get(true) => {
+                    n.mark_referenced();
+                    sh.counters.add(Event::Hit, 1);
+                    // SAFETY: `try_get` took the reference.
+                    return Lookup::Positive(unsafe { self.counted(n) });
+                }
+                // Unhashed since the scan found it: whatever replaced it (a
+                // renamed entry, a new insert) may already be hashed, so
+                // search again rather than report a miss for a name that
+                // stayed cached.
+                Some(_) => spin_loop(),
+                None => {
+                    sh.counters.add(Event::Miss, 1);
+                    return Lookup::Miss;
+                }
             }
         }
     }
@@ -795,12 +806,24 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let (first, second) = (oi.min(ni), oi.max(ni));
         let _b1 = sh.table.bucket(first).lock.lock();
         let _b2 = (first != second).then(|| sh.table.bucket(second).lock.lock());
+        // AcqRel: makes the count odd before the target is unhashed and the
+        // node's links change, so the whole move, the target's unhash
+        // included, is one step for lookups (the kernel's `d_move` drops the
+        // target inside its `rename_lock` write section too). The Release
+        // stores of the target's UNHASHED bit, the new key and `next` below
+        // carry the odd count to any reader that sees them (paired with the
+        // Acquire loads in `scan` and the re-check in `find_live`); the
+        // Acquire side orders it with the read-modify-writes of
+        // `drop_subtree`.
+        sh.rename_seq.fetch_add(1, Ordering::AcqRel);
         if let Some(t) = sh.table.scan_locked(ni, new_hash, npn.id, new_name, &guard)
             && t.try_get(false)
         {
             // SAFETY: `try_get` took the reference.
             let t = unsafe { self.counted(t) };
-            // AcqRel: the single unhash transition, see `insert_inner`.
+            // AcqRel: the single unhash transition, see `insert_inner`; its
+            // Release half also carries the odd rename count to a reader that
+            // skips `t` because it sees the bit (Acquire in `scan`).
             if t.node().count.fetch_or(UNHASHED, Ordering::AcqRel) & UNHASHED == 0 {
                 sh.counters.add(Event::Dropped, 1);
             }
@@ -808,12 +831,6 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             unsafe { sh.table.unlink_locked(ni, t.node(), &guard) };
             cleanup.push(t);
         }
-        // AcqRel: makes the count odd before the node's links change. The
-        // Release stores of the new key and `next` below carry it to any
-        // reader that sees them (paired with the Acquire loads in `scan` and
-        // the re-check in `find_live`); the Acquire side orders it with the
-        // read-modify-writes of `drop_subtree`.
-        sh.rename_seq.fetch_add(1, Ordering::AcqRel);
         // SAFETY: we hold the lock of bucket `oi`, the bucket of x's key.
         unsafe { sh.table.unlink_locked(oi, xn, &guard) };
         // Release: publishes the new key's bytes; pairs with the Acquire load

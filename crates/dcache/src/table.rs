@@ -24,7 +24,7 @@
 //! the bucket of its current key, and it changes only under that bucket's
 //! lock.
 
-use crate::node::{Key, Node};
+use crate::node::{Key, Node, UNHASHED};
 use crate::sync::epoch::{Atomic, Guard, Shared};
 use crate::sync::{Mutex, Ordering};
 
@@ -120,8 +120,14 @@ impl<T> Table<T> {
         // SAFETY: every node reachable from a chain while we are pinned is
         // freed only after an epoch that this guard holds back.
         while let Some(node) = unsafe { cur.as_ref() } {
-            if node.key(guard).matches(hash, parent, name) && !node.is_unhashed() {
-                return Some(node);
+            if node.key(guard).matches(hash, parent, name) {
+                // Acquire: pairs with the AcqRel `fetch_or(UNHASHED)` of a
+                // rename's target, so that a scan that skips the target
+                // because of the bit sees the odd rename count when
+                // `find_live` re-checks it after the miss.
+                if node.count.load(Ordering::Acquire) & UNHASHED == 0 {
+                    return Some(node);
+                }
             }
             // Acquire: pairs with the Release stores of `next` in insert,
             // unlink and rename.
