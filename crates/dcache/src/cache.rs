@@ -717,7 +717,10 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// `new_parent`, with its cached subtree; a cached target is unhashed
     /// (with its subtree). Returns false if no positive entry is cached at the
     /// old name (a cached negative one is removed), or if the move would put
-    /// a directory under itself.
+    /// a directory under itself. Call it after the filesystem renamed: unless
+    /// the move is refused as a directory under itself, whatever is cached at
+    /// the new name (a stale positive entry, or a negative one that would now
+    /// hide the renamed file) is unhashed even when the source is not cached.
     pub fn rename(&self, old_parent: &Dentry<T>, old_name: &[u8], new_parent: &Dentry<T>, new_name: &[u8]) -> bool {
         self.own(old_parent);
         self.own(new_parent);
@@ -749,13 +752,19 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let x = match self.find_live(opn.id, old_name, old_hash, &guard) {
             // SAFETY: `try_get` took the reference.
             Some(n) if n.try_get(true) => unsafe { self.counted(n) },
-            _ => return false,
+            _ => {
+                // The source is not cached, but the name it went to now
+                // names it: whatever is cached there is stale.
+                self.unhash_name(np, new_name, cleanup);
+                return false;
+            }
         };
         if x.is_negative() {
             if self.unhash(&x) {
                 sh.counters.add(Event::Dropped, 1);
                 cleanup.push(x);
             }
+            self.unhash_name(np, new_name, cleanup);
             return false;
         }
         if opn.id == npn.id && old_name == new_name {
@@ -790,6 +799,10 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             (opn.children.lock(), Some(n))
         };
         if xn.is_unhashed() {
+            // Dropped meanwhile: nothing to move, but the target is stale.
+            drop(new_children);
+            drop(old_children);
+            self.unhash_name(np, new_name, cleanup);
             return false;
         }
         if npn.is_unhashed() {
@@ -867,6 +880,28 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             put_node(self.shared, NonNull::from(opn));
         }
         true
+    }
+
+    /// Unhashes whatever is cached at `name` under `parent` (positive or
+    /// negative), handing it to `cleanup` for its subtree; for a rename that
+    /// moves nothing cached.
+    fn unhash_name(&self, parent: &Dentry<T>, name: &[u8], cleanup: &mut Vec<Dentry<T>>) {
+        let found = {
+            let guard = epoch::pin();
+            let pid = parent.node().id;
+            let hash = self.sh().table.hash(pid, name);
+            match self.find_live(pid, name, hash, &guard) {
+                // SAFETY: `try_get` took the reference.
+                Some(n) if n.try_get(true) => Some(unsafe { self.counted(n) }),
+                _ => None,
+            }
+        };
+        if let Some(t) = found
+            && self.unhash(&t)
+        {
+            self.sh().counters.add(Event::Dropped, 1);
+            cleanup.push(t);
+        }
     }
 
     /// Resolves `components` one after another from `start` under a single
