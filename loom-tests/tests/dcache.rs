@@ -224,6 +224,31 @@ fn dcache_rename_over_target_vs_lookup() {
     });
 }
 
+/// A positive insert over a cached negative entry (a create) against a
+/// lookup of the name: the name is cached before (negative) and after
+/// (positive), so the lookup sees one of the two, never a miss.
+#[test]
+fn dcache_insert_over_negative_vs_lookup() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        drop(c.insert(&root, b"n", None));
+        let reader = {
+            let c = c.clone();
+            let root = root.clone();
+            thread::spawn(move || match c.lookup(&root, b"n") {
+                Lookup::Negative => Some(None),
+                l @ Lookup::Positive(_) => Some(payload_of(&l)),
+                Lookup::Miss => None,
+            })
+        };
+        drop(c.insert(&root, b"n", Some(P::new(1).0)));
+        let seen = reader.join().unwrap();
+        assert!(matches!(seen, Some(None | Some(1))), "the name was missed: {seen:?}");
+        assert_eq!(payload_of(&c.lookup(&root, b"n")), Some(1));
+    });
+}
+
 /// `drop_subtree(d)` against an insert under `d/e` (a directory being
 /// dropped): afterwards no entry that existed before the call is found under
 /// `d`, and the new entry is cached only if its parent still is (a node under

@@ -35,6 +35,10 @@ use crate::table::{Table, make_key};
 /// same with `rename_lock`), which bounds its work.
 const RESTARTS_BEFORE_LOCK: u32 = 2;
 
+/// How often a lookup rescans a chain in which it skipped an unhashed entry
+/// with the wanted key before it trusts a miss (see `Dcache::find_live`).
+const RESCANS_AFTER_SKIP: u32 = 2;
+
 /// State shared by the cache and every handle. It is freed by whichever
 /// thread kills the root node, which can only happen once the `Dcache` is
 /// dropped and no handle is left (every node holds a reference on its
@@ -484,10 +488,15 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// Likewise a rename's target is unhashed while the count is odd, and a
     /// scan reads the bit with Acquire, so a scan that skipped the target
     /// retries instead of reporting a miss for a name that is cached before
-    /// and after the rename.
+    /// and after the rename. An insert that replaces an entry links the new
+    /// one before it unhashes the old, so a scan that skipped an unhashed
+    /// entry with the wanted key rescans (a bounded number of times: an
+    /// unhashed node can linger in a chain while it is held) and finds the
+    /// replacement.
     fn find_live<'g>(&self, pid: u64, name: &[u8], hash: u64, guard: &'g Guard) -> Option<&'g Node<T>> {
         let sh = self.sh();
         let index = sh.table.index(hash);
+        let mut rescans = 0;
         loop {
             // Acquire: pairs with the Release increment that ends a rename, so
             // a scan that starts after it sees the chains it left.
@@ -496,8 +505,13 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 spin_loop();
                 continue;
             }
-            if let Some(node) = sh.table.scan(index, hash, pid, name, guard) {
+            let (found, skipped) = sh.table.scan(index, hash, pid, name, guard);
+            if let Some(node) = found {
                 return Some(node);
+            }
+            if skipped && rescans < RESCANS_AFTER_SKIP {
+                rescans += 1;
+                continue;
             }
             // Acquire: orders this load after the chain loads above (and pairs
             // with the rename increments, see the function docs).
@@ -618,6 +632,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             let parent_live = !pnode.is_unhashed();
             let bucket = sh.table.bucket(index);
             let _bucket = bucket.lock.lock();
+            // The entry this insert replaces; it is unhashed only after the
+            // new node is linked, so that lookups never miss the name.
+            let mut replaced = None;
             if parent_live && let Some(n) = sh.table.scan_locked(index, hash, pnode.id, name, &guard) {
                 if keeps(n, &payload) && n.try_get(true) {
                     // SAFETY: `try_get` took the reference.
@@ -625,18 +642,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 }
                 if n.try_get(false) {
                     // SAFETY: `try_get` took the reference.
-                    let d = unsafe { self.counted(n) };
-                    // AcqRel: the single unhash transition; Release pairs with
-                    // the Acquire in `release_one`'s DEAD CAS (via the word's
-                    // modification order) and with readers of the bit.
-                    let first = d.node().count.fetch_or(UNHASHED, Ordering::AcqRel) & UNHASHED == 0;
-                    // SAFETY: we hold the lock of the bucket of `n`'s key.
-                    unsafe { sh.table.unlink_locked(index, n, &guard) };
-                    if first {
-                        old = Some(d);
-                    } else {
-                        release_later = Some(d);
-                    }
+                    replaced = Some(unsafe { self.counted(n) });
                 }
             }
             // Relaxed: ids only need to be unique and to grow in each child
@@ -655,6 +661,21 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 // SAFETY: we hold the bucket lock, the node is new (alive, in
                 // no chain) and its key hashes to `index`.
                 unsafe { sh.table.link_locked(index, node, &guard) };
+            }
+            if let Some(d) = replaced {
+                // AcqRel: the single unhash transition; Release pairs with
+                // the Acquire in `release_one`'s DEAD CAS (via the word's
+                // modification order) and with the Acquire load of the bit in
+                // `scan`, which then also sees the new node linked above.
+                let first = d.node().count.fetch_or(UNHASHED, Ordering::AcqRel) & UNHASHED == 0;
+                // SAFETY: we hold the lock of the bucket of the replaced
+                // node's key (the same key as the new node's).
+                unsafe { sh.table.unlink_locked(index, d.node(), &guard) };
+                if first {
+                    old = Some(d);
+                } else {
+                    release_later = Some(d);
+                }
             }
             children.insert(id, NodePtr(NonNull::from(&*node)));
             pnode.get();

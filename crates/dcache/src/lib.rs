@@ -120,6 +120,10 @@
 //!   followed the link (both Acquire) sees the count changed when it
 //!   re-checks after a miss, and retries: the target name is never missed
 //!   mid-rename.
+//! - *Replacement*: an insert that replaces an entry of the same key links
+//!   the new node (Release) before it sets `UNHASHED` on the old one
+//!   (AcqRel); a scan that skipped the old node (Acquire on the bit) rescans
+//!   and finds the new one, so the name is never missed in between.
 //! - *Subtree drop* reads the rename count with read-modify-writes at the
 //!   start and end of a pass, which are totally ordered with the renames'
 //!   increments: a rename either precedes the pass entirely (its effects are

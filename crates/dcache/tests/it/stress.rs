@@ -353,3 +353,38 @@ fn rename_over_target_never_misses_the_target_name() {
     renamer.join().unwrap();
     assert_eq!(misses, 0, "the target name was missed mid-rename");
 }
+
+/// Replacing a cached entry (a positive insert over a negative one, as a
+/// create does, or `replace`) is one step: a name that stays cached through
+/// every replacement is never missed by a concurrent lookup.
+#[test]
+fn replacing_an_entry_never_misses_the_name() {
+    let c = Arc::new(Dcache::new(Config::default(), Payload::new(0)));
+    let root = c.root();
+    drop(c.insert(&root, b"name", None));
+    let done = Arc::new(AtomicBool::new(false));
+    let rounds = scaled(20_000);
+    let writer = {
+        let (c, root, done) = (c.clone(), root.clone(), done.clone());
+        thread::spawn(move || {
+            for i in 1..=rounds {
+                // A create over the negative entry, then back to negative.
+                drop(c.insert(&root, b"name", Some(Payload::new(i as u64))));
+                drop(c.replace(&root, b"name", None));
+            }
+            done.store(true, Ordering::Release);
+        })
+    };
+    let mut misses = 0;
+    while !done.load(Ordering::Acquire) {
+        match c.lookup(&root, b"name") {
+            Lookup::Positive(d) => {
+                d.payload().unwrap().verify();
+            }
+            Lookup::Negative => {}
+            Lookup::Miss => misses += 1,
+        }
+    }
+    writer.join().unwrap();
+    assert_eq!(misses, 0, "the name was missed while an insert replaced its entry");
+}
