@@ -249,6 +249,30 @@ fn dcache_insert_over_negative_vs_lookup() {
     });
 }
 
+/// `remove` against a `replace` of the same name: the name is cached
+/// throughout the replacement, so the remove finds something to remove, and
+/// afterwards the name is cached only if the replacement came after it.
+#[test]
+fn dcache_remove_vs_replace() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        drop(c.insert(&root, b"n", Some(P::new(1).0)));
+        let replacer = {
+            let c = c.clone();
+            let root = root.clone();
+            thread::spawn(move || c.replace(&root, b"n", Some(P::new(2).0)))
+        };
+        let removed = c.remove(&root, b"n");
+        let new = replacer.join().unwrap();
+        assert!(removed, "the name was cached throughout, yet remove found nothing");
+        // Either the replacement came last (its entry is cached) or the
+        // remove did (nothing is).
+        let now = payload_of(&c.lookup(&root, b"n"));
+        assert_eq!(now.is_some(), new.is_hashed(), "{now:?}");
+    });
+}
+
 /// `drop_subtree(d)` against an insert under `d/e` (a directory being
 /// dropped): afterwards no entry that existed before the call is found under
 /// `d`, and the new entry is cached only if its parent still is (a node under

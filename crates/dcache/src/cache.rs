@@ -715,23 +715,29 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     pub fn remove(&self, parent: &Dentry<T>, name: &[u8]) -> bool {
         self.own(parent);
         let sh = self.sh();
-        let found = {
-            let guard = epoch::pin();
-            let pid = parent.node().id;
-            let hash = sh.table.hash(pid, name);
-            match self.find_live(pid, name, hash, &guard) {
-                // SAFETY: `try_get` took the reference.
-                Some(n) if n.try_get(true) => Some(unsafe { self.counted(n) }),
-                _ => None,
+        let pid = parent.node().id;
+        let hash = sh.table.hash(pid, name);
+        loop {
+            let found = {
+                let guard = epoch::pin();
+                match self.find_live(pid, name, hash, &guard) {
+                    // SAFETY: `try_get` took the reference.
+                    Some(n) if n.try_get(true) => Some(unsafe { self.counted(n) }),
+                    Some(_) => continue,
+                    None => None,
+                }
+            };
+            let Some(d) = found else { return false };
+            if !self.unhash(&d) {
+                // Someone else unhashed it first, perhaps a replacement that
+                // already linked a new entry for the name: look again.
+                spin_loop();
+                continue;
             }
-        };
-        let Some(d) = found else { return false };
-        if !self.unhash(&d) {
-            return false;
+            sh.counters.add(Event::Dropped, 1);
+            self.drop_subtree(&d, |_| true);
+            return true;
         }
-        sh.counters.add(Event::Dropped, 1);
-        self.drop_subtree(&d, |_| true);
-        true
     }
 
     /// Moves the entry `old_name` under `old_parent` to `new_name` under
