@@ -202,6 +202,77 @@ fn dcache_rename_vs_lookup() {
     });
 }
 
+/// A rename over a cached target against a lookup of the target name: the
+/// name is cached before the rename (the old target) and after it (the
+/// moved entry), so the lookup must find one of the two, never miss.
+#[test]
+fn dcache_rename_over_target_vs_lookup() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        drop(c.insert(&root, b"t", Some(P::new(1).0)));
+        drop(c.insert(&root, b"s", Some(P::new(2).0)));
+        let reader = {
+            let c = c.clone();
+            let root = root.clone();
+            thread::spawn(move || payload_of(&c.lookup(&root, b"t")))
+        };
+        assert!(c.rename(&root, b"s", &root, b"t"));
+        let seen = reader.join().unwrap();
+        assert!(matches!(seen, Some(1 | 2)), "the target name was missed: {seen:?}");
+        assert_eq!(payload_of(&c.lookup(&root, b"t")), Some(2));
+    });
+}
+
+/// A positive insert over a cached negative entry (a create) against a
+/// lookup of the name: the name is cached before (negative) and after
+/// (positive), so the lookup sees one of the two, never a miss.
+#[test]
+fn dcache_insert_over_negative_vs_lookup() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        drop(c.insert(&root, b"n", None));
+        let reader = {
+            let c = c.clone();
+            let root = root.clone();
+            thread::spawn(move || match c.lookup(&root, b"n") {
+                Lookup::Negative => Some(None),
+                l @ Lookup::Positive(_) => Some(payload_of(&l)),
+                Lookup::Miss => None,
+            })
+        };
+        drop(c.insert(&root, b"n", Some(P::new(1).0)));
+        let seen = reader.join().unwrap();
+        assert!(matches!(seen, Some(None | Some(1))), "the name was missed: {seen:?}");
+        assert_eq!(payload_of(&c.lookup(&root, b"n")), Some(1));
+    });
+}
+
+/// `remove` against a `replace` of the same name: the name is cached
+/// throughout the replacement, so the remove finds something to remove, and
+/// afterwards the name is cached only if the replacement came after it.
+#[test]
+fn dcache_remove_vs_replace() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        drop(c.insert(&root, b"n", Some(P::new(1).0)));
+        let replacer = {
+            let c = c.clone();
+            let root = root.clone();
+            thread::spawn(move || c.replace(&root, b"n", Some(P::new(2).0)))
+        };
+        let removed = c.remove(&root, b"n");
+        let new = replacer.join().unwrap();
+        assert!(removed, "the name was cached throughout, yet remove found nothing");
+        // Either the replacement came last (its entry is cached) or the
+        // remove did (nothing is).
+        let now = payload_of(&c.lookup(&root, b"n"));
+        assert_eq!(now.is_some(), new.is_hashed(), "{now:?}");
+    });
+}
+
 /// `drop_subtree(d)` against an insert under `d/e` (a directory being
 /// dropped): afterwards no entry that existed before the call is found under
 /// `d`, and the new entry is cached only if its parent still is (a node under

@@ -35,6 +35,10 @@ use crate::table::{Table, make_key};
 /// same with `rename_lock`), which bounds its work.
 const RESTARTS_BEFORE_LOCK: u32 = 2;
 
+/// How often a lookup rescans a chain in which it skipped an unhashed entry
+/// with the wanted key before it trusts a miss (see `Dcache::find_live`).
+const RESCANS_AFTER_SKIP: u32 = 2;
+
 /// State shared by the cache and every handle. It is freed by whichever
 /// thread kills the root node, which can only happen once the `Dcache` is
 /// dropped and no handle is left (every node holds a reference on its
@@ -481,9 +485,18 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// count did not change. The misleading value (the moved node's new
     /// `next`) is stored with Release after the count was made odd and read
     /// here with Acquire, so a scan that followed it sees the count changed.
+    /// Likewise a rename's target is unhashed while the count is odd, and a
+    /// scan reads the bit with Acquire, so a scan that skipped the target
+    /// retries instead of reporting a miss for a name that is cached before
+    /// and after the rename. An insert that replaces an entry links the new
+    /// one before it unhashes the old, so a scan that skipped an unhashed
+    /// entry with the wanted key rescans (a bounded number of times: an
+    /// unhashed node can linger in a chain while it is held) and finds the
+    /// replacement.
     fn find_live<'g>(&self, pid: u64, name: &[u8], hash: u64, guard: &'g Guard) -> Option<&'g Node<T>> {
         let sh = self.sh();
         let index = sh.table.index(hash);
+        let mut rescans = 0;
         loop {
             // Acquire: pairs with the Release increment that ends a rename, so
             // a scan that starts after it sees the chains it left.
@@ -492,8 +505,13 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 spin_loop();
                 continue;
             }
-            if let Some(node) = sh.table.scan(index, hash, pid, name, guard) {
+            let (found, skipped) = sh.table.scan(index, hash, pid, name, guard);
+            if let Some(node) = found {
                 return Some(node);
+            }
+            if skipped && rescans < RESCANS_AFTER_SKIP {
+                rescans += 1;
+                continue;
             }
             // Acquire: orders this load after the chain loads above (and pairs
             // with the rename increments, see the function docs).
@@ -510,21 +528,28 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let guard = epoch::pin();
         let pid = parent.node().id;
         let hash = sh.table.hash(pid, name);
-        match self.find_live(pid, name, hash, &guard) {
-            Some(n) if n.is_negative() => {
-                n.mark_referenced();
-                sh.counters.add(Event::NegativeHit, 1);
-                Lookup::Negative
-            }
-            Some(n) if n.try_get(true) => {
-                n.mark_referenced();
-                sh.counters.add(Event::Hit, 1);
-                // SAFETY: `try_get` took the reference.
-                Lookup::Positive(unsafe { self.counted(n) })
-            }
-            _ => {
-                sh.counters.add(Event::Miss, 1);
-                Lookup::Miss
+        loop {
+            match self.find_live(pid, name, hash, &guard) {
+                Some(n) if n.is_negative() => {
+                    n.mark_referenced();
+                    sh.counters.add(Event::NegativeHit, 1);
+                    return Lookup::Negative;
+                }
+                Some(n) if n.try_get(true) => {
+                    n.mark_referenced();
+                    sh.counters.add(Event::Hit, 1);
+                    // SAFETY: `try_get` took the reference.
+                    return Lookup::Positive(unsafe { self.counted(n) });
+                }
+                // Unhashed since the scan found it: whatever replaced it (a
+                // renamed entry, a new insert) may already be hashed, so
+                // search again rather than report a miss for a name that
+                // stayed cached.
+                Some(_) => spin_loop(),
+                None => {
+                    sh.counters.add(Event::Miss, 1);
+                    return Lookup::Miss;
+                }
             }
         }
     }
@@ -607,6 +632,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             let parent_live = !pnode.is_unhashed();
             let bucket = sh.table.bucket(index);
             let _bucket = bucket.lock.lock();
+            // The entry this insert replaces; it is unhashed only after the
+            // new node is linked, so that lookups never miss the name.
+            let mut replaced = None;
             if parent_live && let Some(n) = sh.table.scan_locked(index, hash, pnode.id, name, &guard) {
                 if keeps(n, &payload) && n.try_get(true) {
                     // SAFETY: `try_get` took the reference.
@@ -614,18 +642,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 }
                 if n.try_get(false) {
                     // SAFETY: `try_get` took the reference.
-                    let d = unsafe { self.counted(n) };
-                    // AcqRel: the single unhash transition; Release pairs with
-                    // the Acquire in `release_one`'s DEAD CAS (via the word's
-                    // modification order) and with readers of the bit.
-                    let first = d.node().count.fetch_or(UNHASHED, Ordering::AcqRel) & UNHASHED == 0;
-                    // SAFETY: we hold the lock of the bucket of `n`'s key.
-                    unsafe { sh.table.unlink_locked(index, n, &guard) };
-                    if first {
-                        old = Some(d);
-                    } else {
-                        release_later = Some(d);
-                    }
+                    replaced = Some(unsafe { self.counted(n) });
                 }
             }
             // Relaxed: ids only need to be unique and to grow in each child
@@ -644,6 +661,21 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 // SAFETY: we hold the bucket lock, the node is new (alive, in
                 // no chain) and its key hashes to `index`.
                 unsafe { sh.table.link_locked(index, node, &guard) };
+            }
+            if let Some(d) = replaced {
+                // AcqRel: the single unhash transition; Release pairs with
+                // the Acquire in `release_one`'s DEAD CAS (via the word's
+                // modification order) and with the Acquire load of the bit in
+                // `scan`, which then also sees the new node linked above.
+                let first = d.node().count.fetch_or(UNHASHED, Ordering::AcqRel) & UNHASHED == 0;
+                // SAFETY: we hold the lock of the bucket of the replaced
+                // node's key (the same key as the new node's).
+                unsafe { sh.table.unlink_locked(index, d.node(), &guard) };
+                if first {
+                    old = Some(d);
+                } else {
+                    release_later = Some(d);
+                }
             }
             children.insert(id, NodePtr(NonNull::from(&*node)));
             pnode.get();
@@ -683,30 +715,39 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     pub fn remove(&self, parent: &Dentry<T>, name: &[u8]) -> bool {
         self.own(parent);
         let sh = self.sh();
-        let found = {
-            let guard = epoch::pin();
-            let pid = parent.node().id;
-            let hash = sh.table.hash(pid, name);
-            match self.find_live(pid, name, hash, &guard) {
-                // SAFETY: `try_get` took the reference.
-                Some(n) if n.try_get(true) => Some(unsafe { self.counted(n) }),
-                _ => None,
+        let pid = parent.node().id;
+        let hash = sh.table.hash(pid, name);
+        loop {
+            let found = {
+                let guard = epoch::pin();
+                match self.find_live(pid, name, hash, &guard) {
+                    // SAFETY: `try_get` took the reference.
+                    Some(n) if n.try_get(true) => Some(unsafe { self.counted(n) }),
+                    Some(_) => continue,
+                    None => None,
+                }
+            };
+            let Some(d) = found else { return false };
+            if !self.unhash(&d) {
+                // Someone else unhashed it first, perhaps a replacement that
+                // already linked a new entry for the name: look again.
+                spin_loop();
+                continue;
             }
-        };
-        let Some(d) = found else { return false };
-        if !self.unhash(&d) {
-            return false;
+            sh.counters.add(Event::Dropped, 1);
+            self.drop_subtree(&d, |_| true);
+            return true;
         }
-        sh.counters.add(Event::Dropped, 1);
-        self.drop_subtree(&d, |_| true);
-        true
     }
 
     /// Moves the entry `old_name` under `old_parent` to `new_name` under
     /// `new_parent`, with its cached subtree; a cached target is unhashed
     /// (with its subtree). Returns false if no positive entry is cached at the
     /// old name (a cached negative one is removed), or if the move would put
-    /// a directory under itself.
+    /// a directory under itself. Call it after the filesystem renamed: unless
+    /// the move is refused as a directory under itself, whatever is cached at
+    /// the new name (a stale positive entry, or a negative one that would now
+    /// hide the renamed file) is unhashed even when the source is not cached.
     pub fn rename(&self, old_parent: &Dentry<T>, old_name: &[u8], new_parent: &Dentry<T>, new_name: &[u8]) -> bool {
         self.own(old_parent);
         self.own(new_parent);
@@ -738,13 +779,19 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let x = match self.find_live(opn.id, old_name, old_hash, &guard) {
             // SAFETY: `try_get` took the reference.
             Some(n) if n.try_get(true) => unsafe { self.counted(n) },
-            _ => return false,
+            _ => {
+                // The source is not cached, but the name it went to now
+                // names it: whatever is cached there is stale.
+                self.unhash_name(np, new_name, cleanup);
+                return false;
+            }
         };
         if x.is_negative() {
             if self.unhash(&x) {
                 sh.counters.add(Event::Dropped, 1);
                 cleanup.push(x);
             }
+            self.unhash_name(np, new_name, cleanup);
             return false;
         }
         if opn.id == npn.id && old_name == new_name {
@@ -779,6 +826,10 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             (opn.children.lock(), Some(n))
         };
         if xn.is_unhashed() {
+            // Dropped meanwhile: nothing to move, but the target is stale.
+            drop(new_children);
+            drop(old_children);
+            self.unhash_name(np, new_name, cleanup);
             return false;
         }
         if npn.is_unhashed() {
@@ -795,12 +846,24 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let (first, second) = (oi.min(ni), oi.max(ni));
         let _b1 = sh.table.bucket(first).lock.lock();
         let _b2 = (first != second).then(|| sh.table.bucket(second).lock.lock());
+        // AcqRel: makes the count odd before the target is unhashed and the
+        // node's links change, so the whole move, the target's unhash
+        // included, is one step for lookups (the kernel's `d_move` drops the
+        // target inside its `rename_lock` write section too). The Release
+        // stores of the target's UNHASHED bit, the new key and `next` below
+        // carry the odd count to any reader that sees them (paired with the
+        // Acquire loads in `scan` and the re-check in `find_live`); the
+        // Acquire side orders it with the read-modify-writes of
+        // `drop_subtree`.
+        sh.rename_seq.fetch_add(1, Ordering::AcqRel);
         if let Some(t) = sh.table.scan_locked(ni, new_hash, npn.id, new_name, &guard)
             && t.try_get(false)
         {
             // SAFETY: `try_get` took the reference.
             let t = unsafe { self.counted(t) };
-            // AcqRel: the single unhash transition, see `insert_inner`.
+            // AcqRel: the single unhash transition, see `insert_inner`; its
+            // Release half also carries the odd rename count to a reader that
+            // skips `t` because it sees the bit (Acquire in `scan`).
             if t.node().count.fetch_or(UNHASHED, Ordering::AcqRel) & UNHASHED == 0 {
                 sh.counters.add(Event::Dropped, 1);
             }
@@ -808,12 +871,6 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             unsafe { sh.table.unlink_locked(ni, t.node(), &guard) };
             cleanup.push(t);
         }
-        // AcqRel: makes the count odd before the node's links change. The
-        // Release stores of the new key and `next` below carry it to any
-        // reader that sees them (paired with the Acquire loads in `scan` and
-        // the re-check in `find_live`); the Acquire side orders it with the
-        // read-modify-writes of `drop_subtree`.
-        sh.rename_seq.fetch_add(1, Ordering::AcqRel);
         // SAFETY: we hold the lock of bucket `oi`, the bucket of x's key.
         unsafe { sh.table.unlink_locked(oi, xn, &guard) };
         // Release: publishes the new key's bytes; pairs with the Acquire load
@@ -850,6 +907,28 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             put_node(self.shared, NonNull::from(opn));
         }
         true
+    }
+
+    /// Unhashes whatever is cached at `name` under `parent` (positive or
+    /// negative), handing it to `cleanup` for its subtree; for a rename that
+    /// moves nothing cached.
+    fn unhash_name(&self, parent: &Dentry<T>, name: &[u8], cleanup: &mut Vec<Dentry<T>>) {
+        let found = {
+            let guard = epoch::pin();
+            let pid = parent.node().id;
+            let hash = self.sh().table.hash(pid, name);
+            match self.find_live(pid, name, hash, &guard) {
+                // SAFETY: `try_get` took the reference.
+                Some(n) if n.try_get(true) => Some(unsafe { self.counted(n) }),
+                _ => None,
+            }
+        };
+        if let Some(t) = found
+            && self.unhash(&t)
+        {
+            self.sh().counters.add(Event::Dropped, 1);
+            cleanup.push(t);
+        }
     }
 
     /// Resolves `components` one after another from `start` under a single

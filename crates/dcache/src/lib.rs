@@ -113,10 +113,17 @@
 //!   the LRU, take it off) is a read-modify-write of the one state word, so
 //!   the word's modification order settles races without fences. Decrements
 //!   are Release and the transition to `DEAD` is Acquire (as in `Arc`).
-//! - *Rename*: the count is made odd (AcqRel) before the moved node's links
-//!   change; the misleading link a reader could follow is stored with
-//!   Release after that, so a reader that followed it (Acquire) sees the
-//!   count changed when it re-checks after a miss, and retries.
+//! - *Rename*: the count is made odd (AcqRel) before a cached target is
+//!   unhashed and before the moved node's links change; the target's
+//!   `UNHASHED` bit and the misleading link a reader could follow are stored
+//!   with Release after that, so a reader that skipped the target or
+//!   followed the link (both Acquire) sees the count changed when it
+//!   re-checks after a miss, and retries: the target name is never missed
+//!   mid-rename.
+//! - *Replacement*: an insert that replaces an entry of the same key links
+//!   the new node (Release) before it sets `UNHASHED` on the old one
+//!   (AcqRel); a scan that skipped the old node (Acquire on the bit) rescans
+//!   and finds the new one, so the name is never missed in between.
 //! - *Subtree drop* reads the rename count with read-modify-writes at the
 //!   start and end of a pass, which are totally ordered with the renames'
 //!   increments: a rename either precedes the pass entirely (its effects are

@@ -16,6 +16,11 @@
 //!   untouched, so a reader standing on the unlinked node walks on into the
 //!   rest of the same chain. The node is freed only after an epoch has passed
 //!   (`defer_destroy` by its killer), so the reader's pointer stays valid.
+//! - An insert that replaces a cached entry of the same key (a positive
+//!   insert over a negative entry, `replace`) links the new node at the head
+//!   before it sets `UNHASHED` on the old one, under the bucket lock; a
+//!   reader that skipped the old node because of the bit rescans and finds
+//!   the new one, so the name is never missed in between.
 //! - A rename moves a node to another chain by changing `node.next`; a reader
 //!   standing on it can be led into the wrong chain and miss. The global
 //!   rename sequence count catches that (see `Dcache::find_live`).
@@ -24,7 +29,7 @@
 //! the bucket of its current key, and it changes only under that bucket's
 //! lock.
 
-use crate::node::{Key, Node};
+use crate::node::{Key, Node, UNHASHED};
 use crate::sync::epoch::{Atomic, Guard, Shared};
 use crate::sync::{Mutex, Ordering};
 
@@ -104,7 +109,10 @@ impl<T> Table<T> {
     }
 
     /// One pass over the chain of `index` for a node with this key that is
-    /// not unhashed. Lock-free; the caller deals with renames.
+    /// not unhashed. Lock-free; the caller deals with renames. The flag says
+    /// whether the pass skipped an unhashed node with this key: a replacer
+    /// links the new node before it unhashes the old one, so a rescan then
+    /// finds the replacement (see `Dcache::find_live`).
     #[inline]
     pub(crate) fn scan<'g>(
         &self,
@@ -113,21 +121,30 @@ impl<T> Table<T> {
         parent: u64,
         name: &[u8],
         guard: &'g Guard,
-    ) -> Option<&'g Node<T>> {
+    ) -> (Option<&'g Node<T>>, bool) {
+        let mut skipped = false;
         // Acquire: pairs with the Release head store of insert / rename /
         // unlink, so the node's fields are visible.
         let mut cur = self.buckets[index].head.load(Ordering::Acquire, guard);
         // SAFETY: every node reachable from a chain while we are pinned is
         // freed only after an epoch that this guard holds back.
         while let Some(node) = unsafe { cur.as_ref() } {
-            if node.key(guard).matches(hash, parent, name) && !node.is_unhashed() {
-                return Some(node);
+            if node.key(guard).matches(hash, parent, name) {
+                // Acquire: pairs with the AcqRel `fetch_or(UNHASHED)` of a
+                // rename's target or of an entry an insert replaced, so that
+                // a scan that skips it because of the bit sees the odd rename
+                // count when `find_live` re-checks it after the miss, or the
+                // replacement at the chain head when it rescans.
+                if node.count.load(Ordering::Acquire) & UNHASHED == 0 {
+                    return (Some(node), skipped);
+                }
+                skipped = true;
             }
             // Acquire: pairs with the Release stores of `next` in insert,
             // unlink and rename.
             cur = node.next.load(Ordering::Acquire, guard);
         }
-        None
+        (None, skipped)
     }
 
     /// Like `scan`, but for a writer that holds the bucket lock.
@@ -139,7 +156,7 @@ impl<T> Table<T> {
         name: &[u8],
         guard: &'g Guard,
     ) -> Option<&'g Node<T>> {
-        self.scan(index, hash, parent, name, guard)
+        self.scan(index, hash, parent, name, guard).0
     }
 
     /// Links `node` at the head of bucket `index`.

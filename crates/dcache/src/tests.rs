@@ -183,6 +183,23 @@ fn rename_of_negative_removes_it() {
 }
 
 #[test]
+fn rename_of_uncached_source_unhashes_the_target() {
+    let c = cache();
+    let root = c.root();
+    // A stale positive target and a negative one that would hide the
+    // renamed file: neither may survive a rename onto its name.
+    let t = c.insert(&root, b"t", Some(2));
+    c.insert(&root, b"n", None);
+    assert!(!c.rename(&root, b"s", &root, b"t"));
+    assert!(!t.is_hashed());
+    check_lookup(&c, &root, "t", None);
+    c.insert(&root, b"neg", None);
+    assert!(!c.rename(&root, b"neg", &root, b"n"));
+    check_lookup(&c, &root, "n", None);
+    check_lookup(&c, &root, "neg", None);
+}
+
+#[test]
 fn walk_reports_where_the_cached_path_ends() {
     let c = cache();
     let root = c.root();

@@ -177,10 +177,21 @@ fn run(ops: Vec<Op>) {
             Op::Rename(op_, on, np, nn) => {
                 let (op_, on, np, nn) = (pick(op_), NAMES[on], pick(np), NAMES[nn]);
                 let got = c.rename(&m.nodes[op_].handle, on, &m.nodes[np].handle, nn);
+                // A rename that moves nothing still drops whatever is cached
+                // at the new name: it is stale once the filesystem renamed.
+                let drop_target = |m: &mut Model| {
+                    if let Some(t) = m.keys.get(&(np, nn)).copied() {
+                        m.unhash_tree(t);
+                    }
+                };
                 let expected = match m.keys.get(&(op_, on)).copied() {
-                    None => false,
+                    None => {
+                        drop_target(&mut m);
+                        false
+                    }
                     Some(x) if m.nodes[x].payload.is_none() => {
                         m.unhash_tree(x);
+                        drop_target(&mut m);
                         false
                     }
                     Some(_) if op_ == np && on == nn => true,

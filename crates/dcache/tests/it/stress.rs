@@ -319,3 +319,72 @@ fn no_entry_freed_while_counted() {
     c.drop_subtree(&root, |_| true);
     assert_eq!(c.len(), 0);
 }
+
+/// A rename over a cached target is one step: a name that is cached before
+/// and after every rename (a fresh entry is renamed over it again and again)
+/// is never missed by a concurrent lookup, as with the kernel's `rename_lock`
+/// covering the target's unhash.
+#[test]
+fn rename_over_target_never_misses_the_target_name() {
+    let c = Arc::new(Dcache::new(Config::default(), Payload::new(0)));
+    let root = c.root();
+    drop(c.insert(&root, b"target", Some(Payload::new(0))));
+    let done = Arc::new(AtomicBool::new(false));
+    let rounds = scaled(20_000);
+    let renamer = {
+        let (c, root, done) = (c.clone(), root.clone(), done.clone());
+        thread::spawn(move || {
+            for i in 1..=rounds {
+                drop(c.insert(&root, b"source", Some(Payload::new(i as u64))));
+                assert!(c.rename(&root, b"source", &root, b"target"));
+            }
+            done.store(true, Ordering::Release);
+        })
+    };
+    let mut misses = 0;
+    while !done.load(Ordering::Acquire) {
+        match c.lookup(&root, b"target") {
+            Lookup::Positive(d) => {
+                d.payload().unwrap().verify();
+            }
+            _ => misses += 1,
+        }
+    }
+    renamer.join().unwrap();
+    assert_eq!(misses, 0, "the target name was missed mid-rename");
+}
+
+/// Replacing a cached entry (a positive insert over a negative one, as a
+/// create does, or `replace`) is one step: a name that stays cached through
+/// every replacement is never missed by a concurrent lookup.
+#[test]
+fn replacing_an_entry_never_misses_the_name() {
+    let c = Arc::new(Dcache::new(Config::default(), Payload::new(0)));
+    let root = c.root();
+    drop(c.insert(&root, b"name", None));
+    let done = Arc::new(AtomicBool::new(false));
+    let rounds = scaled(20_000);
+    let writer = {
+        let (c, root, done) = (c.clone(), root.clone(), done.clone());
+        thread::spawn(move || {
+            for i in 1..=rounds {
+                // A create over the negative entry, then back to negative.
+                drop(c.insert(&root, b"name", Some(Payload::new(i as u64))));
+                drop(c.replace(&root, b"name", None));
+            }
+            done.store(true, Ordering::Release);
+        })
+    };
+    let mut misses = 0;
+    while !done.load(Ordering::Acquire) {
+        match c.lookup(&root, b"name") {
+            Lookup::Positive(d) => {
+                d.payload().unwrap().verify();
+            }
+            Lookup::Negative => {}
+            Lookup::Miss => misses += 1,
+        }
+    }
+    writer.join().unwrap();
+    assert_eq!(misses, 0, "the name was missed while an insert replaced its entry");
+}
