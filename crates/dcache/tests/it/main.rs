@@ -1,5 +1,6 @@
 //! Integration tests of `dcache`: a property test against a model and
 //! multi-threaded stress tests with verification.
 
+mod drop;
 mod model;
 mod stress;
