@@ -291,3 +291,35 @@ fn failed_fill_with_waiters() {
         }
     }
 }
+
+/// A fill callback that panics (a filesystem's read handler can) must act as
+/// a failed fill: the page leaves the cache with its bytes unaccounted, and
+/// the next reader fills it instead of waiting forever for a fill that will
+/// never end.
+#[test]
+fn panicking_fill_acts_as_failed_fill() {
+    for mode in Mode::ALL {
+        let cache = PageCache::new(Config {
+            budget_bytes: 1 << 20,
+            page_size: PS,
+            mode,
+        });
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cache.get_or_fill(3, 7, |_buf| -> Result<usize, ()> { panic!("fill handler panicked") })
+        }));
+        assert!(r.is_err(), "the panic reaches the caller");
+        // Checked before any further lookup: a FILLING page left in the tree
+        // would make the next `get_or_fill` wait forever.
+        cache.check_invariants().unwrap();
+        assert_eq!(cache.stats().bytes_cached, 0, "{mode:?}");
+        assert!(cache.get(3, 7).is_none());
+        let page = cache
+            .get_or_fill(3, 7, |buf| {
+                buf.copy_from_slice(&pattern(3, 7, 1));
+                Ok::<_, ()>(PS)
+            })
+            .unwrap();
+        assert_eq!(&page[..], &pattern(3, 7, 1)[..]);
+        cache.check_invariants().unwrap();
+    }
+}
