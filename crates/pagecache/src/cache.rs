@@ -629,6 +629,14 @@ impl PageCache {
     /// backing file at `offset`. A page that a reader holds, or that is being
     /// filled, is dropped instead (it cannot be changed in place). Short
     /// pages before the write are dropped too: the file grew past them.
+    ///
+    /// Ordering contract: for one inode, the caller must make its `write`
+    /// and `truncate` calls in the order of the backing-file changes they
+    /// describe (for example by holding a per-inode lock across the backing
+    /// write and this call). The cache cannot see the backing order: if two
+    /// overlapping writes reach the file as A then B but the cache as B then
+    /// A, the page keeps A's bytes while the file has B's. Fills need no such
+    /// care (the invalidation generation handles them).
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) {
         if data.is_empty() {
             return;
@@ -676,6 +684,7 @@ impl PageCache {
     /// Drops cached pages past `new_size` and shortens (or, for a file that
     /// grew inside its last page, lengthens with zeros) the page holding the
     /// new end; short pages before it are dropped (the file grew past them).
+    /// The ordering contract of [`write`](Self::write) applies.
     pub fn truncate(&self, ino: u64, new_size: u64) {
         let Some(inode) = self.inode(ino) else { return };
         inode.invalidate();
