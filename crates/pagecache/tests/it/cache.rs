@@ -412,3 +412,43 @@ fn fills_vs_writes_and_truncates() {
         }
     }
 }
+
+/// A reader waiting on a fill whose callback panics wakes up, retries and
+/// fills the page itself.
+#[test]
+fn waiter_of_panicking_fill_fills_itself() {
+    for mode in Mode::ALL {
+        let cache = PageCache::new(Config {
+            budget_bytes: 1 << 20,
+            page_size: PS,
+            mode,
+        });
+        let inside = Barrier::new(2);
+        let page = std::thread::scope(|s| {
+            let (cache, inside) = (&cache, &inside);
+            let filler = s.spawn(move || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    cache.get_or_fill(4, 1, |_buf| -> Result<usize, ()> {
+                        inside.wait();
+                        // Give the waiter time to find the page filling.
+                        std::thread::sleep(Duration::from_millis(5));
+                        panic!("fill handler panicked")
+                    })
+                }))
+                .is_err()
+            });
+            inside.wait();
+            let page = cache
+                .get_or_fill(4, 1, |buf| {
+                    buf.copy_from_slice(&pattern(4, 1, 2));
+                    Ok::<_, ()>(PS)
+                })
+                .unwrap();
+            assert!(filler.join().unwrap(), "the filler saw its panic");
+            page
+        });
+        assert_eq!(&page[..], &pattern(4, 1, 2)[..]);
+        drop(page);
+        cache.check_invariants().unwrap();
+    }
+}
