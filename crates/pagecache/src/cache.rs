@@ -24,7 +24,9 @@
 //!   and the loser goes back to the lookup. Waiters sleep on a condition
 //!   variable picked by the page's address. A failed fill removes the page
 //!   from the tree before it sets `FAILED`, so no half-filled page stays
-//!   visible and a waiter that retries does not find it again.
+//!   visible and a waiter that retries does not find it again. A fill
+//!   callback that panics is a failed fill (a drop guard ends it while the
+//!   panic unwinds), so it never leaves a `FILLING` page behind.
 //! - **Invalidation vs fills**: every `write`, `truncate` and drop bumps the
 //!   inode's generation before touching pages; a filler compares the
 //!   generation before and after its fill and, if it changed, takes its page
@@ -201,6 +203,27 @@ impl Inode {
         // load; paired with the fence in `invalidate` (see there).
         fence(Ordering::SeqCst);
         self.generation.load(Ordering::SeqCst) != before
+    }
+}
+
+/// Ends a fill whose callback panicked as a failed fill (the page leaves the
+/// tree, `FAILED` is set, waiters wake and retry), so that a panicking
+/// callback neither leaves a `FILLING` page that every later reader of the
+/// index would wait on forever nor leaks its reserved bytes. Forgotten once
+/// the callback returns.
+struct FillUnwind<'a> {
+    cache: &'a PageCache,
+    inode: &'a Inode,
+    index: u64,
+    page: &'a PageRef,
+}
+
+impl Drop for FillUnwind<'_> {
+    fn drop(&mut self) {
+        let page = self.page.ptr();
+        self.cache.remove_page(self.inode, self.index, page);
+        self.page.page().finish_fill(false);
+        self.cache.wake_fill(page);
     }
 }
 
@@ -388,7 +411,8 @@ impl PageCache {
     /// page leaves the cache, the filler gets the error, and each waiter
     /// retries (possibly filling itself). `fill` gets a zeroed buffer of the
     /// page size and returns the number of valid bytes (clamped to the page
-    /// size); bytes past it are zeroed again after the call.
+    /// size); bytes past it are zeroed again after the call. If `fill`
+    /// panics, the panic propagates and the fill counts as failed.
     pub fn get_or_fill<E>(
         &self,
         ino: u64,
@@ -455,9 +479,19 @@ impl PageCache {
             let f = fill
                 .take()
                 .expect("the fill closure runs at most once: after it we return");
+            // If `f` panics, the guard ends the fill as failed while the
+            // panic unwinds; otherwise it is disarmed below.
+            let unwind = FillUnwind {
+                cache: self,
+                inode: &inode,
+                index,
+                page: &mine,
+            };
             // SAFETY: the page is FILLING and we are its filler.
             let buf = unsafe { mine.page().buffer_mut() };
-            match f(buf) {
+            let res = f(buf);
+            std::mem::forget(unwind);
+            match res {
                 Ok(n) => {
                     let n = n.min(buf.len());
                     buf[n..].fill(0);
@@ -595,6 +629,14 @@ impl PageCache {
     /// backing file at `offset`. A page that a reader holds, or that is being
     /// filled, is dropped instead (it cannot be changed in place). Short
     /// pages before the write are dropped too: the file grew past them.
+    ///
+    /// Ordering contract: for one inode, the caller must make its `write`
+    /// and `truncate` calls in the order of the backing-file changes they
+    /// describe (for example by holding a per-inode lock across the backing
+    /// write and this call). The cache cannot see the backing order: if two
+    /// overlapping writes reach the file as A then B but the cache as B then
+    /// A, the page keeps A's bytes while the file has B's. Fills need no such
+    /// care (the invalidation generation handles them).
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) {
         if data.is_empty() {
             return;
@@ -642,6 +684,7 @@ impl PageCache {
     /// Drops cached pages past `new_size` and shortens (or, for a file that
     /// grew inside its last page, lengthens with zeros) the page holding the
     /// new end; short pages before it are dropped (the file grew past them).
+    /// The ordering contract of [`write`](Self::write) applies.
     pub fn truncate(&self, ino: u64, new_size: u64) {
         let Some(inode) = self.inode(ino) else { return };
         inode.invalidate();

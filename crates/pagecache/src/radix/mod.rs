@@ -231,8 +231,23 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
         unsafe { item.as_ref() }
     }
 
-    /// The item at `index`, valid while `guard` is held. Lock-free.
-    pub fn get<'g>(&self, index: u64, guard: &'g Guard) -> Option<&'g V> {
+    /// The item at `index`, valid while `guard` is held and the tree is
+    /// borrowed. Lock-free.
+    ///
+    /// The reference borrows the tree as well as the guard: dropping the
+    /// tree frees every item at once, whatever guards are held, so a
+    /// reference that outlived the tree would dangle.
+    ///
+    /// ```compile_fail
+    /// use pagecache::{Mode, RadixTree};
+    /// let tree = RadixTree::new(Mode::LockCoupled);
+    /// tree.insert(1, String::from("one")).unwrap();
+    /// let guard = tree.pin();
+    /// let item = tree.get(1, &guard).unwrap();
+    /// drop(tree); // error: `tree` is still borrowed by `item`
+    /// assert_eq!(item, "one");
+    /// ```
+    pub fn get<'g>(&'g self, index: u64, guard: &'g Guard) -> Option<&'g V> {
         self.lookup(index, &guard.inner)
     }
 
@@ -259,13 +274,35 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
     }
 
     /// Up to `max` entries with index `>= first`, in index order, valid while
-    /// `guard` is held. Lock-free; a series of single lookups, not a snapshot.
-    pub fn gang_lookup_in<'g>(&self, first: u64, max: usize, guard: &'g Guard) -> Vec<(u64, &'g V)> {
+    /// `guard` is held and the tree is borrowed. Lock-free; a series of
+    /// single lookups, not a snapshot.
+    ///
+    /// ```compile_fail
+    /// use pagecache::{Mode, RadixTree};
+    /// let tree = RadixTree::new(Mode::Optimistic);
+    /// tree.insert(1, String::from("one")).unwrap();
+    /// let guard = tree.pin();
+    /// let items = tree.gang_lookup_in(0, 8, &guard);
+    /// drop(tree); // error: `tree` is still borrowed by `items`
+    /// assert_eq!(items[0].1, "one");
+    /// ```
+    pub fn gang_lookup_in<'g>(&'g self, first: u64, max: usize, guard: &'g Guard) -> Vec<(u64, &'g V)> {
         self.gang(first, max, None, &guard.inner)
     }
 
     /// Like [`gang_lookup_in`](Self::gang_lookup_in), for entries with `tag`.
-    pub fn gang_lookup_tag_in<'g>(&self, first: u64, max: usize, tag: Tag, guard: &'g Guard) -> Vec<(u64, &'g V)> {
+    ///
+    /// ```compile_fail
+    /// use pagecache::{Mode, RadixTree, Tag};
+    /// let tree = RadixTree::new(Mode::Serial);
+    /// tree.insert(1, String::from("one")).unwrap();
+    /// tree.set_tag(1, Tag::DIRTY);
+    /// let guard = tree.pin();
+    /// let items = tree.gang_lookup_tag_in(0, 8, Tag::DIRTY, &guard);
+    /// drop(tree); // error: `tree` is still borrowed by `items`
+    /// assert_eq!(items[0].1, "one");
+    /// ```
+    pub fn gang_lookup_tag_in<'g>(&'g self, first: u64, max: usize, tag: Tag, guard: &'g Guard) -> Vec<(u64, &'g V)> {
         self.gang(first, max, Some(tag.idx()), &guard.inner)
     }
 

@@ -291,3 +291,164 @@ fn failed_fill_with_waiters() {
         }
     }
 }
+
+/// A fill callback that panics (a filesystem's read handler can) must act as
+/// a failed fill: the page leaves the cache with its bytes unaccounted, and
+/// the next reader fills it instead of waiting forever for a fill that will
+/// never end.
+#[test]
+fn panicking_fill_acts_as_failed_fill() {
+    for mode in Mode::ALL {
+        let cache = PageCache::new(Config {
+            budget_bytes: 1 << 20,
+            page_size: PS,
+            mode,
+        });
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cache.get_or_fill(3, 7, |_buf| -> Result<usize, ()> { panic!("fill handler panicked") })
+        }));
+        assert!(r.is_err(), "the panic reaches the caller");
+        // Checked before any further lookup: a FILLING page left in the tree
+        // would make the next `get_or_fill` wait forever.
+        cache.check_invariants().unwrap();
+        assert_eq!(cache.stats().bytes_cached, 0, "{mode:?}");
+        assert!(cache.get(3, 7).is_none());
+        let page = cache
+            .get_or_fill(3, 7, |buf| {
+                buf.copy_from_slice(&pattern(3, 7, 1));
+                Ok::<_, ()>(PS)
+            })
+            .unwrap();
+        assert_eq!(&page[..], &pattern(3, 7, 1)[..]);
+        cache.check_invariants().unwrap();
+    }
+}
+
+/// Fills racing with writes that grow the file and truncates that shrink or
+/// grow it (so short pages appear, lengthen and vanish). One mutator changes
+/// the backing file and then tells the cache, in that order (the contract of
+/// `write`); readers fill from the backing file. At the end every cached page
+/// must be exactly the file's bytes for that page: a fill that read the file
+/// before a change must not stay cached after it, whether the change touched
+/// the page (write, truncate) or only moved the end of the file past it.
+#[test]
+fn fills_vs_writes_and_truncates() {
+    const SPAN: usize = 6 * PS;
+    for mode in Mode::ALL {
+        for round in 0..scaled(24) as u64 {
+            let cache = PageCache::new(Config {
+                budget_bytes: 1 << 20,
+                page_size: PS,
+                mode,
+            });
+            let file = Mutex::new(vec![7u8; PS + 5]);
+            let stop = AtomicBool::new(false);
+            let read_page = |index: u64| -> PageRef {
+                cache
+                    .get_or_fill(9, index, |buf| {
+                        let n = {
+                            let f = file.lock().unwrap();
+                            let start = (index as usize * PS).min(f.len());
+                            let n = (f.len() - start).min(PS);
+                            buf[..n].copy_from_slice(&f[start..start + n]);
+                            n
+                        };
+                        // Widen the window in which the file changes after
+                        // the fill read it and before the fill is published.
+                        std::thread::sleep(Duration::from_micros(20));
+                        Ok::<_, ()>(n)
+                    })
+                    .unwrap()
+            };
+            std::thread::scope(|s| {
+                for r in 0..2u64 {
+                    let (stop, read_page) = (&stop, &read_page);
+                    s.spawn(move || {
+                        let mut rng = SmallRng::seed_from_u64(round * 17 + r);
+                        while !stop.load(Ordering::Relaxed) {
+                            let page = read_page(rng.random_range(0..(SPAN / PS) as u64));
+                            assert!(page.len() <= PS);
+                        }
+                    });
+                }
+                let mut rng = SmallRng::seed_from_u64(round);
+                for step in 0..scaled(800) {
+                    // Let the readers fill between changes.
+                    std::thread::sleep(Duration::from_micros(20));
+                    if rng.random_range(0..3) == 0 {
+                        let size = rng.random_range(0..SPAN);
+                        file.lock().unwrap().resize(size, 0);
+                        cache.truncate(9, size as u64);
+                    } else {
+                        let off = rng.random_range(0..SPAN - 1);
+                        let len = rng.random_range(1..(PS + PS / 2).min(SPAN - off));
+                        let data: Vec<u8> = (0..len).map(|i| (step + i) as u8 | 1).collect();
+                        {
+                            let mut f = file.lock().unwrap();
+                            if f.len() < off + len {
+                                f.resize(off + len, 0);
+                            }
+                            f[off..off + len].copy_from_slice(&data);
+                        }
+                        cache.write(9, off as u64, &data);
+                    }
+                }
+                stop.store(true, Ordering::Relaxed);
+            });
+            cache.check_invariants().unwrap();
+            let f = file.lock().unwrap();
+            for index in 0..(SPAN / PS) as u64 {
+                if let Some(page) = cache.get(9, index) {
+                    let start = (index as usize * PS).min(f.len());
+                    let n = (f.len() - start).min(PS);
+                    assert_eq!(
+                        &page[..],
+                        &f[start..start + n],
+                        "{mode:?} round {round}: page {index} differs from the file of {} bytes",
+                        f.len()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A reader waiting on a fill whose callback panics wakes up, retries and
+/// fills the page itself.
+#[test]
+fn waiter_of_panicking_fill_fills_itself() {
+    for mode in Mode::ALL {
+        let cache = PageCache::new(Config {
+            budget_bytes: 1 << 20,
+            page_size: PS,
+            mode,
+        });
+        let inside = Barrier::new(2);
+        let page = std::thread::scope(|s| {
+            let (cache, inside) = (&cache, &inside);
+            let filler = s.spawn(move || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    cache.get_or_fill(4, 1, |_buf| -> Result<usize, ()> {
+                        inside.wait();
+                        // Give the waiter time to find the page filling.
+                        std::thread::sleep(Duration::from_millis(5));
+                        panic!("fill handler panicked")
+                    })
+                }))
+                .is_err()
+            });
+            inside.wait();
+            let page = cache
+                .get_or_fill(4, 1, |buf| {
+                    buf.copy_from_slice(&pattern(4, 1, 2));
+                    Ok::<_, ()>(PS)
+                })
+                .unwrap();
+            assert!(filler.join().unwrap(), "the filler saw its panic");
+            page
+        });
+        assert_eq!(&page[..], &pattern(4, 1, 2)[..]);
+        drop(page);
+        cache.check_invariants().unwrap();
+    }
+}
