@@ -202,6 +202,37 @@ fn dcache_rename_vs_lookup() {
     });
 }
 
+/// A rename within one hash chain (both names in the same bucket) against
+/// a reader of both names: the scan compares each node's inline copy of the
+/// hash before its key, and the rename stores that copy after the new key,
+/// so a reader may see the copy and the key out of step. The rename still
+/// happens at one point: a reader that no longer finds the old name finds
+/// the new one.
+#[test]
+fn dcache_rename_in_chain_vs_lookup() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        let (oldname, newname) = names_in(&c, &root, true);
+        assert_eq!(c.bucket_of(&root, &oldname), c.bucket_of(&root, &newname));
+        drop(c.insert(&root, &oldname, Some(P::new(2).0)));
+        let reader = {
+            let c = c.clone();
+            let root = root.clone();
+            let (oldname, newname) = (oldname.clone(), newname.clone());
+            thread::spawn(move || {
+                let old = payload_of(&c.lookup(&root, &oldname));
+                let new = payload_of(&c.lookup(&root, &newname));
+                assert!(old == Some(2) || new == Some(2), "{old:?} {new:?}");
+            })
+        };
+        assert!(c.rename(&root, &oldname, &root, &newname));
+        reader.join().unwrap();
+        assert!(matches!(c.lookup(&root, &oldname), Lookup::Miss));
+        assert_eq!(payload_of(&c.lookup(&root, &newname)), Some(2));
+    });
+}
+
 /// A rename over a cached target against a lookup of the target name: the
 /// name is cached before the rename (the old target) and after it (the
 /// moved entry), so the lookup must find one of the two, never miss.

@@ -246,7 +246,7 @@ impl<T: Send + Sync + 'static> Dentry<T> {
     /// The entry's current name (it changes on rename; empty for the root).
     pub fn name(&self) -> Vec<u8> {
         let guard = epoch::pin();
-        self.node().key(&guard).name.to_vec()
+        self.node().key(&guard).name().to_vec()
     }
 
     /// Whether the entry caches "does not exist".
@@ -456,9 +456,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     }
 
     /// Sizes of the per-entry structures, in bytes: the node (with its hash
-    /// and LRU links, state word, child-map header and payload), the key
-    /// object (parent id, hash, name pointer; the name bytes are a separate
-    /// allocation), and one hash bucket (there is one bucket per two entries
+    /// and LRU links, hash copy, state word, child-map header and payload),
+    /// the key object (parent id, hash, and the name: inline up to 30 bytes,
+    /// a separate allocation beyond), and one hash bucket (there is one bucket per two entries
     /// of `max_entries`). For overhead accounting.
     #[doc(hidden)]
     pub fn layout_bytes() -> (usize, usize, usize) {
@@ -883,6 +883,11 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         // SAFETY: the old key is unreachable now; readers pinned before the
         // swap may still read it, and the collector waits for them.
         unsafe { guard.defer_destroy(old_key) };
+        // Release: the inline copy of the hash, stored after the new key and
+        // the odd count so that a scan that sees the new copy (Acquire in
+        // `Table::scan`) also sees both. Written only under the locks of the
+        // buckets the node leaves and joins, so locked scans read it exactly.
+        xn.hash.store(new_hash, Ordering::Release);
         // SAFETY: we hold the lock of bucket `ni`, x is in no chain, and its
         // new key hashes to `ni`.
         unsafe { sh.table.link_locked(ni, xn, &guard) };
@@ -1397,7 +1402,7 @@ impl<'p, T: Send + Sync + 'static> DentryRef<'p, T> {
 
     /// The entry's name as of this pin.
     pub fn name(&self) -> &'p [u8] {
-        &self.node.key(&self.pinned.guard).name
+        self.node.key(&self.pinned.guard).name()
     }
 
     /// Takes a counted handle, unless the entry was unhashed meanwhile.

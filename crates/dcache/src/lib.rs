@@ -32,8 +32,10 @@
 //!   from `max_entries` (a power of two, half as many buckets as entries).
 //!   Each bucket is a singly-linked chain with its own mutex for writers;
 //!   readers walk chains lock-free under a crossbeam-epoch pin (seed 000 §3).
-//!   The key of a node (parent id, name) is one heap object swapped as a
-//!   whole by rename, so a reader never sees a torn key.
+//!   The key of a node (parent id, name, with short names inline) is one
+//!   heap object swapped as a whole by rename, so a reader never sees a torn
+//!   key; the node keeps a copy of the key's hash next to its chain link, so
+//!   a scan rejects the other nodes of a chain without loading their keys.
 //! - **Nodes** (`node.rs`): one state word holds the reference count and the
 //!   `DEAD`, `UNHASHED` and `ON_LRU` bits (like the kernel's lockref), so that
 //!   every decision about "the last reference" is made on one atomic word.
@@ -104,7 +106,11 @@
 //! - *Publication*: a node is fully built before insert stores it at a chain
 //!   head with Release; every chain link is loaded with Acquire, so a reader
 //!   that reaches a node sees its key and payload. A rename publishes a new
-//!   key with a Release swap, read with Acquire.
+//!   key with a Release swap, read with Acquire, and then the node's inline
+//!   hash copy with a Release store, read with Acquire before the key: a scan
+//!   that sees the new copy sees the new key and the odd rename count, and a
+//!   scan that sees the old copy decides as it would on the old key (the
+//!   argument is in `node.rs`).
 //! - *Reclamation*: unlinking stores the predecessor's link with Release and
 //!   leaves the node's own link alone; the node is handed to
 //!   `defer_destroy` only by its killer, after it left every structure, so a

@@ -32,6 +32,39 @@
 //! - `linked` (the node is in a hash chain) changes only under the lock of the
 //!   bucket of its current key.
 //!
+//! # The key and its inline hash
+//!
+//! The key (parent id, hash, name) is one heap object behind `Node::key`,
+//! swapped as a whole by rename; names up to `INLINE_NAME` bytes are stored
+//! inside it, so a lookup that compares names pays one dependent cache miss
+//! for the key and none more for the bytes. The node also keeps a copy of the
+//! key's hash (`Node::hash`) next to its chain link, so a scan rejects the
+//! other nodes of a chain on the node's own cache line, without touching
+//! their keys (the kernel's dentry keeps `d_name.hash` inline the same way).
+//!
+//! Why a copy that rename updates separately from the key is safe. Rename
+//! stores, in this order: the odd rename count (AcqRel), the new key (Release
+//! swap), the new hash copy (Release), then links the node into its new
+//! chain (Release). A scan loads the copy with Acquire and, only if it equals
+//! the wanted hash, loads the key (Acquire) and compares it in full. So:
+//! - a scan that sees the *new* copy synchronises with its store and so sees
+//!   the new key and the odd count: it decides on the new key, and if it then
+//!   misses, the re-check of the count in `find_live` makes it retry;
+//! - a scan that sees the *old* copy and skips the node decides exactly as a
+//!   scan that read the old key would (the old hash differs from the wanted
+//!   one, so the old key does too); reading the old key is an outcome the
+//!   key's own protocol already allows, without synchronising with the
+//!   rename;
+//! - a scan that sees the old copy equal to the wanted hash loads the key,
+//!   and whichever key it reads it compares in full, as before.
+//!
+//! Every outcome of the scan is thus one a scan without the copy could have
+//! had, and the rename-count argument of `Dcache::find_live` covers misses as
+//! before. Writers that scan under a bucket lock read the copy exactly: it is
+//! written only under the locks of the buckets the node leaves and joins. The
+//! loom model `dcache_rename_in_chain_vs_lookup` (a rename within one chain,
+//! where a stale copy is most likely to mislead) checks this.
+//!
 //! The referenced bit lives in a byte of its own (`referenced`): hits set it
 //! with a plain store only if a load shows it clear, so repeated hits write
 //! nothing shared (seed 000 §6, and the kernel's `DCACHE_REFERENCED`).
@@ -40,7 +73,7 @@ use std::collections::BTreeMap;
 use std::ptr::{self, NonNull};
 
 use crate::sync::epoch::{self, Atomic, Guard};
-use crate::sync::{AtomicBool, AtomicPtr, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::sync::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
 
 /// The node is being freed; no reference may be taken any more.
 pub(crate) const DEAD: usize = 1 << (usize::BITS - 1);
@@ -51,20 +84,62 @@ pub(crate) const ON_LRU: usize = 1 << (usize::BITS - 3);
 /// The reference count proper.
 pub(crate) const COUNT_MASK: usize = ON_LRU - 1;
 
-/// The hash key of a node: its parent's id and its name. A rename replaces
-/// the whole key with one pointer swap, so a lookup always reads a
+/// Names up to this many bytes live inside the key object itself, so that a
+/// lookup reaches them without another dependent cache miss; longer names
+/// (rare in practice) get a heap allocation of their own.
+pub(crate) const INLINE_NAME: usize = 30;
+
+/// The bytes of a name: inline when short, boxed when long.
+#[derive(Debug)]
+pub(crate) enum Name {
+    Inline { len: u8, bytes: [u8; INLINE_NAME] },
+    Heap(Box<[u8]>),
+}
+
+impl Name {
+    pub(crate) fn new(name: &[u8]) -> Self {
+        if name.len() <= INLINE_NAME {
+            let mut bytes = [0; INLINE_NAME];
+            bytes[..name.len()].copy_from_slice(name);
+            Self::Inline {
+                len: name.len() as u8,
+                bytes,
+            }
+        } else {
+            Self::Heap(name.into())
+        }
+    }
+
+    #[inline]
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Self::Heap(b) => b,
+        }
+    }
+}
+
+/// The hash key of a node: its parent's id and its name (the name's bytes
+/// inline in the same allocation when short, see `INLINE_NAME`). A rename
+/// replaces the whole key with one pointer swap, so a lookup always reads a
 /// consistent (parent, name) pair.
 #[derive(Debug)]
 pub(crate) struct Key {
     pub(crate) parent: u64,
     pub(crate) hash: u64,
-    pub(crate) name: Box<[u8]>,
+    pub(crate) name: Name,
 }
 
 impl Key {
     #[inline]
     pub(crate) fn matches(&self, hash: u64, parent: u64, name: &[u8]) -> bool {
-        self.hash == hash && self.parent == parent && *self.name == *name
+        self.hash == hash && self.parent == parent && self.name.as_bytes() == name
+    }
+
+    /// The name's bytes.
+    #[inline]
+    pub(crate) fn name(&self) -> &[u8] {
+        self.name.as_bytes()
     }
 }
 
@@ -92,11 +167,20 @@ pub(crate) struct Link<T> {
 }
 
 /// One cached directory entry.
+///
+/// `repr(C)` keeps the fields a hit reads (chain link, hash copy, key
+/// pointer, state word, referenced byte, id, payload) at the front, in the
+/// first cache line of the allocation for a small payload.
+#[repr(C)]
 pub(crate) struct Node<T> {
-    /// (parent id, name), swapped as a whole by rename.
-    pub(crate) key: Atomic<Key>,
     /// The next node in the hash chain.
     pub(crate) next: Atomic<Node<T>>,
+    /// A copy of `key.hash`, so that a scan rejects the other nodes of a
+    /// chain without loading their keys. Stored (Release) by rename after
+    /// the new key; see the module docs for why a stale copy is harmless.
+    pub(crate) hash: AtomicU64,
+    /// (parent id, name), swapped as a whole by rename.
+    pub(crate) key: Atomic<Key>,
     /// The state word; see the module docs.
     pub(crate) count: AtomicUsize,
     /// Set by hits, cleared by the pruner (second chance).
@@ -105,6 +189,8 @@ pub(crate) struct Node<T> {
     pub(crate) linked: AtomicBool,
     /// Unique for the life of the cache, never reused; children name it.
     pub(crate) id: u64,
+    /// `None` for a negative entry.
+    pub(crate) payload: Option<T>,
     /// The parent node (null for the root). Changed only by rename, under the
     /// rename lock and both parents' child locks.
     pub(crate) parent: AtomicPtr<Node<T>>,
@@ -112,8 +198,6 @@ pub(crate) struct Node<T> {
     pub(crate) lru: UnsafeCell<Link<T>>,
     /// Cached children by id (ids grow, which `drop_subtree` uses as a cursor).
     pub(crate) children: Mutex<BTreeMap<u64, NodePtr<T>>>,
-    /// `None` for a negative entry.
-    pub(crate) payload: Option<T>,
 }
 
 // SAFETY: all shared mutable state of a node is atomics, locks, or the LRU
@@ -125,8 +209,9 @@ unsafe impl<T: Send + Sync> Send for Node<T> {}
 impl<T> Node<T> {
     pub(crate) fn new(id: u64, key: Key, parent: *const Node<T>, payload: Option<T>, count: usize) -> Self {
         Self {
-            key: Atomic::new(key),
             next: Atomic::null(),
+            hash: AtomicU64::new(key.hash),
+            key: Atomic::new(key),
             count: AtomicUsize::new(count),
             referenced: AtomicBool::new(false),
             linked: AtomicBool::new(false),

@@ -431,3 +431,39 @@ fn config_is_normalized() {
     assert!(c.len() <= 2, "len {}", c.len());
     assert_eq!(c.drop_subtree(&root, |_| true).busy, 1);
 }
+
+/// Names on both sides of the inline-name limit of the key (and the empty
+/// name): each is found under its own bytes only, keeps them through renames
+/// between short and long names, and a long name differing from another only
+/// past the limit is a different name.
+#[test]
+fn short_and_long_names_round_trip_through_insert_and_rename() {
+    let limit = crate::node::INLINE_NAME;
+    let c = cache();
+    let root = c.root();
+    let names: Vec<String> = [0, 1, limit - 1, limit, limit + 1, 3 * limit, 255]
+        .iter()
+        .map(|&n| "x".repeat(n))
+        .collect();
+    for (i, n) in names.iter().enumerate() {
+        c.insert(&root, n.as_bytes(), Some(i as u32));
+    }
+    let twin = format!("{}y", "x".repeat(3 * limit - 1));
+    c.insert(&root, twin.as_bytes(), Some(99));
+    for (i, n) in names.iter().enumerate() {
+        check_lookup(&c, &root, n, Some(Some(i as u32)));
+    }
+    check_lookup(&c, &root, &twin, Some(Some(99)));
+    // Short to long and back; every other name stays as it was.
+    let long = "z".repeat(limit + 5);
+    assert!(c.rename(&root, names[2].as_bytes(), &root, long.as_bytes()));
+    check_lookup(&c, &root, &names[2], None);
+    check_lookup(&c, &root, &long, Some(Some(2)));
+    assert!(c.rename(&root, long.as_bytes(), &root, b"s"));
+    check_lookup(&c, &root, &long, None);
+    check_lookup(&c, &root, "s", Some(Some(2)));
+    for (i, n) in names.iter().enumerate().filter(|&(i, _)| i != 2) {
+        check_lookup(&c, &root, n, Some(Some(i as u32)));
+    }
+    check_lookup(&c, &root, &twin, Some(Some(99)));
+}
