@@ -57,6 +57,22 @@ pub(crate) struct Shared<T> {
     pub(crate) config: Config,
 }
 
+impl<T> Shared<T> {
+    /// Accounts a hit on `n` found by a lookup that takes no reference: the
+    /// lazy LRU's referenced mark (written only if clear) and the thread's
+    /// own statistics shard, the only writes a hit makes.
+    #[inline]
+    fn record_hit(&self, n: &Node<T>) {
+        n.mark_referenced();
+        let event = if n.is_negative() {
+            Event::NegativeHit
+        } else {
+            Event::Hit
+        };
+        self.counters.add(event, 1);
+    }
+}
+
 /// Drops one reference on `node`. Returns true if the caller now owns the
 /// node's teardown (it was the last reference to an unhashed node and the
 /// call marked it `DEAD`).
@@ -565,13 +581,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let hash = sh.table.hash(pid, name);
         match self.find_live(pid, name, hash, &guard) {
             Some(n) => {
-                n.mark_referenced();
-                let event = if n.is_negative() {
-                    Event::NegativeHit
-                } else {
-                    Event::Hit
-                };
-                sh.counters.add(event, 1);
+                sh.record_hit(n);
                 Some(f(n.payload.as_ref()))
             }
             None => {
@@ -1324,13 +1334,7 @@ impl<'c, T: Send + Sync + 'static> Pinned<'c, T> {
         let hash = sh.table.hash(pid, name);
         match self.cache.find_live(pid, name, hash, &self.guard) {
             Some(n) => {
-                n.mark_referenced();
-                let event = if n.is_negative() {
-                    Event::NegativeHit
-                } else {
-                    Event::Hit
-                };
-                sh.counters.add(event, 1);
+                sh.record_hit(n);
                 Some(DentryRef { node: n, pinned: self })
             }
             None => {
