@@ -412,6 +412,33 @@ mod tests {
     }
 
     #[test]
+    fn concurrent_opens_and_releases_of_one_key_leave_nothing_behind() {
+        let s = SharedFds::default();
+        let k = ShareKey::new(9, libc::O_RDONLY);
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let s = &s;
+                scope.spawn(move || {
+                    let mut held = Vec::new();
+                    for i in 0..5_000 {
+                        let fd = s.get(k, t % 2 == 0, |_| Ok(()), devnull).unwrap();
+                        // The descriptor is open for as long as it is held.
+                        sys::fstat(fd.as_fd()).unwrap();
+                        held.push(fd);
+                        if i % 3 == 0 {
+                            held.clear();
+                        }
+                    }
+                    for fd in &held {
+                        sys::fstat(fd.as_fd()).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!((s.live(), s.entries()), (0, 0));
+    }
+
+    #[test]
     fn a_refused_recheck_is_the_open_error_and_a_fresh_open_joins() {
         let s = SharedFds::default();
         let k = ShareKey::new(7, libc::O_WRONLY);

@@ -212,3 +212,25 @@ fn forgotten_inodes_leave_the_inode_table() {
         "still {last} inodes known 10 s after the kernel was told to forget 1000"
     );
 }
+
+#[test]
+fn a_drops_invalidations_go_through_the_bounded_queue_and_drain() {
+    let Some(m) = Mount::with(ARGS, tree) else { return };
+    for i in 0..10 {
+        assert_eq!(fs::read(m.at(&format!("d/f{i}"))).unwrap(), content(i, 9000));
+    }
+    sys::drop_dir(&m.at("d"), DropMode::All).unwrap();
+    // The adapter queues them right after the reply: allow it a moment.
+    let mut pushed = 0;
+    let queued = eventually(Duration::from_secs(5), || {
+        pushed = m.stat("kernel_inval", "pushed");
+        // An entry and an inode invalidation for each of the ten files.
+        pushed >= 20
+    });
+    assert!(queued, "{pushed} invalidations queued by a drop of 10 files");
+    assert_eq!(m.stat("kernel_inval", "overflows"), 0);
+    assert!(
+        eventually(Duration::from_secs(5), || m.stat("kernel_inval", "queued") == 0),
+        "the invalidation thread did not drain the queue"
+    );
+}

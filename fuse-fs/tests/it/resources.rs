@@ -313,3 +313,32 @@ fn dropping_an_empty_directory_visits_only_it() {
     let out = sys::drop_dir(&m.at("other/d03"), DropMode::All).unwrap();
     assert!(out.dentries_dropped + out.busy >= PER_DIR as u64, "{out:?}");
 }
+
+#[test]
+fn an_unlinked_open_file_loses_its_pages_at_its_last_close() {
+    let body = crate::harness::content(9, 100_000);
+    let Some(m) = Mount::with(&[], |src| fs::write(src.join("f"), &body).unwrap()) else {
+        return;
+    };
+    let base = m.stat("pagecache", "inodes");
+    let f = fs::File::open(m.at("f")).unwrap();
+    let mut buf = vec![0u8; body.len()];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 0).unwrap();
+    assert_eq!(buf, body);
+    assert_eq!(m.stat("pagecache", "inodes"), base + 1);
+    fs::remove_file(m.at("f")).unwrap();
+    // Still open: still readable, pages still cached.
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 0).unwrap();
+    assert_eq!(buf, body);
+    assert_eq!(m.stat("pagecache", "inodes"), base + 1);
+    drop(f);
+    let mut left = 0;
+    let gone = eventually(Duration::from_secs(5), || {
+        left = m.stat("pagecache", "bytes_cached");
+        m.stat("pagecache", "inodes") == base && left == 0
+    });
+    assert!(
+        gone,
+        "{left} bytes of the unlinked file still cached 5 s after its last close"
+    );
+}
