@@ -234,3 +234,35 @@ fn a_drops_invalidations_go_through_the_bounded_queue_and_drain() {
         "the invalidation thread did not drain the queue"
     );
 }
+
+#[test]
+fn a_freed_inode_gives_its_page_cache_entry_back() {
+    // Mode 2 drops names, not pages; the kernel then forgets the inodes, and
+    // once nothing holds them their page-cache entries must go too.
+    let Some(m) = Mount::with(ARGS, |src| {
+        for i in 0..200 {
+            write_tree(src, &[(&format!("many/f{i:03}"), &content(i, 5000))]);
+        }
+    }) else {
+        return;
+    };
+    for i in 0..200 {
+        assert_eq!(fs::read(m.at(&format!("many/f{i:03}"))).unwrap(), content(i, 5000));
+    }
+    let cached = m.stat("pagecache", "inodes");
+    assert!(cached >= 200, "{cached} page-cache entries after reading 200 files");
+    sys::drop_dir(&m.at("many"), DropMode::Dentries).unwrap();
+    let mut left = cached;
+    let mut probe = 0;
+    let freed = eventually(Duration::from_secs(10), || {
+        // Lookups through the mount let the daemon collect what it freed.
+        probe += 1;
+        let _ = fs::metadata(m.at(&format!("missing{probe}")));
+        left = m.stat("pagecache", "inodes");
+        left < 20
+    });
+    assert!(
+        freed,
+        "{left} of {cached} page-cache entries left 10 s after the kernel forgot the files"
+    );
+}
