@@ -322,13 +322,14 @@ pub fn format_drop(dir: &Path, mode: DropMode, args: &DropArgs, wall_ns: u64) ->
     };
     format!(
         "{}: dropped ({what}) {} dentries ({} of them still in use by the kernel, unhashed) and {} pages ({}); \
-         skipped {} not owned by you; took {} in rcufs, {} in all",
+         skipped {} not owned by you; visited {} inodes; took {} in rcufs, {} in all",
         dir.display(),
         args.dentries_dropped + args.busy,
         args.busy,
         args.pages_dropped,
         format_bytes(args.bytes_freed),
         args.skipped,
+        args.visited,
         format_ns(args.elapsed_ns),
         format_ns(wall_ns),
     )

@@ -122,10 +122,16 @@ impl Data {
         }
     }
 
+    /// Inodes with a page-cache entry.
+    pub fn inode_count(&self) -> usize {
+        self.cache.inode_count()
+    }
+
     /// The cache's counters as JSON.
     pub fn stats_json(&self) -> serde_json::Value {
         let s = self.cache.stats();
         serde_json::json!({"pages": s.pages, "bytes_cached": s.bytes_cached, "budget_bytes": self.budget,
-            "hits": s.hits, "misses": s.misses, "fills": s.fills, "evictions": s.evictions})
+            "hits": s.hits, "misses": s.misses, "fills": s.fills, "evictions": s.evictions,
+            "inodes": self.cache.inode_count() as u64})
     }
 }

@@ -15,7 +15,10 @@
 //!   ctime are compared with what the cache saw, and stale pages are dropped.
 //! - Directory drop ([`Fs::drop_dir`]): the ioctl and the `user.rcufs.drop`
 //!   attribute; seeds 001 ("Fadvise: directory level page cache cleaning
-//!   support") and 004 ("VFS: Directory level cache cleaning").
+//!   support") and 004 ("VFS: Directory level cache cleaning"). It walks the
+//!   children index and the dcache subtree, so its cost follows the subtree.
+//! - Opens: [`crate::open_files`] (shared descriptors, the root reserve).
+//! - Resources: a freed inode's page-cache entry is dropped ([`Fs::forget`]).
 //!
 //! # Invariants
 //! - Errors are the source's errno; rcufs's own errors use the kernel's errno
@@ -31,13 +34,15 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::data::Data;
 use crate::error::{FsError, FsResult};
 use crate::inode::{Inode, InodeTable, NewInode, ROOT_INO, Stamp, key_of};
+use crate::inval::InvalQueue;
 use crate::names::{Hit, Names};
+use crate::open_files::{self, FdGate, Handles, OpenDir, OpenFile, ShareKey, SharedFd, SharedFds};
 use crate::protocol::{self, DropArgs, DropMode};
 use crate::sys::{self, cstr};
 
@@ -58,6 +63,9 @@ pub struct FsConfig {
     pub fd_pool: usize,
     /// Use kernel file handles (needs root).
     pub use_handles: bool,
+    /// The process's descriptor limit (soft `RLIMIT_NOFILE`); non-root opens
+    /// are refused before the descriptors reach it (see `open_files.rs`).
+    pub fd_limit: u64,
 }
 
 impl Default for FsConfig {
@@ -70,6 +78,7 @@ impl Default for FsConfig {
             page_cache_bytes: 512 << 20,
             fd_pool: 4096,
             use_handles: sys::is_root(),
+            fd_limit: sys::nofile_limit(),
         }
     }
 }
@@ -261,25 +270,7 @@ pub struct Statfs {
     pub frsize: u32,
 }
 
-/// A kernel cache invalidation to send after the reply (kernel-cache mode).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Inval {
-    /// `inval_entry(parent, name)`.
-    Entry {
-        /// Directory node id.
-        parent: u64,
-        /// Name.
-        name: Vec<u8>,
-    },
-    /// `inval_inode(ino, offset, len)`: offset 0, len 0 = attributes and all
-    /// pages; offset -1 = attributes only.
-    Inode {
-        /// Node id.
-        ino: u64,
-        /// Offset (-1: attributes only).
-        offset: i64,
-    },
-}
+pub use crate::inval::Inval;
 
 /// The result of a directory drop.
 #[derive(Clone, Debug, Default)]
@@ -309,64 +300,6 @@ pub struct SetAttr {
     pub fh: Option<u64>,
 }
 
-#[derive(Debug)]
-struct OpenFile {
-    inode: Arc<Inode>,
-    fd: OwnedFd,
-    append: bool,
-}
-
-#[derive(Debug)]
-struct OpenDir {
-    inode: Arc<Inode>,
-    fd: Mutex<OwnedFd>,
-}
-
-/// A sharded table of open handles (no lock covers all of them).
-type Shard<T> = RwLock<HashMap<u64, Arc<T>>>;
-
-#[derive(Debug)]
-struct Handles<T> {
-    shards: Box<[Shard<T>]>,
-    next: AtomicU64,
-}
-
-impl<T> Handles<T> {
-    fn new() -> Self {
-        Self {
-            shards: (0..32).map(|_| RwLock::new(HashMap::new())).collect(),
-            next: AtomicU64::new(1),
-        }
-    }
-
-    fn shard(&self, fh: u64) -> &Shard<T> {
-        &self.shards[(fh as usize) % self.shards.len()]
-    }
-
-    fn insert(&self, v: T) -> u64 {
-        let fh = self.next.fetch_add(1, Ordering::Relaxed);
-        self.shard(fh).write().expect("handles lock").insert(fh, Arc::new(v));
-        fh
-    }
-
-    fn get(&self, fh: u64) -> FsResult<Arc<T>> {
-        self.shard(fh)
-            .read()
-            .expect("handles lock")
-            .get(&fh)
-            .cloned()
-            .ok_or(FsError::BADF)
-    }
-
-    fn remove(&self, fh: u64) -> Option<Arc<T>> {
-        self.shard(fh).write().expect("handles lock").remove(&fh)
-    }
-
-    fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.read().expect("handles lock").len()).sum()
-    }
-}
-
 #[derive(Debug, Default)]
 struct DropCounters {
     requests: AtomicU64,
@@ -375,6 +308,7 @@ struct DropCounters {
     bytes: AtomicU64,
     skipped: AtomicU64,
     busy: AtomicU64,
+    visited: AtomicU64,
 }
 
 /// The passthrough filesystem.
@@ -387,10 +321,13 @@ pub struct Fs {
     data: Data,
     files: Handles<OpenFile>,
     dirs: Handles<OpenDir>,
+    shared: SharedFds,
+    gate: FdGate,
     drops: DropCounters,
     stale_opens: AtomicU64,
     dir_changes: AtomicU64,
     is_root: bool,
+    inval: InvalQueue,
 }
 
 fn name_ok(name: &[u8]) -> FsResult<()> {
@@ -448,19 +385,29 @@ impl Fs {
         let (table, root) = InodeTable::new(root_fd, cfg.fd_pool, cfg.use_handles)?;
         let names = Names::new(cfg.dcache_entries, cfg.dcache_negative, &root);
         let data = Data::new(cfg.page_cache_bytes);
+        let gate = FdGate::new(cfg.fd_limit, cfg.fd_pool as u64);
         Ok(Self {
             cfg,
             table,
             root,
             names,
             data,
-            files: Handles::new(),
-            dirs: Handles::new(),
+            files: Handles::default(),
+            dirs: Handles::default(),
+            shared: SharedFds::default(),
+            gate,
             drops: DropCounters::default(),
             stale_opens: AtomicU64::new(0),
             dir_changes: AtomicU64::new(0),
             is_root: sys::is_root(),
+            inval: InvalQueue::default(),
         })
+    }
+
+    /// The kernel-invalidation queue (filled by the adapter after replies,
+    /// emptied by the invalidation thread).
+    pub fn inval_queue(&self) -> &InvalQueue {
+        &self.inval
     }
 
     /// The configuration.
@@ -550,6 +497,8 @@ impl Fs {
     /// Looks `name` up in the source under `parent`, interns the result and
     /// records it in the name cache. Takes one kernel reference if `remember`.
     fn lookup_source(&self, parent: &Arc<Inode>, name: &[u8], remember: bool) -> FsResult<Option<Arc<Inode>>> {
+        // Inserting may evict dcache entries, whose inodes are then freed.
+        self.reap();
         let pfd = self.table.path_fd(parent)?;
         let cname = cstr(name)?;
         match sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW) {
@@ -595,7 +544,7 @@ impl Fs {
                 if self.fresh(a.at) && !inode.is_stale() {
                     self.table.remember(&inode, 1);
                     self.names.attach(&parent, name, &inode);
-                    inode.set_link(parent.ino, name);
+                    self.table.set_link(&inode, parent.ino, name);
                     return Ok(self.entry_of(&inode));
                 }
             }
@@ -609,9 +558,25 @@ impl Fs {
     }
 
     /// FORGET: the kernel drops `n` references to `ino`.
+    ///
+    /// At the last one, a file whose last link is gone can never be read
+    /// again: its pages and page-cache entry go at once. Whatever inode has
+    /// been freed since (here or by a dcache eviction) loses its page-cache
+    /// entry too (see [`Fs::reap`]).
     pub fn forget(&self, ino: u64, n: u64) {
-        let gone = self.table.forget(ino, n);
-        drop(gone);
+        if let Some(gone) = self.table.forget(ino, n)
+            && gone.attr().st.st_nlink == 0
+        {
+            self.data.drop_inode(gone.ino);
+        }
+        self.reap();
+    }
+
+    /// Drops the page-cache entries of the inodes freed since the last call.
+    fn reap(&self) {
+        for ino in self.table.reap() {
+            self.data.drop_inode(ino);
+        }
     }
 
     /// GETATTR.
@@ -822,7 +787,7 @@ impl Fs {
         {
             moved.set_attr(st);
             self.note_own_change(&moved, &st);
-            moved.set_link(np.ino, new_name);
+            self.table.set_link(&moved, np.ino, new_name);
         }
         if flags & libc::RENAME_EXCHANGE == 0 {
             self.unnamed(replaced);
@@ -830,10 +795,20 @@ impl Fs {
         Ok(())
     }
 
-    /// OPEN.
-    pub fn open(&self, ino: u64, flags: i32) -> FsResult<Opened> {
+    /// OPEN. Handles of one inode and [`ShareKey`] share one descriptor; a
+    /// reuse re-checks the caller's access first (see `open_files.rs`).
+    pub fn open(&self, ino: u64, flags: i32, caller: Caller) -> FsResult<Opened> {
         let inode = self.inode(ino)?;
-        let fd = self.open_inode(&inode, flags)?;
+        let fd = self.shared.get(
+            ShareKey::new(ino, flags),
+            open_files::reusable(flags),
+            |fd| open_files::recheck_access(fd, flags),
+            || {
+                let fd = self.open_inode(&inode, flags)?;
+                self.gate.admit(fd.as_fd(), caller.uid)?;
+                Ok(fd)
+            },
+        )?;
         self.opened(inode, fd, flags)
     }
 
@@ -850,7 +825,7 @@ impl Fs {
         self.table.open(inode, flags)
     }
 
-    fn opened(&self, inode: Arc<Inode>, fd: OwnedFd, flags: i32) -> FsResult<Opened> {
+    fn opened(&self, inode: Arc<Inode>, fd: Arc<SharedFd>, flags: i32) -> FsResult<Opened> {
         let st = sys::fstat(fd.as_fd())?;
         inode.set_attr(st);
         let now = Stamp::of(&st);
@@ -928,10 +903,11 @@ impl Fs {
         sys::fsync(file.fd.as_fd(), datasync)
     }
 
-    /// OPENDIR.
-    pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+    /// OPENDIR (each handle has its own descriptor; see `open_files.rs`).
+    pub fn opendir(&self, ino: u64, caller: Caller) -> FsResult<u64> {
         let inode = self.dir(ino)?;
         let fd = self.table.open(&inode, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        self.gate.admit(fd.as_fd(), caller.uid)?;
         Ok(self.dirs.insert(OpenDir {
             inode,
             fd: Mutex::new(fd),
@@ -1042,6 +1018,8 @@ impl Fs {
         if oflags & libc::O_ACCMODE == libc::O_WRONLY {
             oflags = (oflags & !libc::O_ACCMODE) | libc::O_RDWR;
         }
+        // The file is made by the open, so the reserve is checked before it.
+        self.gate.precheck(pfd.as_fd(), caller.uid)?;
         let fd = sys::openat(pfd.as_fd(), &cname, oflags | libc::O_NOFOLLOW, mode)?;
         self.chown_new(&pfd, &cname, caller)?;
         self.touched_dir(&parent);
@@ -1058,6 +1036,10 @@ impl Fs {
         self.data.drop_inode(inode.ino);
         *inode.data_stamp.lock().expect("stamp lock") = Some(Stamp::of(&st));
         let entry = self.entry_of(&inode);
+        // The new descriptor joins (or becomes) the inode's shared one.
+        let fd = self
+            .shared
+            .get(ShareKey::new(inode.ino, flags), false, |_| Ok(()), || Ok(fd))?;
         let opened = self.opened(inode, fd, flags)?;
         Ok((entry, opened))
     }
@@ -1217,7 +1199,7 @@ impl Fs {
             return Err(FsError::NOTTY);
         }
         let args = DropArgs::from_bytes(input).ok_or(FsError::INVAL)?;
-        if args.version != protocol::DROP_ARGS_VERSION || args.flags != 0 || args.reserved != 0 {
+        if args.version != protocol::DROP_ARGS_VERSION || args.flags != 0 || args.visited != 0 {
             return Err(FsError::INVAL);
         }
         let mode = DropMode::from_u32(args.mode).ok_or(FsError::INVAL)?;
@@ -1237,7 +1219,7 @@ impl Fs {
             return None;
         }
         let mut chain = Vec::new();
-        let mut cur = inode.link.lock().expect("link lock").0;
+        let mut cur = inode.link_parent();
         let base = loop {
             if cur == dir {
                 break Some(0);
@@ -1250,7 +1232,7 @@ impl Fs {
             }
             chain.push(cur);
             match self.table.get(cur) {
-                Ok(parent) => cur = parent.link.lock().expect("link lock").0,
+                Ok(parent) => cur = parent.link_parent(),
                 Err(_) => break None,
             }
         };
@@ -1282,19 +1264,22 @@ impl Fs {
         let mut found: HashMap<u64, (Arc<Inode>, u32)> = HashMap::new();
         let mut skipped_inos = std::collections::HashSet::new();
         let mut memo = HashMap::new();
-        for inode in self.table.snapshot() {
-            if let Some(depth) = self.under(dir.ino, &inode, &mut memo) {
-                if mode.drops_dentries() && owner(&inode) {
-                    // Let go of the inode's dentry so that the drop frees it
-                    // rather than finding it in use; the next lookup of the
-                    // name attaches a fresh one.
-                    let released = inode.dentry.lock().expect("dentry lock").take();
-                    drop(released);
-                }
-                found.insert(inode.ino, (inode, depth));
+        // The kernel's view, walked down the children index: the cost
+        // follows the subtree, not every inode the kernel knows.
+        let (known, visited) = self.table.known_under(dir.ino);
+        for (inode, depth) in known {
+            if mode.drops_dentries() && owner(&inode) {
+                // Let go of the inode's dentry so that the drop frees it
+                // rather than finding it in use; the next lookup of the
+                // name attaches a fresh one.
+                let released = inode.dentry.lock().expect("dentry lock").take();
+                drop(released);
             }
+            found.insert(inode.ino, (inode, depth));
         }
+        let mut found_in_dcache = 0u64;
         let sub = self.names.drop_subtree(&dir, |inode| {
+            found_in_dcache += 1;
             let ok = owner(inode);
             if !ok {
                 skipped_inos.insert(inode.ino);
@@ -1339,7 +1324,7 @@ impl Fs {
             if mode.drops_dentries() {
                 inode.expire_attr();
                 if known {
-                    let (parent, name) = inode.link.lock().expect("link lock").clone();
+                    let (parent, name) = inode.link();
                     out.inval.push(Inval::Entry {
                         parent,
                         name: name.into_vec(),
@@ -1369,6 +1354,9 @@ impl Fs {
             dir.expire_attr();
         }
         out.args.skipped = skipped_inos.len() as u64;
+        // Visited: index entries walked plus the inodes found in the dcache.
+        let visited = visited + found_in_dcache;
+        out.args.visited = u32::try_from(visited).unwrap_or(u32::MAX);
         out.args.elapsed_ns = start.elapsed().as_nanos() as u64;
         let d = &self.drops;
         d.dentries.fetch_add(out.args.dentries_dropped, Ordering::Relaxed);
@@ -1376,14 +1364,18 @@ impl Fs {
         d.bytes.fetch_add(out.args.bytes_freed, Ordering::Relaxed);
         d.skipped.fetch_add(out.args.skipped, Ordering::Relaxed);
         d.busy.fetch_add(out.args.busy, Ordering::Relaxed);
+        d.visited.fetch_add(visited, Ordering::Relaxed);
         if !self.cfg.kernel_cache {
             out.inval.clear();
         }
+        drop(list);
+        self.reap();
         tracing::debug!(
             ino,
             ?mode,
             dentries = out.args.dentries_dropped,
             pages = out.args.pages_dropped,
+            visited,
             "drop"
         );
         Ok(out)
@@ -1392,6 +1384,7 @@ impl Fs {
     /// The statistics (the value of `user.rcufs.stats`).
     pub fn stats_json(&self) -> serde_json::Value {
         let d = &self.drops;
+        let inval = self.inval.stats();
         let open_fds = std::fs::read_dir("/proc/self/fd")
             .map(|r| r.count() as u64)
             .unwrap_or(0);
@@ -1405,6 +1398,11 @@ impl Fs {
                 "pool_opens": self.table.pool.opens(),
                 "open_files": self.files.len() as u64,
                 "open_dirs": self.dirs.len() as u64,
+                "shared_fds": self.shared.live(),
+                "shared_fd_reuses": self.shared.reuses(),
+                "fd_refusals": self.gate.refusals(),
+                "fd_threshold": self.gate.threshold(),
+                "indexed_parents": self.table.indexed_parents() as u64,
                 "stale_opens": self.stale_opens.load(Ordering::Relaxed),
                 "source_dir_changes": self.dir_changes.load(Ordering::Relaxed),
             },
@@ -1415,8 +1413,15 @@ impl Fs {
                 "bytes_freed": d.bytes.load(Ordering::Relaxed),
                 "skipped": d.skipped.load(Ordering::Relaxed),
                 "busy": d.busy.load(Ordering::Relaxed),
+                "visited": d.visited.load(Ordering::Relaxed),
             },
             "kernel_cache": self.cfg.kernel_cache,
+            "kernel_inval": {
+                "queued": inval.queued,
+                "pushed": inval.pushed,
+                "coalesced": inval.coalesced,
+                "overflows": inval.overflows,
+            },
         })
     }
 }

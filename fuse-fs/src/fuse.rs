@@ -12,14 +12,15 @@
 //! it returns. `batch_forget` is fuser's default (one `forget` per node):
 //! fuser 0.18 does not export the type of its argument.
 //!
-//! Kernel cache invalidations (kernel-cache mode, after a drop) are handed to
-//! a worker thread *after* the reply has been sent: the kernel holds the
+//! Kernel cache invalidations (kernel-cache mode, after a drop) are pushed
+//! onto the filesystem's bounded queue (`inval.rs`) *after* the reply has
+//! been sent, and a worker thread sends them: the kernel holds the
 //! directory's inode lock while a SETXATTR on it is in flight, so sending
-//! `inval_entry` from inside the handler would deadlock.
+//! `inval_entry` from inside the handler would deadlock. The push never
+//! blocks; the queue closes when the adapter is dropped (the session ended).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
@@ -32,47 +33,60 @@ use fuser::{
 
 use crate::error::{FsError, FsResult};
 use crate::fs::{Attr, Caller, Fs, Inval, Kind, Opened, SetAttr, XattrReply};
+use crate::ratelog::RateLimit;
 
 /// The adapter between fuser and [`Fs`].
 pub struct FuseAdapter {
     fs: Arc<Fs>,
-    inval_tx: Sender<Vec<Inval>>,
 }
 
 impl FuseAdapter {
-    /// An adapter for `fs`; invalidations go to `inval_tx`.
-    pub fn new(fs: Arc<Fs>, inval_tx: Sender<Vec<Inval>>) -> Self {
-        Self { fs, inval_tx }
+    /// An adapter for `fs`; invalidations go to `fs`'s queue.
+    pub fn new(fs: Arc<Fs>) -> Self {
+        Self { fs }
     }
 
     fn send_inval(&self, inval: Vec<Inval>) {
         if !inval.is_empty() {
-            // The receiver lives as long as the mount; a closed channel means
-            // the mount is going away and the kernel's caches with it.
-            let _ = self.inval_tx.send(inval);
+            self.fs.inval_queue().push(inval);
         }
     }
 }
 
-/// Sends kernel invalidations until the channel closes (run on its own thread).
-pub fn inval_worker(rx: Receiver<Vec<Inval>>, notifier: Arc<OnceLock<Notifier>>) {
-    for batch in rx {
+impl Drop for FuseAdapter {
+    fn drop(&mut self) {
+        // The session is over: let the invalidation thread finish.
+        self.fs.inval_queue().close();
+    }
+}
+
+/// Sends kernel invalidations until the queue closes (run on its own thread).
+pub fn inval_worker(fs: Arc<Fs>, notifier: Arc<OnceLock<Notifier>>) {
+    while let Some(inval) = fs.inval_queue().pop() {
         let Some(n) = notifier.get() else { continue };
-        for inval in batch {
-            let r = match &inval {
-                Inval::Entry { parent, name } => n.inval_entry(INodeNo(*parent), OsStr::from_bytes(name)),
-                Inval::Inode { ino, offset } => n.inval_inode(INodeNo(*ino), *offset, 0),
-            };
-            if let Err(e) = r {
-                tracing::debug!(?inval, error = %e, "kernel invalidation not applied");
-            }
+        let r = match &inval {
+            Inval::Entry { parent, name } => n.inval_entry(INodeNo(*parent), OsStr::from_bytes(name)),
+            Inval::Inode { ino, offset } => n.inval_inode(INodeNo(*ino), *offset, 0),
+        };
+        if let Err(e) = r {
+            tracing::debug!(?inval, error = %e, "kernel invalidation not applied");
         }
     }
 }
+
+/// Out-of-descriptor errors can come thousands of times a second (a caller
+/// retrying refused opens): they are logged at most once per interval.
+static OUT_OF_FDS: std::sync::LazyLock<RateLimit> =
+    std::sync::LazyLock::new(|| RateLimit::new(std::time::Duration::from_secs(10)));
 
 fn errno(e: FsError) -> Errno {
     if e.is_expected() {
         tracing::debug!(errno = e.errno(), "{e}");
+    } else if matches!(e.errno(), libc::EMFILE | libc::ENFILE) {
+        match OUT_OF_FDS.allow() {
+            Some(suppressed) => tracing::warn!(errno = e.errno(), suppressed, "{e}"),
+            None => tracing::debug!(errno = e.errno(), "{e}"),
+        }
     } else {
         tracing::warn!(errno = e.errno(), "{e}");
     }
@@ -325,7 +339,7 @@ impl Filesystem for FuseAdapter {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _s = span!("open", req, ino.0);
-        match self.fs.open(ino.0, flags.0) {
+        match self.fs.open(ino.0, flags.0, caller(req)) {
             Ok(o) => reply.opened(FileHandle(o.fh), fopen(&o)),
             Err(e) => reply.error(errno(e)),
         }
@@ -394,7 +408,7 @@ impl Filesystem for FuseAdapter {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _s = span!("opendir", req, ino.0);
-        match self.fs.opendir(ino.0) {
+        match self.fs.opendir(ino.0, caller(req)) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
         }

@@ -32,6 +32,20 @@
 //! `CAP_DAC_READ_SEARCH`), the fallback is one pinned `O_PATH` descriptor per
 //! inode, as libfuse's passthrough does; that mode is bounded by
 //! `RLIMIT_NOFILE` and logs a warning when first used.
+//!
+//! # What is given back, and when
+//! - Node id leaves the table at the last FORGET (above), with its pooled
+//!   descriptor, its dentry handle and its entry in the children index.
+//! - When an `Inode` itself is freed (no kernel reference, no dcache payload,
+//!   no open file holds it), its `Drop` queues `(node id, key)` on the
+//!   table's reaper; [`InodeTable::reap`] (called by `fs.rs` on FORGET and
+//!   lookups) removes the dead key-index entry and returns the node ids, whose
+//!   page-cache entries `fs.rs` then drops. Node ids are never reused, so a
+//!   queued id can never name a newer inode.
+//! - The children index ([`crate::children`]) lists the inodes the kernel
+//!   knows under the directory of their link, so a directory drop walks the
+//!   subtree rather than every inode. Lock order: node-id table shard →
+//!   `Inode::link` → children-index shard.
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -39,8 +53,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Instant;
 
+use crate::children::Children;
 use crate::error::{FsError, FsResult};
 use crate::sys::{self, KernelHandle};
+
+/// The handle an inode keeps to its dentry while the kernel knows it (defined
+/// here, not in `names.rs`, so that the inode table does not depend on the
+/// name layer that depends on it).
+pub type DentryHandle = dcache::Dentry<Arc<Inode>>;
 
 /// The root's node id (FUSE_ROOT_ID).
 pub const ROOT_INO: u64 = 1;
@@ -142,11 +162,50 @@ pub struct Inode {
     /// The dentry this inode was last found under (the dcache's counted
     /// handle), held only while the kernel knows the node id so that it never
     /// forms a cycle with the payload; see `names.rs`.
-    pub dentry: Mutex<Option<crate::names::DentryHandle>>,
+    pub dentry: Mutex<Option<DentryHandle>>,
     /// The directory (node id) and name this inode was last found under;
     /// used to find the inodes under a directory and to name them to the
-    /// kernel when invalidating.
-    pub link: Mutex<(u64, Box<[u8]>)>,
+    /// kernel when invalidating. Changed only through [`InodeTable::set_link`].
+    link: Mutex<Link>,
+    /// Told when this inode is freed (`None` for the root, which never is).
+    reaper: Option<Arc<Reaper>>,
+}
+
+/// Where an inode was last found, and where the children index lists it.
+#[derive(Debug)]
+struct Link {
+    parent: u64,
+    name: Box<[u8]>,
+    /// The parent the children index lists this inode under: `Some` exactly
+    /// while the node id is in the table.
+    indexed: Option<u64>,
+}
+
+impl Link {
+    fn new(parent: u64, name: Box<[u8]>) -> Mutex<Self> {
+        Mutex::new(Self {
+            parent,
+            name,
+            indexed: None,
+        })
+    }
+}
+
+/// Inodes freed since the last [`InodeTable::reap`]: their node ids and keys.
+#[derive(Debug, Default)]
+struct Reaper {
+    gone: parking_lot::Mutex<Vec<(u64, Key)>>,
+    /// A hint that `gone` is not empty, so callers need not take the lock.
+    pending: AtomicBool,
+}
+
+impl Drop for Inode {
+    fn drop(&mut self) {
+        if let Some(r) = &self.reaper {
+            r.gone.lock().push((self.ino, self.key));
+            r.pending.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Inode {
@@ -165,12 +224,15 @@ impl Inode {
         *self.attr.lock().expect("attr lock") = AttrState { st, at: Instant::now() };
     }
 
-    /// Records where this inode was found.
-    pub fn set_link(&self, parent: u64, name: &[u8]) {
-        let mut link = self.link.lock().expect("link lock");
-        if link.0 != parent || &*link.1 != name {
-            *link = (parent, name.into());
-        }
+    /// The directory (node id) and name this inode was last found under.
+    pub fn link(&self) -> (u64, Box<[u8]>) {
+        let l = self.link.lock().expect("link lock");
+        (l.parent, l.name.clone())
+    }
+
+    /// The directory (node id) this inode was last found under.
+    pub fn link_parent(&self) -> u64 {
+        self.link.lock().expect("link lock").parent
     }
 
     /// Forgets the cached attributes, so the next use reads the source.
@@ -346,6 +408,8 @@ pub struct InodeTable {
     use_handles: bool,
     interns: AtomicU64,
     pinned: AtomicU64,
+    children: Children,
+    reaper: Arc<Reaper>,
 }
 
 /// What [`InodeTable::intern`] needs to create an inode it does not know.
@@ -373,6 +437,8 @@ impl InodeTable {
             use_handles,
             interns: AtomicU64::new(0),
             pinned: AtomicU64::new(1),
+            children: Children::default(),
+            reaper: Arc::new(Reaper::default()),
         };
         let root = Arc::new(Inode {
             ino: ROOT_INO,
@@ -385,7 +451,8 @@ impl InodeTable {
             data_stamp: Mutex::new(None),
             dir: Mutex::new(None),
             dentry: Mutex::new(None),
-            link: Mutex::new((ROOT_INO, Box::default())),
+            link: Link::new(ROOT_INO, Box::default()),
+            reaper: None,
         });
         table.by_ino[Self::ino_shard(ROOT_INO)]
             .write()
@@ -429,7 +496,7 @@ impl InodeTable {
             && self.same_object(&inode, &new)
         {
             inode.set_attr(new.st);
-            inode.set_link(new.parent_ino, new.name.to_bytes());
+            self.set_link(&inode, new.parent_ino, new.name.to_bytes());
             return Ok(inode);
         }
         // Build the backing outside the lock: it makes syscalls.
@@ -448,7 +515,8 @@ impl InodeTable {
             data_stamp: Mutex::new(None),
             dir: Mutex::new(None),
             dentry: Mutex::new(None),
-            link: Mutex::new((new.parent_ino, new.name.to_bytes().into())),
+            link: Link::new(new.parent_ino, new.name.to_bytes().into()),
+            reaper: Some(self.reaper.clone()),
         });
         let (result, displaced) = {
             let mut map = shard.lock().expect("key lock");
@@ -538,10 +606,45 @@ impl InodeTable {
         }
     }
 
+    /// Records where `inode` was found, moving it in the children index if
+    /// the kernel knows it.
+    pub fn set_link(&self, inode: &Inode, parent: u64, name: &[u8]) {
+        let mut link = inode.link.lock().expect("link lock");
+        if link.parent != parent || &*link.name != name {
+            link.parent = parent;
+            link.name = name.into();
+        }
+        if let Some(old) = link.indexed
+            && old != parent
+        {
+            self.children.remove(old, inode.ino);
+            self.children.add(parent, inode.ino);
+            link.indexed = Some(parent);
+        }
+    }
+
+    /// Lists `inode` in the children index (called under its table-shard lock).
+    fn index(&self, inode: &Inode) {
+        let mut link = inode.link.lock().expect("link lock");
+        if link.indexed.is_none() && inode.ino != ROOT_INO {
+            self.children.add(link.parent, inode.ino);
+            link.indexed = Some(link.parent);
+        }
+    }
+
+    /// Takes `inode` out of the children index (called under its table-shard lock).
+    fn unindex(&self, inode: &Inode) {
+        let mut link = inode.link.lock().expect("link lock");
+        if let Some(p) = link.indexed.take() {
+            self.children.remove(p, inode.ino);
+        }
+    }
+
     /// Adds `n` kernel references to `inode`, (re)entering it in the table.
     pub fn remember(&self, inode: &Arc<Inode>, n: u64) {
         let mut map = self.by_ino[Self::ino_shard(inode.ino)].write().expect("table lock");
         map.entry(inode.ino).or_insert_with(|| inode.clone());
+        self.index(inode);
         inode.nlookup.fetch_add(n, Ordering::Relaxed);
     }
 
@@ -561,6 +664,7 @@ impl InodeTable {
                 return None;
             }
             let removed = map.remove(&ino)?;
+            self.unindex(&removed);
             // The kernel no longer knows the node id: release its dentry so
             // that the dcache may evict it (and with it the payload's
             // reference). Taken under the shard lock so that a racing LOOKUP
@@ -639,11 +743,113 @@ impl InodeTable {
         self.by_ino.iter().map(|s| s.read().expect("table lock").len()).sum()
     }
 
-    /// Every inode the kernel knows (for drops and tests).
+    /// The inodes the kernel knows under directory `dir` (not `dir`
+    /// itself), each with its depth (1 = a child), found by walking the
+    /// children index down from `dir`; and how many index entries the walk
+    /// visited. The cost follows the subtree, not the table.
+    pub fn known_under(&self, dir: u64) -> (Vec<(Arc<Inode>, u32)>, u64) {
+        let mut out = Vec::new();
+        let mut visited = 0u64;
+        let mut seen = std::collections::HashSet::new();
+        seen.insert(dir);
+        let mut queue = VecDeque::from([(dir, 0u32)]);
+        while let Some((parent, depth)) = queue.pop_front() {
+            for child in self.children.of(parent) {
+                visited += 1;
+                if !seen.insert(child) {
+                    continue; // A cycle through stale links.
+                }
+                let Ok(inode) = self.get(child) else { continue };
+                if inode.is_dir() {
+                    queue.push_back((child, depth + 1));
+                }
+                out.push((inode, depth + 1));
+            }
+        }
+        (out, visited)
+    }
+
+    /// Directories with a child in the children index.
+    pub fn indexed_parents(&self) -> usize {
+        self.children.parents()
+    }
+
+    /// The node ids of the inodes freed since the last call; their dead
+    /// key-index entries are removed on the way. The caller drops their
+    /// page-cache entries.
+    pub fn reap(&self) -> Vec<u64> {
+        if !self.reaper.pending.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let gone = {
+            let mut g = self.reaper.gone.lock();
+            self.reaper.pending.store(false, Ordering::Relaxed);
+            std::mem::take(&mut *g)
+        };
+        for &(ino, key) in &gone {
+            // A dcache-only inode may have had a pooled descriptor.
+            self.pool.remove(ino);
+            let mut keys = self.by_key[Self::key_shard(&key)].lock().expect("key lock");
+            if keys.get(&key).is_some_and(|w| w.strong_count() == 0) {
+                keys.remove(&key);
+            }
+        }
+        gone.into_iter().map(|(ino, _)| ino).collect()
+    }
+
+    /// Every inode the kernel knows (for tests).
     pub fn snapshot(&self) -> Vec<Arc<Inode>> {
         self.by_ino
             .iter()
             .flat_map(|s| s.read().expect("table lock").values().cloned().collect::<Vec<_>>())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_freed_inode_is_reaped_with_its_key_and_index_entries() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("f"), b"x").expect("write");
+        let path = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
+        let root_fd = sys::open_path(&path, libc::O_PATH | libc::O_DIRECTORY).expect("open");
+        let pfd = root_fd.try_clone().expect("dup");
+        let (table, _root) = InodeTable::new(root_fd, 16, sys::is_root()).expect("table");
+        let st = sys::fstatat(pfd.as_fd(), c"f", libc::AT_SYMLINK_NOFOLLOW).expect("stat");
+        let inode = table
+            .intern(NewInode {
+                parent_ino: ROOT_INO,
+                parent: pfd.as_fd(),
+                name: c"f",
+                st,
+            })
+            .expect("intern");
+        let (ino, key) = (inode.ino, inode.key);
+        table.remember(&inode, 2);
+        let under: Vec<(u64, u32)> = table.known_under(ROOT_INO).0.iter().map(|(i, d)| (i.ino, *d)).collect();
+        assert_eq!(under, [(ino, 1)]);
+        assert!(table.forget(ino, 1).is_none());
+        let gone = table.forget(ino, 1).expect("the last reference");
+        assert!(table.known_under(ROOT_INO).0.is_empty());
+        assert_eq!(table.indexed_parents(), 0);
+        // Still alive (held here): nothing to reap, the key still finds it.
+        assert!(table.reap().is_empty());
+        drop(gone);
+        assert!(table.find(key).is_some());
+        drop(inode);
+        assert_eq!(table.reap(), [ino]);
+        assert!(table.find(key).is_none());
+        assert_eq!(
+            table
+                .by_key
+                .iter()
+                .map(|s| s.lock().expect("key lock").len())
+                .sum::<usize>(),
+            1
+        );
+        assert!(table.reap().is_empty());
     }
 }

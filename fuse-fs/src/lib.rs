@@ -8,7 +8,10 @@
 //! - `fs.rs` is the filesystem logic, testable without a mount; `inode.rs`
 //!   the inode table and its bounded descriptors; `names.rs` the dcache
 //!   layer (every lookup); `data.rs` the page-cache layer (every read);
-//!   `sys.rs` the libc calls; `error.rs` the one error type.
+//!   `sys.rs` the libc calls; `error.rs` the one error type;
+//!   `open_files.rs` open handles, shared descriptors and the root reserve;
+//!   `children.rs` the index a directory drop walks; `inval.rs` the bounded
+//!   kernel-invalidation queue; `ratelog.rs` rate-limited log lines.
 //! - `mount.rs` is the interface the command line uses: [`MountOptions`],
 //!   [`mount`], [`Mounted`].
 //!
@@ -16,7 +19,9 @@
 //! - Every errno answered to the kernel is the source's, or the kernel's own
 //!   errno for the same mistake.
 //! - The number of descriptors held for inodes is bounded (a pool), however
-//!   many inodes the kernel knows.
+//!   many inodes the kernel knows; open files share one descriptor per inode
+//!   and mode, and non-root callers cannot use up the reserve kept for root.
+//! - Memory follows the inodes that are alive, not every file ever seen.
 //! - Nothing acknowledged is only in memory: writes reach the source before
 //!   they are acknowledged and before the cached pages change.
 //!
@@ -30,14 +35,18 @@
 
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+pub mod children;
 pub mod data;
 pub mod error;
 pub mod fs;
 mod fuse;
 pub mod inode;
+pub mod inval;
 mod mount;
 pub mod names;
+pub mod open_files;
 pub mod protocol;
+pub mod ratelog;
 pub mod sys;
 
 pub use mount::{MountOptions, Mounted, mount, validate};

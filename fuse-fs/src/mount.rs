@@ -8,7 +8,6 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -106,8 +105,8 @@ impl Mounted {
 
     fn join_worker(&mut self) {
         if let Some(w) = self.worker.take() {
-            // The sender lives in the adapter, which the session dropped when
-            // it ended, so the worker's loop has ended or is about to.
+            // The adapter closed the invalidation queue when the session
+            // dropped it, so the worker's loop has ended or is about to.
             let _ = w.join();
         }
     }
@@ -211,17 +210,18 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         page_cache_bytes: opts.page_cache_bytes,
         fd_pool,
         use_handles: sys::is_root(),
+        fd_limit: nofile,
     };
     let fs = Arc::new(
         Fs::new(&opts.source, cfg).map_err(|e| anyhow::anyhow!("opening source {}: {e}", opts.source.display()))?,
     );
-    let (tx, rx) = mpsc::channel();
     let notifier = Arc::new(OnceLock::new());
     let worker = {
         let notifier = notifier.clone();
+        let fs = fs.clone();
         std::thread::Builder::new()
             .name("rcufs-inval".into())
-            .spawn(move || fuse::inval_worker(rx, notifier))
+            .spawn(move || fuse::inval_worker(fs, notifier))
             .context("starting the invalidation thread")?
     };
     let options: Vec<String> = opts
@@ -229,7 +229,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         .iter()
         .flat_map(|o| o.split(',').filter(|p| !p.is_empty()).map(String::from))
         .collect();
-    let adapter = FuseAdapter::new(fs.clone(), tx);
+    let adapter = FuseAdapter::new(fs.clone());
     let running = match fuse::session::start(adapter, &opts.mountpoint, opts.threads, &options, &notifier) {
         Ok(r) => r,
         Err(e) => {

@@ -23,12 +23,10 @@
 
 use std::sync::Arc;
 
-use dcache::{Config, Dcache, Dentry, Lookup};
+use dcache::{Config, Dcache, Lookup};
 
+pub use crate::inode::DentryHandle;
 use crate::inode::{Inode, ROOT_INO};
-
-/// The handle an inode keeps to its dentry while the kernel knows it.
-pub type DentryHandle = Dentry<Arc<Inode>>;
 
 /// What the name layer knows of `(parent, name)`.
 pub enum Hit {

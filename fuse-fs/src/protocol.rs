@@ -90,8 +90,10 @@ pub struct DropArgs {
     pub mode: u32,
     /// In: no flags are defined yet; any set bit is `EINVAL`.
     pub flags: u32,
-    /// Reserved, zero.
-    pub reserved: u32,
+    /// In: zero. Out: how many inodes the drop visited (index entries
+    /// walked plus dcache entries seen; saturates), so that its cost can be
+    /// checked against the size of the subtree.
+    pub visited: u32,
     /// Out: dentries dropped.
     pub dentries_dropped: u64,
     /// Out: page-cache pages dropped.
@@ -137,7 +139,7 @@ impl DropArgs {
     /// The struct as the bytes the kernel copies.
     pub fn to_bytes(&self) -> [u8; 64] {
         let mut out = [0u8; 64];
-        let words32 = [self.version, self.mode, self.flags, self.reserved];
+        let words32 = [self.version, self.mode, self.flags, self.visited];
         for (i, w) in words32.iter().enumerate() {
             out[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
         }
@@ -166,7 +168,7 @@ impl DropArgs {
             version: u32_at(0),
             mode: u32_at(4),
             flags: u32_at(8),
-            reserved: u32_at(12),
+            visited: u32_at(12),
             dentries_dropped: u64_at(16),
             pages_dropped: u64_at(24),
             bytes_freed: u64_at(32),
@@ -193,7 +195,7 @@ mod tests {
             version: 1,
             mode: 3,
             flags: 0,
-            reserved: 0,
+            visited: 0,
             dentries_dropped: 10,
             pages_dropped: 20,
             bytes_freed: 30,

@@ -547,3 +547,56 @@ pub fn umount(target: &CStr, flags: i32) -> FsResult<()> {
     check(unsafe { libc::umount2(target.as_ptr(), flags) })?;
     Ok(())
 }
+
+/// `faccessat2(fd, "", mode, AT_EACCESS | AT_EMPTY_PATH)`: whether the
+/// calling thread, under its current filesystem credentials, may access the
+/// object behind `fd` with `mode` (`R_OK`, `W_OK`, `X_OK`). Kernels before
+/// 5.8 lack `faccessat2`; there the same check goes through the
+/// `/proc/self/fd` link with `faccessat(AT_EACCESS)`.
+pub fn access_fd(fd: BorrowedFd<'_>, mode: i32) -> FsResult<()> {
+    // SAFETY: the path is a NUL-terminated empty string; the descriptor is
+    // kept open by the caller; faccessat2 writes no memory.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_faccessat2,
+            fd.as_raw_fd() as libc::c_long,
+            EMPTY.as_ptr(),
+            mode as libc::c_long,
+            (libc::AT_EACCESS | libc::AT_EMPTY_PATH) as libc::c_long,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = FsError::last_os_error();
+    if e.errno() != libc::ENOSYS {
+        return Err(e);
+    }
+    let path = proc_path(fd);
+    // SAFETY: `path` is NUL-terminated.
+    check(unsafe { libc::faccessat(libc::AT_FDCWD, path.as_ptr(), mode, libc::AT_EACCESS) })?;
+    Ok(())
+}
+
+/// The lowest free descriptor number (the number the next open would get),
+/// found by duplicating `fd` and closing the duplicate.
+pub fn lowest_free_fd(fd: BorrowedFd<'_>) -> FsResult<RawFd> {
+    // SAFETY: F_DUPFD_CLOEXEC only duplicates a descriptor the caller keeps open.
+    let dup = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) })?;
+    // SAFETY: `dup` is a new descriptor that only this function owns.
+    unsafe { libc::close(dup) };
+    Ok(dup)
+}
+
+/// The soft `RLIMIT_NOFILE` (1024 if it cannot be read).
+pub fn nofile_limit() -> u64 {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `rl` is writable.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return 1024;
+    }
+    rl.rlim_cur
+}

@@ -110,12 +110,13 @@ fn a_drop_reads_as_one_line() {
         pages_dropped: 3,
         bytes_freed: 12288,
         skipped: 1,
+        visited: 9,
         elapsed_ns: 1500,
         ..DropArgs::request(DropMode::All)
     };
     assert_eq!(
         format_drop(Path::new("/m/d"), DropMode::All, &args, 2_000_000),
         "/m/d: dropped (all) 7 dentries (5 of them still in use by the kernel, unhashed) and 3 pages (12.0 KiB); \
-         skipped 1 not owned by you; took 1.5 µs in rcufs, 2.00 ms in all"
+         skipped 1 not owned by you; visited 9 inodes; took 1.5 µs in rcufs, 2.00 ms in all"
     );
 }

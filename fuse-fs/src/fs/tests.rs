@@ -54,7 +54,7 @@ fn walk(fs: &Fs, path: &str) -> FsResult<Entry> {
 }
 
 fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
-    let o = fs.open(ino, libc::O_RDONLY).expect("open");
+    let o = fs.open(ino, libc::O_RDONLY, ME).expect("open");
     let mut out = Vec::new();
     loop {
         let chunk = fs.read(o.fh, out.len() as u64, 3000).expect("read");
@@ -76,7 +76,7 @@ fn lookup_getattr_and_read_match_the_source() {
     assert_eq!(t.fs.getattr(e.ino, None).expect("getattr").size, 10_000);
     assert_eq!(read_all(&t.fs, e.ino), vec![7u8; 10_000]);
     // Reads at odd offsets and sizes return exactly the source's bytes.
-    let o = t.fs.open(e.ino, libc::O_RDONLY).expect("open");
+    let o = t.fs.open(e.ino, libc::O_RDONLY, ME).expect("open");
     assert_eq!(t.fs.read(o.fh, 4090, 20).expect("read").len(), 20);
     assert_eq!(t.fs.read(o.fh, 9_995, 100).expect("read").len(), 5);
     assert!(t.fs.read(o.fh, 20_000, 100).expect("read").is_empty());
@@ -128,7 +128,7 @@ fn writes_reach_the_source_and_later_reads() {
     let t = setup(default_cfg());
     let a = walk(&t.fs, "a.txt").expect("a");
     assert_eq!(read_all(&t.fs, a.ino), b"hello");
-    let o = t.fs.open(a.ino, libc::O_RDWR).expect("open");
+    let o = t.fs.open(a.ino, libc::O_RDWR, ME).expect("open");
     assert_eq!(t.fs.write(o.fh, 1, b"EL").expect("write"), 2);
     assert_eq!(t.fs.write(o.fh, 5, b" world").expect("write"), 6);
     t.fs.release(o.fh).expect("release");
@@ -194,7 +194,7 @@ fn create_mkdir_symlink_link_rename_unlink_rmdir() {
 #[test]
 fn readdirplus_lists_everything_and_takes_references() {
     let t = setup(default_cfg());
-    let fh = t.fs.opendir(ROOT_INO).expect("opendir");
+    let fh = t.fs.opendir(ROOT_INO, ME).expect("opendir");
     let mut names = Vec::new();
     t.fs.readdir(fh, 0, true, |item| {
         names.push((item.name.clone(), item.entry.map(|e| e.ino)));
@@ -433,7 +433,7 @@ fn writes_past_the_end_and_truncates_keep_cached_reads_exact() {
     let t = setup(default_cfg());
     let a = walk(&t.fs, "a.txt").expect("a");
     assert_eq!(read_all(&t.fs, a.ino), b"hello");
-    let o = t.fs.open(a.ino, libc::O_RDWR).expect("open");
+    let o = t.fs.open(a.ino, libc::O_RDWR, ME).expect("open");
     t.fs.write(o.fh, 8192, b"far").expect("write past the end");
     t.fs.release(o.fh).expect("release");
     let mut want = b"hello".to_vec();
@@ -684,4 +684,142 @@ fn a_drop_of_the_root_drops_everything_below_it() {
     let out = t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("drop");
     assert_eq!(out.args.dentries_dropped + out.args.busy, before, "{:?}", out.args);
     assert_eq!(dc(&t.fs, "entries"), 0);
+}
+
+#[test]
+fn the_last_forget_of_an_unlinked_file_frees_its_pages_and_entry() {
+    let t = setup(default_cfg());
+    std::fs::write(t.src.join("gone"), vec![3u8; 9000]).expect("write");
+    let before = t.fs.data.inode_count();
+    let e = walk(&t.fs, "gone").expect("gone");
+    assert_eq!(read_all(&t.fs, e.ino).len(), 9000);
+    assert_eq!(t.fs.data.inode_count(), before + 1);
+    t.fs.unlink(ROOT_INO, b"gone").expect("unlink");
+    // Still known to the kernel (an open file would keep it): pages stay.
+    assert_eq!(t.fs.data.inode_count(), before + 1);
+    t.fs.forget(e.ino, 1);
+    assert_eq!(
+        t.fs.data.inode_count(),
+        before,
+        "the unlinked file's page-cache entry outlived it"
+    );
+}
+
+#[test]
+fn a_drop_walks_the_subtree_not_every_known_inode() {
+    let t = setup(default_cfg());
+    for i in 0..300 {
+        std::fs::write(t.src.join(format!("d/many{i}")), b"x").expect("write");
+    }
+    std::fs::create_dir(t.src.join("empty")).expect("mkdir");
+    for i in 0..300 {
+        walk(&t.fs, &format!("d/many{i}")).expect("lookup");
+    }
+    walk(&t.fs, "d/e/f").expect("f");
+    let empty = walk(&t.fs, "empty").expect("empty");
+    let out = t.fs.drop_dir(empty.ino, DropMode::All, ME).expect("drop");
+    assert!(
+        out.args.visited <= 2,
+        "an empty directory's drop visited {}",
+        out.args.visited
+    );
+    let e = walk(&t.fs, "d/e").expect("e");
+    let out = t.fs.drop_dir(e.ino, DropMode::Pages, ME).expect("drop");
+    assert!(
+        (1..=4).contains(&out.args.visited),
+        "d/e's drop visited {}",
+        out.args.visited
+    );
+    // The whole tree: every known inode under the root is found.
+    let out = t.fs.drop_dir(ROOT_INO, DropMode::Pages, ME).expect("drop");
+    assert!(out.args.visited >= 303, "the root's drop visited {}", out.args.visited);
+}
+
+#[test]
+fn the_children_index_follows_renames_and_forgets() {
+    let t = setup(default_cfg());
+    let d = walk(&t.fs, "d").expect("d");
+    let e = walk(&t.fs, "d/e").expect("e");
+    let f = walk(&t.fs, "d/e/f").expect("f");
+    let under = |ino: u64| -> Vec<(u64, u32)> {
+        let mut v: Vec<_> = t.fs.table.known_under(ino).0.iter().map(|(i, d)| (i.ino, *d)).collect();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(under(d.ino), [(e.ino, 1), (f.ino, 2)]);
+    t.fs.rename(e.ino, b"f", d.ino, b"f2", 0).expect("rename");
+    assert_eq!(under(e.ino), []);
+    assert_eq!(under(d.ino), [(e.ino, 1), (f.ino, 1)]);
+    t.fs.forget(f.ino, 1);
+    assert_eq!(under(d.ino), [(e.ino, 1)]);
+    // walk() looked d up three times and e twice.
+    t.fs.forget(e.ino, 2);
+    t.fs.forget(d.ino, 3);
+    assert_eq!(
+        t.fs.table.indexed_parents(),
+        0,
+        "the index kept a parent with no known child"
+    );
+}
+
+#[test]
+fn opens_of_one_inode_and_mode_share_one_descriptor() {
+    let t = setup(default_cfg());
+    let a = walk(&t.fs, "a.txt").expect("a");
+    let fhs: Vec<u64> = (0..100)
+        .map(|_| t.fs.open(a.ino, libc::O_RDONLY, ME).expect("open").fh)
+        .collect();
+    assert_eq!(t.fs.shared.live(), 1);
+    assert_eq!(t.fs.files.len(), 100, "every open keeps its own handle");
+    assert_eq!(t.fs.read(fhs[7], 0, 100).expect("read"), b"hello");
+    // Another mode is another descriptor; O_APPEND stays per handle.
+    let w = t.fs.open(a.ino, libc::O_WRONLY | libc::O_APPEND, ME).expect("open");
+    assert_eq!(t.fs.shared.live(), 2);
+    t.fs.write(w.fh, 0, b"!").expect("write");
+    assert_eq!(std::fs::read(t.src.join("a.txt")).expect("read"), b"hello!");
+    for fh in &fhs[..99] {
+        t.fs.release(*fh).expect("release");
+    }
+    assert_eq!(t.fs.shared.live(), 2);
+    t.fs.release(fhs[99]).expect("release");
+    t.fs.release(w.fh).expect("release");
+    assert_eq!((t.fs.shared.live(), t.fs.shared.entries()), (0, 0));
+    // O_TRUNC truncates even when a descriptor of the same mode is open.
+    let rw = t.fs.open(a.ino, libc::O_RDWR, ME).expect("open");
+    let tr =
+        t.fs.open(a.ino, libc::O_RDWR | libc::O_TRUNC, ME)
+            .expect("open O_TRUNC");
+    assert_eq!(t.fs.shared.live(), 1);
+    assert_eq!(std::fs::metadata(t.src.join("a.txt")).expect("stat").len(), 0);
+    t.fs.release(rw.fh).expect("release");
+    t.fs.release(tr.fh).expect("release");
+}
+
+#[test]
+fn a_non_root_open_past_the_reserve_is_emfile_and_roots_is_not() {
+    // A limit of 2 puts the threshold at 1: any new descriptor is above it.
+    let t = setup(FsConfig {
+        fd_limit: 2,
+        fd_pool: 0,
+        ..default_cfg()
+    });
+    let a = walk(&t.fs, "a.txt").expect("a");
+    let nobody = Caller {
+        uid: 65534,
+        gid: 65534,
+        pid: 1,
+    };
+    err(t.fs.open(a.ino, libc::O_RDONLY, nobody), libc::EMFILE);
+    err(t.fs.opendir(ROOT_INO, nobody), libc::EMFILE);
+    err(
+        t.fs.create(ROOT_INO, b"new", 0o644, libc::O_WRONLY, nobody),
+        libc::EMFILE,
+    );
+    assert!(!t.src.join("new").exists(), "a refused create made the file");
+    let o = t.fs.open(a.ino, libc::O_RDONLY, ME).expect("root's open");
+    // Nobody may share the descriptor root opened: no new descriptor is needed.
+    let n = t.fs.open(a.ino, libc::O_RDONLY, nobody).expect("a shared open");
+    assert_eq!(t.fs.gate.refusals(), 3);
+    t.fs.release(o.fh).expect("release");
+    t.fs.release(n.fh).expect("release");
 }

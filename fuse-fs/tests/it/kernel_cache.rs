@@ -212,3 +212,57 @@ fn forgotten_inodes_leave_the_inode_table() {
         "still {last} inodes known 10 s after the kernel was told to forget 1000"
     );
 }
+
+#[test]
+fn a_drops_invalidations_go_through_the_bounded_queue_and_drain() {
+    let Some(m) = Mount::with(ARGS, tree) else { return };
+    for i in 0..10 {
+        assert_eq!(fs::read(m.at(&format!("d/f{i}"))).unwrap(), content(i, 9000));
+    }
+    sys::drop_dir(&m.at("d"), DropMode::All).unwrap();
+    // The adapter queues them right after the reply: allow it a moment.
+    let mut pushed = 0;
+    let queued = eventually(Duration::from_secs(5), || {
+        pushed = m.stat("kernel_inval", "pushed");
+        // An entry and an inode invalidation for each of the ten files.
+        pushed >= 20
+    });
+    assert!(queued, "{pushed} invalidations queued by a drop of 10 files");
+    assert_eq!(m.stat("kernel_inval", "overflows"), 0);
+    assert!(
+        eventually(Duration::from_secs(5), || m.stat("kernel_inval", "queued") == 0),
+        "the invalidation thread did not drain the queue"
+    );
+}
+
+#[test]
+fn a_freed_inode_gives_its_page_cache_entry_back() {
+    // Mode 2 drops names, not pages; the kernel then forgets the inodes, and
+    // once nothing holds them their page-cache entries must go too.
+    let Some(m) = Mount::with(ARGS, |src| {
+        for i in 0..200 {
+            write_tree(src, &[(&format!("many/f{i:03}"), &content(i, 5000))]);
+        }
+    }) else {
+        return;
+    };
+    for i in 0..200 {
+        assert_eq!(fs::read(m.at(&format!("many/f{i:03}"))).unwrap(), content(i, 5000));
+    }
+    let cached = m.stat("pagecache", "inodes");
+    assert!(cached >= 200, "{cached} page-cache entries after reading 200 files");
+    sys::drop_dir(&m.at("many"), DropMode::Dentries).unwrap();
+    let mut left = cached;
+    let mut probe = 0;
+    let freed = eventually(Duration::from_secs(10), || {
+        // Lookups through the mount let the daemon collect what it freed.
+        probe += 1;
+        let _ = fs::metadata(m.at(&format!("missing{probe}")));
+        left = m.stat("pagecache", "inodes");
+        left < 20
+    });
+    assert!(
+        freed,
+        "{left} of {cached} page-cache entries left 10 s after the kernel forgot the files"
+    );
+}

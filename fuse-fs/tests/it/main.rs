@@ -14,4 +14,5 @@ mod harness;
 mod kernel_cache;
 mod lifecycle;
 mod posix;
+mod resources;
 mod sys;

@@ -1,0 +1,249 @@
+//! The kernel-invalidation queue (kernel-cache mode): bounded and coalescing.
+//!
+//! # Design
+//! Request handlers hand invalidations to `fuse.rs` after their reply; it
+//! pushes them here and the invalidation thread pops them and tells the
+//! kernel. The queue is keyed by what is invalidated: an entry by
+//! `(parent, name)`, an inode by node id. Pushing a key that is already
+//! queued merges into the queued one (for an inode, the widest range wins:
+//! offset 0 = attributes and every page, -1 = attributes only) and keeps its
+//! place, so repeated drops of one directory cost nothing more.
+//!
+//! # Invariants
+//! - The queue never holds more than `bound` keys; a push beyond that is
+//!   dropped and counted in `overflows` (the kernel then keeps its copy until
+//!   the entry and attribute timeouts, as with any lost notification).
+//! - `push` never blocks on the consumer: it takes one leaf lock for a few
+//!   map operations. A FUSE worker that blocked here while the invalidation
+//!   thread waits for a kernel inode lock held by that worker's request
+//!   could deadlock.
+//! - Keys come out in the order they were first queued (drops queue theirs
+//!   bottom-up, as the kernel wants them).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::{Condvar, Mutex};
+
+/// A kernel cache invalidation to send after the reply (kernel-cache mode).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Inval {
+    /// `inval_entry(parent, name)`.
+    Entry {
+        /// Directory node id.
+        parent: u64,
+        /// Name.
+        name: Vec<u8>,
+    },
+    /// `inval_inode(ino, offset, len)`: offset 0, len 0 = attributes and all
+    /// pages; offset -1 = attributes only.
+    Inode {
+        /// Node id.
+        ino: u64,
+        /// Offset (-1: attributes only).
+        offset: i64,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    Entry(u64, Vec<u8>),
+    Inode(u64),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    order: VecDeque<Key>,
+    /// Queued keys; for an inode, the offset to send.
+    queued: HashMap<Key, i64>,
+    closed: bool,
+}
+
+/// The bounded, coalescing queue.
+#[derive(Debug)]
+pub struct InvalQueue {
+    state: Mutex<State>,
+    ready: Condvar,
+    bound: usize,
+    pushed: AtomicU64,
+    coalesced: AtomicU64,
+    overflows: AtomicU64,
+}
+
+/// The queue's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InvalStats {
+    /// Keys queued now.
+    pub queued: u64,
+    /// Invalidations pushed since the mount.
+    pub pushed: u64,
+    /// Pushes merged into a key already queued.
+    pub coalesced: u64,
+    /// Pushes dropped because the queue was full.
+    pub overflows: u64,
+}
+
+/// Most invalidations queued by default.
+pub const DEFAULT_BOUND: usize = 65_536;
+
+impl InvalQueue {
+    /// A queue holding at most `bound` (at least 1) keys.
+    pub fn new(bound: usize) -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            ready: Condvar::new(),
+            bound: bound.max(1),
+            pushed: AtomicU64::new(0),
+            coalesced: AtomicU64::new(0),
+            overflows: AtomicU64::new(0),
+        }
+    }
+
+    /// Queues `items`; never waits for the consumer.
+    pub fn push(&self, items: impl IntoIterator<Item = Inval>) {
+        let mut added = false;
+        {
+            let mut st = self.state.lock();
+            if st.closed {
+                return;
+            }
+            for item in items {
+                self.pushed.fetch_add(1, Ordering::Relaxed);
+                let (key, offset) = match item {
+                    Inval::Entry { parent, name } => (Key::Entry(parent, name), 0),
+                    Inval::Inode { ino, offset } => (Key::Inode(ino), offset),
+                };
+                if let Some(queued) = st.queued.get_mut(&key) {
+                    // Offset 0 covers the pages and the attributes; a
+                    // positive offset covers the pages from there on.
+                    if offset >= 0 && (*queued < 0 || offset < *queued) {
+                        *queued = offset;
+                    }
+                    self.coalesced.fetch_add(1, Ordering::Relaxed);
+                } else if st.order.len() >= self.bound {
+                    self.overflows.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    st.queued.insert(key.clone(), offset);
+                    st.order.push_back(key);
+                    added = true;
+                }
+            }
+        }
+        if added {
+            self.ready.notify_one();
+        }
+    }
+
+    /// Takes the oldest invalidation, waiting for one; `None` once the queue
+    /// is closed and empty.
+    pub fn pop(&self) -> Option<Inval> {
+        let mut st = self.state.lock();
+        loop {
+            if let Some(key) = st.order.pop_front() {
+                let offset = st.queued.remove(&key).unwrap_or(0);
+                return Some(match key {
+                    Key::Entry(parent, name) => Inval::Entry { parent, name },
+                    Key::Inode(ino) => Inval::Inode { ino, offset },
+                });
+            }
+            if st.closed {
+                return None;
+            }
+            self.ready.wait(&mut st);
+        }
+    }
+
+    /// Ends the queue: pushes are ignored, and `pop` returns `None` once
+    /// what is queued has been taken.
+    pub fn close(&self) {
+        self.state.lock().closed = true;
+        self.ready.notify_all();
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> InvalStats {
+        InvalStats {
+            queued: self.state.lock().order.len() as u64,
+            pushed: self.pushed.load(Ordering::Relaxed),
+            coalesced: self.coalesced.load(Ordering::Relaxed),
+            overflows: self.overflows.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Default for InvalQueue {
+    fn default() -> Self {
+        Self::new(DEFAULT_BOUND)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(parent: u64, name: &str) -> Inval {
+        Inval::Entry {
+            parent,
+            name: name.as_bytes().to_vec(),
+        }
+    }
+
+    fn inode(ino: u64, offset: i64) -> Inval {
+        Inval::Inode { ino, offset }
+    }
+
+    fn drain(q: &InvalQueue) -> Vec<Inval> {
+        q.close();
+        std::iter::from_fn(|| q.pop()).collect()
+    }
+
+    #[test]
+    fn same_keys_coalesce_in_first_order_and_the_widest_range_wins() {
+        let q = InvalQueue::new(100);
+        q.push([entry(1, "a"), inode(5, -1), entry(1, "b")]);
+        q.push([entry(1, "a"), inode(5, 0), inode(6, -1), inode(6, -1), entry(2, "a")]);
+        // Attributes-only never narrows a queued full invalidation.
+        q.push([inode(5, -1)]);
+        let s = q.stats();
+        assert_eq!((s.queued, s.pushed, s.coalesced, s.overflows), (5, 9, 4, 0));
+        assert_eq!(
+            drain(&q),
+            [entry(1, "a"), inode(5, 0), entry(1, "b"), inode(6, -1), entry(2, "a")]
+        );
+    }
+
+    #[test]
+    fn the_bound_holds_and_overflows_are_counted() {
+        let q = InvalQueue::new(3);
+        q.push((0..10).map(|i| inode(i, 0)));
+        // A key already queued still coalesces when the queue is full.
+        q.push([inode(1, -1), inode(2, 0)]);
+        let s = q.stats();
+        assert_eq!((s.queued, s.overflows, s.coalesced), (3, 7, 2));
+        assert_eq!(drain(&q), [inode(0, 0), inode(1, 0), inode(2, 0)]);
+        // Popped keys make room again.
+        let q = InvalQueue::new(2);
+        q.push([inode(1, 0), inode(2, 0)]);
+        assert_eq!(q.pop(), Some(inode(1, 0)));
+        q.push([inode(3, 0)]);
+        assert_eq!(q.stats().overflows, 0);
+        assert_eq!(drain(&q), [inode(2, 0), inode(3, 0)]);
+    }
+
+    #[test]
+    fn pop_waits_for_a_push_and_ends_at_close() {
+        let q = std::sync::Arc::new(InvalQueue::new(8));
+        let consumer = {
+            let q = q.clone();
+            std::thread::spawn(move || std::iter::from_fn(|| q.pop()).collect::<Vec<_>>())
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        q.push([entry(1, "x")]);
+        q.push([inode(2, 0)]);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        q.close();
+        // Pushes after close are ignored.
+        q.push([inode(3, 0)]);
+        assert_eq!(consumer.join().unwrap(), [entry(1, "x"), inode(2, 0)]);
+    }
+}
