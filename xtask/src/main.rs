@@ -8,6 +8,7 @@ mod bench;
 mod ci;
 mod demo;
 mod fsbench;
+mod mount;
 mod util;
 
 use anyhow::{Result, bail};
