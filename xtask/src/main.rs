@@ -9,6 +9,7 @@ mod ci;
 mod demo;
 mod fsbench;
 mod mount;
+mod soak;
 mod util;
 
 use anyhow::{Result, bail};
@@ -26,6 +27,12 @@ Tasks:
   fsbench [--quick] [--keep]
                   the mount against the native source filesystem
   demo            mount a generated example tree and show what rcufs does
+  soak [--minutes N] [--mode default|kernel-cache|both] [--seed S] [--workers W]
+       [--page-cache-size SIZE] [--release] [--keep] [--skip CLASS,...]
+                  rcufs under a long multi-process load in each mode, every byte
+                  read checked against a model; samples RSS and descriptors
+                  into target/rcufs-soak/MODE.csv; fails on a miscompare, an
+                  unexpected errno, a hang, an ERROR log line or RSS over bound
   tidy            fmt check and clippy only
   help            this text
 ";
@@ -48,6 +55,9 @@ fn run() -> Result<()> {
         Some("bench") => bench::bench(&rest),
         Some("fsbench") => fsbench::fsbench(&rest),
         Some("demo") => demo::demo(),
+        Some("soak") => soak::soak(&rest),
+        // Started by `soak` itself, one process per worker.
+        Some("soak-worker") => soak::worker::main(&rest),
         None | Some("help" | "-h" | "--help") => {
             print!("{HELP}");
             Ok(())
