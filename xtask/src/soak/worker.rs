@@ -276,10 +276,12 @@ fn hex(b: &[u8]) -> String {
 
 impl Worker {
     fn new(a: &Args) -> Worker {
+        // A class name skips its kinds; a kind's name skips that kind.
         let skipped: BTreeSet<&str> = CLASSES
             .iter()
             .filter(|(c, _)| a.skip.contains(*c))
             .flat_map(|(_, kinds)| kinds.iter().copied())
+            .chain(KINDS.iter().copied().filter(|k| a.skip.contains(*k)))
             .collect();
         Worker {
             id: a.id,
@@ -1127,7 +1129,7 @@ impl Worker {
 
 /// Drops the caches under `dir` by the drop ioctl or the `user.rcufs.drop`
 /// extended attribute, with `mode` 1, 2 or 3.
-fn drop_dir(dir: &Path, mode: u32, xattr: bool) -> Result<()> {
+pub fn drop_dir(dir: &Path, mode: u32, xattr: bool) -> Result<()> {
     let c = CString::new(dir.as_os_str().as_bytes())?;
     if xattr {
         let value = match mode {
