@@ -18,8 +18,9 @@
 //! most [`MAX_FILE`] bytes, there are at most [`MAX_FILES`] files and
 //! [`MAX_DIRS`] directories.
 //!
-//! On success the worker prints one JSON line on stdout: operations by kind
-//! and bytes verified.
+//! The worker writes its counts (operations by kind, bytes verified) as JSON
+//! to the `--stats` file every 2 s and at the end, marked `final` when it
+//! finished without a failure.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ffi::CString;
@@ -149,6 +150,7 @@ struct Args {
     until_ms: u64,
     max_ops: u64,
     skip: BTreeSet<String>,
+    stats: PathBuf,
 }
 
 fn parse(args: &[String]) -> Result<Args> {
@@ -161,6 +163,7 @@ fn parse(args: &[String]) -> Result<Args> {
         until_ms: 0,
         max_ops: u64::MAX,
         skip: BTreeSet::new(),
+        stats: PathBuf::new(),
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -173,12 +176,14 @@ fn parse(args: &[String]) -> Result<Args> {
             "--seed" => a.seed = value.parse()?,
             "--until-ms" => a.until_ms = value.parse()?,
             "--max-ops" => a.max_ops = value.parse()?,
+            "--stats" => a.stats = value.into(),
             "--skip" => a.skip = value.split(',').filter(|s| !s.is_empty()).map(String::from).collect(),
             _ => bail!("soak-worker: unknown argument {flag}"),
         }
     }
-    if a.mnt.as_os_str().is_empty() || a.src.as_os_str().is_empty() || a.until_ms == 0 {
-        bail!("soak-worker needs --mnt, --src and --until-ms");
+    if a.mnt.as_os_str().is_empty() || a.src.as_os_str().is_empty() || a.stats.as_os_str().is_empty() || a.until_ms == 0
+    {
+        bail!("soak-worker needs --mnt, --src, --stats and --until-ms");
     }
     Ok(a)
 }
@@ -196,14 +201,9 @@ pub fn main(args: &[String]) -> Result<()> {
     install_sigbus_handler();
     let mut w = Worker::new(&args);
     let result = w.run(&args);
+    w.write_stats(result.is_ok())?;
     match result {
-        Ok(()) => {
-            let ops: serde_json::Map<String, serde_json::Value> =
-                w.ops.iter().map(|(k, v)| ((*k).to_string(), (*v).into())).collect();
-            let line = serde_json::json!({"ops": ops, "bytes_verified": w.bytes_verified});
-            println!("{line}");
-            Ok(())
-        }
+        Ok(()) => Ok(()),
         Err(e) => {
             let mut msg = format!(
                 "worker {}: {e:#}\nlast operations of worker {} (oldest first):",
@@ -248,6 +248,8 @@ struct Worker {
     ops: BTreeMap<&'static str, u64>,
     bytes_verified: u64,
     enabled: Vec<&'static str>,
+    /// Where the counts go (see `write_stats`).
+    stats: PathBuf,
 }
 
 fn parent(rel: &str) -> &str {
@@ -297,6 +299,7 @@ impl Worker {
             ops: BTreeMap::new(),
             bytes_verified: 0,
             enabled: KINDS.iter().copied().filter(|k| !skipped.contains(k)).collect(),
+            stats: a.stats.clone(),
         }
     }
 
@@ -355,6 +358,18 @@ impl Worker {
         }
     }
 
+    /// Writes the counts so far to the stats file (whole, by rename), with
+    /// `final` set once the worker has finished without a failure.
+    fn write_stats(&self, last: bool) -> Result<()> {
+        let ops: serde_json::Map<String, serde_json::Value> =
+            self.ops.iter().map(|(k, v)| ((*k).to_string(), (*v).into())).collect();
+        let v = serde_json::json!({"ops": ops, "bytes_verified": self.bytes_verified, "final": last});
+        let tmp = self.stats.with_extension("tmp");
+        fs::write(&tmp, v.to_string()).with_context(|| format!("writing {}", tmp.display()))?;
+        fs::rename(&tmp, &self.stats).with_context(|| format!("renaming to {}", self.stats.display()))?;
+        Ok(())
+    }
+
     fn run(&mut self, a: &Args) -> Result<()> {
         // A starting set: three directories, eight files.
         for _ in 0..3 {
@@ -364,11 +379,18 @@ impl Worker {
             self.op_create()?;
         }
         let mut done = 0u64;
+        let mut next_stats = now_ms() + 2000;
         while done < a.max_ops && now_ms() < a.until_ms {
             let k = self.below(self.enabled.len());
             let kind = self.enabled[k];
             self.step(kind)?;
             done += 1;
+            if now_ms() >= next_stats {
+                // A snapshot, so that a worker killed after another one
+                // failed still shows what it verified.
+                self.write_stats(false)?;
+                next_stats += 2000;
+            }
         }
         Ok(())
     }
