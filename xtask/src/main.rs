@@ -30,10 +30,14 @@ Tasks:
   demo            mount a generated example tree and show what rcufs does
   soak [--minutes N] [--mode default|kernel-cache|both] [--seed S] [--workers W]
        [--page-cache-size SIZE] [--release] [--keep] [--skip CLASS,...]
-                  rcufs under a long multi-process load in each mode, every byte
-                  read checked against a model; samples RSS and descriptors
-                  into target/rcufs-soak/MODE.csv; fails on a miscompare, an
-                  unexpected errno, a hang, an ERROR log line or RSS over bound
+                  rcufs under a verified multi-process load, each mode in turn
+                  (defaults: 10 minutes per mode, both modes, 4 workers, 16M,
+                  debug build); every byte read checked against a model; RSS
+                  and descriptors every second in target/rcufs-soak/MODE.csv;
+                  fails on a miscompare, an unexpected errno, a hang, an ERROR
+                  log line, RSS over the bound or pages a full drop leaves.
+                  --skip takes classes (mmap, truncate, namespace, drops,
+                  src-reopen, src-drop) or single kinds; none by default
   tidy            fmt check and clippy only
   help            this text
 ";

@@ -488,7 +488,7 @@ fn run_mode_in(o: &Opts, mode: Mode, rcufs: &Path, dir: &Path, out: &Path, r: &m
     };
 
     let exe = std::env::current_exe().context("finding the xtask binary")?;
-    let mut workers: Vec<(usize, Option<Child>)> = Vec::new();
+    let mut workers = Workers(Vec::new());
     let mut spawn_err = None;
     for i in 0..o.workers {
         let _ = fs::remove_file(stats_path(out, mode, i));
@@ -510,7 +510,7 @@ fn run_mode_in(o: &Opts, mode: Mode, rcufs: &Path, dir: &Path, out: &Path, r: &m
             .stderr(stderr)
             .spawn();
         match child {
-            Ok(c) => workers.push((i, Some(c))),
+            Ok(c) => workers.0.push((i, Some(c))),
             Err(e) => {
                 spawn_err = Some(format!("cannot start worker {i}: {e}"));
                 break;
@@ -557,7 +557,7 @@ fn run_mode_in(o: &Opts, mode: Mode, rcufs: &Path, dir: &Path, out: &Path, r: &m
         let now_ms = start.elapsed().as_millis() as u64 + 1;
         if since != 0 && now_ms.saturating_sub(since) > HANG_SECS * 1000 {
             hung = true;
-            let stacks = stacks(pid, &workers);
+            let stacks = stacks(pid, &workers.0);
             let stack_file = out.join(format!("{}-hang.txt", mode.name()));
             let _ = fs::write(&stack_file, &stacks);
             let how = abort_connection(dev, &mut daemon);
@@ -569,7 +569,7 @@ fn run_mode_in(o: &Opts, mode: Mode, rcufs: &Path, dir: &Path, out: &Path, r: &m
             ));
         }
         let mut running = 0;
-        for (i, slot) in &mut workers {
+        for (i, slot) in &mut workers.0 {
             let Some(child) = slot else { continue };
             match child.try_wait()? {
                 None => running += 1,
@@ -596,10 +596,10 @@ fn run_mode_in(o: &Opts, mode: Mode, rcufs: &Path, dir: &Path, out: &Path, r: &m
 
     // Workers still running after a failure: after a hang they return once
     // the connection is aborted, with their last operations on stderr.
-    if workers.iter().any(|w| w.1.is_some()) && hung {
+    if workers.0.iter().any(|w| w.1.is_some()) && hung {
         std::thread::sleep(Duration::from_secs(3));
     }
-    for (i, slot) in &mut workers {
+    for (i, slot) in &mut workers.0 {
         if let Some(mut child) = slot.take() {
             if let Ok(Some(status)) = child.try_wait() {
                 let err = fs::read_to_string(out.join(format!("{}-w{i}.err", mode.name()))).unwrap_or_default();
@@ -614,7 +614,7 @@ fn run_mode_in(o: &Opts, mode: Mode, rcufs: &Path, dir: &Path, out: &Path, r: &m
         }
     }
 
-    for i in 0..workers.len() {
+    for i in 0..workers.0.len() {
         collect(&stats_path(out, mode, i), i, r);
     }
 
@@ -667,6 +667,22 @@ fn final_drop(rcufs: &Path, mnt: &Path, pid: u32, r: &mut Report) -> Result<()> 
         );
     }
     Ok(())
+}
+
+/// The worker processes of a mode. Dropping it (an early return, a panic)
+/// kills, by process id, those still running; it is declared after the
+/// [`Daemon`], so it drops first and the workers are gone before the unmount.
+struct Workers(Vec<(usize, Option<Child>)>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for (i, slot) in &mut self.0 {
+            if let Some(mut child) = slot.take() {
+                let _ = child.kill();
+                reap(child, *i);
+            }
+        }
+    }
 }
 
 /// Waits (up to 10 s) for a killed worker; a worker stuck in the kernel on a
