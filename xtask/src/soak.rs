@@ -87,10 +87,11 @@ struct Opts {
     page_cache_bytes: u64,
     skip: Vec<String>,
     max_ops: u64,
+    out: Option<std::path::PathBuf>,
 }
 
 const USAGE: &str = "cargo xtask soak [--minutes N] [--mode default|kernel-cache|both] [--seed S] [--workers W]
-                 [--page-cache-size SIZE] [--release] [--keep] [--skip CLASS,...] [--max-ops N]";
+                 [--page-cache-size SIZE] [--release] [--keep] [--skip CLASS,...] [--max-ops N] [--out DIR]";
 
 fn parse_size(s: &str) -> Option<u64> {
     let (num, mult) = match s.chars().last()? {
@@ -115,6 +116,7 @@ fn parse(args: &[String]) -> Result<Opts> {
         page_cache_bytes: 16 << 20,
         skip: Vec::new(),
         max_ops: 100_000_000,
+        out: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -164,6 +166,7 @@ fn parse(args: &[String]) -> Result<Opts> {
                 }
             }
             "--max-ops" => o.max_ops = value()?.parse().context("--max-ops")?,
+            "--out" => o.out = Some(value()?.into()),
             "--keep" => o.keep = true,
             "--release" => o.release = true,
             "-h" | "--help" => {
@@ -205,7 +208,7 @@ pub fn soak(args: &[String]) -> Result<()> {
     if !rcufs.is_file() {
         bail!("the build did not produce {}", rcufs.display());
     }
-    let out = target_dir().join("rcufs-soak");
+    let out = o.out.clone().unwrap_or_else(|| target_dir().join("rcufs-soak"));
     fs::create_dir_all(&out)?;
     let base = std::env::temp_dir().join(format!("rcufs-soak-{}", std::process::id()));
     let _ = fs::remove_dir_all(&base);
@@ -527,6 +530,7 @@ fn run_mode_in(o: &Opts, mode: Mode, rcufs: &Path, dir: &Path, out: &Path, r: &m
     let mut next_sample = Instant::now();
     let hard_deadline = start + Duration::from_secs_f64(o.secs + 60.0);
     let mut hung = false;
+    let mut daemon_gone = false;
     while r.failures.is_empty() {
         if Instant::now() >= next_sample {
             next_sample += Duration::from_secs(1);
@@ -548,6 +552,7 @@ fn run_mode_in(o: &Opts, mode: Mode, rcufs: &Path, dir: &Path, out: &Path, r: &m
             r.failures.push("interrupted (SIGINT or SIGTERM)".into());
         }
         if let Some(status) = daemon.exited() {
+            daemon_gone = true;
             r.failures.push(format!(
                 "the daemon exited during the run ({status}); its log ends:\n{}",
                 tail(&daemon.log_text(), 20)
@@ -623,9 +628,20 @@ fn run_mode_in(o: &Opts, mode: Mode, rcufs: &Path, dir: &Path, out: &Path, r: &m
         // files (the kernel sends RELEASE asynchronously).
         std::thread::sleep(Duration::from_millis(1500));
         r.fds_end = sample(pid, start.elapsed().as_secs_f64()).map(|s| s.fds);
-        if let Err(e) = final_drop(rcufs, &mnt, pid, r) {
-            r.failures.push(format!("{e:#}"));
+    }
+    // Also after a failure (a miscompare, the RSS bound), as long as the
+    // mount still answers: what a full drop leaves tells a leak from a cache.
+    match daemon.exited() {
+        Some(status) => r.failures.push(format!(
+            "the daemon exited before the end of the run ({status}); its log ends:\n{}",
+            tail(&daemon.log_text(), 20)
+        )),
+        None if !hung && !daemon_gone => {
+            if let Err(e) = final_drop(rcufs, &mnt, pid, r) {
+                r.failures.push(format!("{e:#}"));
+            }
         }
+        None => {}
     }
     watch.stop.store(true, Ordering::Relaxed);
     if let Err(e) = daemon.stop() {
