@@ -201,9 +201,11 @@ pub fn main(args: &[String]) -> Result<()> {
     install_sigbus_handler();
     let mut w = Worker::new(&args);
     let result = w.run(&args);
-    w.write_stats(result.is_ok())?;
+    // The failure's message matters more than the counts: a stats file
+    // that cannot be written fails only a run that otherwise passed.
+    let stats = w.write_stats(result.is_ok());
     match result {
-        Ok(()) => Ok(()),
+        Ok(()) => stats,
         Err(e) => {
             let mut msg = format!(
                 "worker {}: {e:#}\nlast operations of worker {} (oldest first):",
