@@ -836,3 +836,66 @@ fn abort_connection(dev: Option<(u32, u32)>, daemon: &mut Daemon) -> String {
     daemon.kill();
     "killed the daemon (SIGKILL) to abort the FUSE connection (fusectl unavailable)".into()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> Report {
+        Report {
+            mode: Mode::Default,
+            secs: 0.0,
+            ops: BTreeMap::new(),
+            bytes_verified: 0,
+            samples: Vec::new(),
+            fds_end: None,
+            after_drop: None,
+            partial: false,
+            warnings: BTreeMap::new(),
+            failures: Vec::new(),
+            workers_killed: false,
+            late_errors: Vec::new(),
+            rss_bound_kib: 0,
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("32M"), Some(32 << 20));
+        assert_eq!(parse_size("1.5k"), Some(1536));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("-1M"), None);
+    }
+
+    #[test]
+    fn log_levels() {
+        let dir = std::env::temp_dir().join(format!("rcufs-soak-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("log");
+        fs::write(
+            &log,
+            "2026-01-01T00:00:00Z  INFO rcufs: serving\n\
+             2026-01-01T00:00:01Z  WARN fuse_fs::fuse: odd errno=5\n\
+             2026-01-01T00:00:02Z  WARN fuse_fs::fuse: odd errno=5\n\
+             \x1b[2m2026-01-01T00:00:03Z\x1b[0m \x1b[31mERROR\x1b[0m fuser::reply: boom\n\
+             2026-01-01T00:00:04Z ERROR half a line",
+        )
+        .unwrap();
+        let mut r = report();
+        let mut pos = 0;
+        scan_log(&log, &mut pos, &mut r);
+        assert_eq!(r.warnings.get("fuse_fs::fuse: odd errno=5"), Some(&2));
+        assert_eq!(r.failures.len(), 1, "{:?}", r.failures);
+        assert!(r.failures[0].contains("ERROR fuser::reply: boom"));
+        // The unfinished last line is read once it is whole; after workers
+        // were killed an ERROR line is listed, not failed on.
+        let mut f = fs::OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(b"\n").unwrap();
+        r.workers_killed = true;
+        scan_log(&log, &mut pos, &mut r);
+        assert_eq!(r.failures.len(), 1);
+        assert_eq!(r.late_errors.len(), 1);
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
