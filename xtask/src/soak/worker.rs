@@ -550,7 +550,16 @@ impl Worker {
             off + lo,
             show(got),
         );
-        if let Some(prev) = &self.files[i].prev {
+        if let Some(prev) = &self.files[i].prev
+            && first >= got.len()
+        {
+            msg.push_str(&format!(
+                "\n  the read stopped short at offset {}; the file's size before the last change made in the source \
+                 was {} bytes",
+                off + got.len(),
+                prev.len()
+            ));
+        } else if let Some(prev) = &self.files[i].prev {
             let at = off + first;
             let k = got.len().min(want.len()).max(first + 1).min(got.len());
             let stale = prev.len() >= off + k && got[first..k] == prev[at..off + k];
