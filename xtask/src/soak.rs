@@ -20,11 +20,17 @@
 //!   exiting before the end fails the run;
 //! - a worker that exits non-zero (a miscompare, an unexpected errno) fails
 //!   the run with the worker's message, which names the file, the offset,
-//!   the expected and the read bytes and the worker's last operations.
+//!   the expected and the read bytes and the worker's last operations;
+//! - at the end (also after a failure, if the mount still answers) it drops
+//!   everything (mode 3 on the mount root) and fails if the page cache still
+//!   holds pages: pages no drop reaches are memory never given back.
 //!
 //! Workers stop by themselves at a common deadline. Whatever happens (error,
-//! panic), the [`Daemon`] guard unmounts and reaps the daemon, and workers
-//! still running are killed by their process ids.
+//! panic, SIGINT/SIGTERM), the [`Workers`] guard kills the workers still
+//! running by their process ids and the [`Daemon`] guard then unmounts and
+//! reaps the daemon. An ERROR line that fuser logs after workers were killed
+//! (a reply to a request whose process is gone) is listed, not failed on.
+//! `--out DIR` puts the files elsewhere than `target/rcufs-soak`.
 
 pub mod worker;
 
