@@ -238,6 +238,11 @@ pub fn soak(args: &[String]) -> Result<()> {
         reports.push(report);
     }
 
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: restores the default action (`cargo xtask ci` runs more
+        // steps after this one, which Ctrl-C should stop as before).
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
     let still_mounted = o
         .modes
         .iter()
