@@ -1,4 +1,7 @@
 //! `cargo xtask ci`, `cargo xtask loom`, `cargo xtask tidy`.
+//!
+//! `ci` runs fmt, clippy, the tests, a one-minute soak, the bench build and
+//! the loom models.
 
 use std::time::Instant;
 
@@ -14,10 +17,11 @@ const LOOM_RUSTFLAGS: &str = "--cfg rcufs_loom --cfg crossbeam_loom";
 /// any step failed.
 pub fn ci() -> Result<()> {
     type Step = (&'static str, fn() -> Result<()>);
-    let steps: [Step; 5] = [
+    let steps: [Step; 6] = [
         ("fmt", fmt),
         ("clippy", clippy),
         ("test", test),
+        ("soak", soak),
         ("bench-build", bench_build),
         ("loom", || loom(None)),
     ];
@@ -75,6 +79,12 @@ fn test() -> Result<()> {
     run(cargo()
         .args(["test", "--workspace", "--locked"])
         .env("RCUFS_REQUIRE_MOUNT", "1"))
+}
+
+/// One minute of `cargo xtask soak`: 30 s per mode on the debug binary the
+/// tests just built, with every operation class on.
+fn soak() -> Result<()> {
+    crate::soak::soak(&["--minutes".to_string(), "0.5".to_string()])
 }
 
 /// Builds the benches (release) so that a bench that no longer compiles or

@@ -7,20 +7,20 @@
 //! dropped with `rcufs drop`, drops another directory with
 //! `setfattr -n user.rcufs.drop -v 3`, shows the stats again and unmounts.
 //!
-//! Whatever happens, the mount is taken down before the task ends: the
-//! [`Daemon`] guard sends SIGTERM (rcufs unmounts cleanly on it), and falls
-//! back to `umount -l` if the mount outlives the daemon; the temporary tree
-//! is removed only once nothing is mounted on it.
+//! Whatever happens, the mount is taken down before the task ends (the
+//! [`Daemon`] guard of `mount.rs`); the temporary tree is removed only once
+//! nothing is mounted on it.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
-use crate::util::{cargo, ensure_programs, root, run};
+use crate::mount::{Daemon, mounted_at, target_dir};
+use crate::util::{cargo, ensure_programs, run};
 
 /// Top-level directories of the sample tree, with (subdirectories, files per
 /// subdirectory).
@@ -159,14 +159,6 @@ fn section(title: &str) {
     println!("\n=== {title} ===");
 }
 
-/// The cargo target directory (honours `CARGO_TARGET_DIR`).
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => root().join(dir),
-        None => root().join("target"),
-    }
-}
-
 /// Writes the sample tree; returns (files, bytes).
 fn generate(src: &Path) -> Result<(usize, u64)> {
     let (mut files, mut bytes) = (0, 0u64);
@@ -287,119 +279,4 @@ fn human(n: u64) -> String {
         1024..1_048_576 => format!("{:.1} KiB", n as f64 / 1024.0),
         _ => format!("{:.1} MiB", n as f64 / 1_048_576.0),
     }
-}
-
-/// Whether mountinfo lists a mount at `mnt`; returns its filesystem type and source.
-fn mounted_at(mnt: &Path) -> Option<(String, String)> {
-    let text = fs::read_to_string("/proc/self/mountinfo").ok()?;
-    text.lines().rev().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        let point = left.split(' ').nth(4)?;
-        let mut r = right.split(' ');
-        let (fstype, source) = (r.next().unwrap_or(""), r.next().unwrap_or(""));
-        (Path::new(point) == mnt).then(|| (fstype.to_string(), source.to_string()))
-    })
-}
-
-/// Whether the mount at `mnt` is rcufs: type `fuse.rcufs`, or `fuse` with
-/// source `rcufs` (a FUSE library mounting with mount(2) directly).
-fn rcufs_mounted_at(mnt: &Path) -> bool {
-    mounted_at(mnt).is_some_and(|(t, s)| t == "fuse.rcufs" || (t == "fuse" && s == "rcufs"))
-}
-
-/// The running `rcufs mount`; dropping it takes the mount down.
-struct Daemon {
-    child: Option<Child>,
-    mnt: PathBuf,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn start(rcufs: &Path, src: &Path, mnt: &Path, args: &[&str], log: &Path) -> Result<Daemon> {
-        let out = fs::File::create(log)?;
-        let child = Command::new(rcufs)
-            .arg("mount")
-            .arg(src)
-            .arg(mnt)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .spawn()
-            .context("cannot start rcufs")?;
-        let mut d = Daemon {
-            child: Some(child),
-            mnt: mnt.to_path_buf(),
-            log: log.to_path_buf(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !rcufs_mounted_at(mnt) {
-            if let Some(status) = d.child.as_mut().expect("started").try_wait()? {
-                d.child = None;
-                bail!("rcufs mount exited with {status}:\n{}", d.log_text());
-            }
-            if Instant::now() > deadline {
-                bail!("the mount did not appear within 20 s; rcufs says:\n{}", d.log_text());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(d)
-    }
-
-    fn log_text(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM, then wait up to 20 s for a clean exit.
-    fn stop(&mut self) -> Result<()> {
-        let Some(mut child) = self.child.take() else {
-            return Ok(());
-        };
-        signal_term(child.id());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(status) = child.try_wait()? {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                lazy_unmount(&self.mnt);
-                bail!(
-                    "rcufs did not exit within 20 s of SIGTERM; killed it:\n{}",
-                    self.log_text()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        if mounted_at(&self.mnt).is_some() {
-            lazy_unmount(&self.mnt);
-            bail!("rcufs exited ({status}) but left the mount behind; unmounted it lazily");
-        }
-        if !status.success() {
-            bail!("rcufs exited with {status}:\n{}", self.log_text());
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if self.child.is_some()
-            && let Err(e) = self.stop()
-        {
-            eprintln!("demo: while unmounting: {e:#}");
-        }
-        if mounted_at(&self.mnt).is_some() {
-            lazy_unmount(&self.mnt);
-        }
-    }
-}
-
-fn signal_term(pid: u32) {
-    let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
-}
-
-fn lazy_unmount(mnt: &Path) {
-    let _ = Command::new("umount").arg("-l").arg(mnt).status();
 }

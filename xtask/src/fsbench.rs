@@ -47,7 +47,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use crate::bench::out_dir;
-use crate::util::{cargo, ensure_programs, root, run};
+use crate::util::{Rng, cargo, ensure_programs, root, run};
 
 /// Sizes of the generated workloads.
 struct Scale {
@@ -270,18 +270,6 @@ fn is_rcufs_mount(mountpoint: &Path) -> bool {
 fn drop_kernel_caches() -> Result<()> {
     let _ = Command::new("sync").status();
     fs::write("/proc/sys/vm/drop_caches", "3").context("echo 3 > /proc/sys/vm/drop_caches (needs root)")
-}
-
-/// A small deterministic generator (xorshift64*), so the xtask needs no `rand`.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

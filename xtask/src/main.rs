@@ -8,6 +8,8 @@ mod bench;
 mod ci;
 mod demo;
 mod fsbench;
+mod mount;
+mod soak;
 mod util;
 
 use anyhow::{Result, bail};
@@ -17,7 +19,8 @@ cargo xtask <TASK>
 
 Tasks:
   ci              everything CI runs: fmt check, clippy -D warnings, all tests
-                  (mount tests included), loom models at preemption bound 2
+                  (mount tests included), a 1-minute soak (30 s per mode),
+                  loom models at preemption bound 2
   loom [FILTER]   the loom models (release, LOOM_MAX_PREEMPTIONS=2 unless set)
   bench [--quick] [--paper] [BENCH...]
                   criterion benches of the cache crates against their peers,
@@ -25,6 +28,16 @@ Tasks:
   fsbench [--quick] [--keep]
                   the mount against the native source filesystem
   demo            mount a generated example tree and show what rcufs does
+  soak [--minutes N] [--mode default|kernel-cache|both] [--seed S] [--workers W]
+       [--page-cache-size SIZE] [--release] [--keep] [--skip CLASS,...]
+                  rcufs under a verified multi-process load, each mode in turn
+                  (defaults: 10 minutes per mode, both modes, 4 workers, 16M,
+                  debug build); every byte read checked against a model; RSS
+                  and descriptors every second in target/rcufs-soak/MODE.csv;
+                  fails on a miscompare, an unexpected errno, a hang, an ERROR
+                  log line, RSS over the bound or pages a full drop leaves.
+                  --skip takes classes (mmap, truncate, namespace, drops,
+                  src-reopen, src-drop) or single kinds; none by default
   tidy            fmt check and clippy only
   help            this text
 ";
@@ -47,6 +60,9 @@ fn run() -> Result<()> {
         Some("bench") => bench::bench(&rest),
         Some("fsbench") => fsbench::fsbench(&rest),
         Some("demo") => demo::demo(),
+        Some("soak") => soak::soak(&rest),
+        // Started by `soak` itself, one process per worker.
+        Some("soak-worker") => soak::worker::main(&rest),
         None | Some("help" | "-h" | "--help") => {
             print!("{HELP}");
             Ok(())

@@ -1,4 +1,5 @@
-//! Running commands, finding the workspace, installing Debian packages.
+//! Running commands, finding the workspace, installing Debian packages, a
+//! small random number generator.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -103,4 +104,17 @@ pub fn loadavg() -> f64 {
         .ok()
         .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse().ok()))
         .unwrap_or(f64::NAN)
+}
+
+/// A small deterministic generator (xorshift64*), so the xtask needs no `rand`.
+/// The state must not be zero.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
 }
