@@ -832,10 +832,16 @@ impl Fs {
         let keep = {
             let mut stamp = inode.data_stamp.lock().expect("stamp lock");
             let same = *stamp == Some(now);
-            if stamp.is_some() && !same {
-                // Changed in the source since the cache saw it.
+            if !same {
+                // Changed in the source since the cache saw it, or no stamp
+                // vouches for the cached pages (a drop cleared it, and reads
+                // through a descriptor that stayed open may have filled pages
+                // since, from a file that may have changed again after them):
+                // either way they cannot be trusted.
                 self.data.drop_inode(inode.ino);
-                self.stale_opens.fetch_add(1, Ordering::Relaxed);
+                if stamp.is_some() {
+                    self.stale_opens.fetch_add(1, Ordering::Relaxed);
+                }
             }
             *stamp = Some(now);
             same
