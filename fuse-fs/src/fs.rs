@@ -222,6 +222,11 @@ pub struct Opened {
     pub direct_io: bool,
     /// Keep the kernel's page cache from the previous open.
     pub keep_cache: bool,
+    /// No stamp vouched for what the caches hold of the file (it changed in
+    /// the source since the cache last saw it, or a drop cleared the stamp):
+    /// its cached pages were dropped, and the kernel's attributes may be
+    /// stale too.
+    pub changed: bool,
 }
 
 /// One directory entry for READDIR/READDIRPLUS.
@@ -829,7 +834,7 @@ impl Fs {
         let st = sys::fstat(fd.as_fd())?;
         inode.set_attr(st);
         let now = Stamp::of(&st);
-        let keep = {
+        let (keep, changed) = {
             let mut stamp = inode.data_stamp.lock().expect("stamp lock");
             let same = *stamp == Some(now);
             if !same {
@@ -843,8 +848,9 @@ impl Fs {
                     self.stale_opens.fetch_add(1, Ordering::Relaxed);
                 }
             }
+            let changed = !same;
             *stamp = Some(now);
-            same
+            (same, changed)
         };
         let append = flags & libc::O_APPEND != 0;
         let fh = self.files.insert(OpenFile { inode, fd, append });
@@ -852,6 +858,7 @@ impl Fs {
             fh,
             direct_io: !self.cfg.kernel_cache,
             keep_cache: self.cfg.kernel_cache && keep,
+            changed,
         })
     }
 

@@ -38,17 +38,58 @@ use crate::ratelog::RateLimit;
 /// The adapter between fuser and [`Fs`].
 pub struct FuseAdapter {
     fs: Arc<Fs>,
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
+/// How long a drop waits for its kernel invalidations before it answers.
+const DROP_INVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl FuseAdapter {
-    /// An adapter for `fs`; invalidations go to `fs`'s queue.
-    pub fn new(fs: Arc<Fs>) -> Self {
-        Self { fs }
+    /// An adapter for `fs`; invalidations go to `fs`'s queue, and the few
+    /// sent from inside a handler through `notifier`.
+    pub fn new(fs: Arc<Fs>, notifier: Arc<OnceLock<Notifier>>) -> Self {
+        Self { fs, notifier }
     }
 
     fn send_inval(&self, inval: Vec<Inval>) {
         if !inval.is_empty() {
             self.fs.inval_queue().push(inval);
+        }
+    }
+
+    /// Queues a drop's invalidations and waits (bounded) until the
+    /// invalidation thread has sent them, so that the caller of the drop
+    /// sees the kernel's copies gone when its ioctl or setxattr returns.
+    /// `held_dir` is the directory whose inode lock the kernel holds for
+    /// this request (SETXATTR on it), if any: entries directly in it can
+    /// only be invalidated after the reply, so they are queued then by
+    /// [`send_inval`](Self::send_inval) and not waited for.
+    fn send_drop_inval(&self, inval: Vec<Inval>, held_dir: Option<u64>) -> Vec<Inval> {
+        let (later, now): (Vec<Inval>, Vec<Inval>) = inval
+            .into_iter()
+            .partition(|i| matches!(i, Inval::Entry { parent, .. } if Some(*parent) == held_dir));
+        if !now.is_empty() {
+            self.fs.inval_queue().push(now);
+            if !self.fs.inval_queue().wait_idle(DROP_INVAL_WAIT) {
+                tracing::warn!(
+                    "a drop's kernel invalidations took longer than {DROP_INVAL_WAIT:?}; answering before they are all sent"
+                );
+            }
+        }
+        later
+    }
+
+    /// Kernel-cache mode: an open that found the file changed in the source
+    /// makes the kernel forget the file's attributes before the open is
+    /// answered, so that a read past the old end of file asks for the new
+    /// size (the reply without `FOPEN_KEEP_CACHE` drops its pages).
+    /// Attribute invalidation takes no inode lock in the kernel, so it is
+    /// safe from inside the handler.
+    fn forget_kernel_attr(&self, ino: u64) {
+        if let Some(n) = self.notifier.get()
+            && let Err(e) = n.inval_inode(INodeNo(ino), -1, 0)
+        {
+            tracing::debug!(ino, error = %e, "kernel attribute invalidation not applied");
         }
     }
 }
@@ -71,6 +112,7 @@ pub fn inval_worker(fs: Arc<Fs>, notifier: Arc<OnceLock<Notifier>>) {
         if let Err(e) = r {
             tracing::debug!(?inval, error = %e, "kernel invalidation not applied");
         }
+        fs.inval_queue().done();
     }
 }
 
@@ -187,7 +229,13 @@ impl Filesystem for FuseAdapter {
         if !self.fs.config().kernel_cache {
             // Without kernel caching every lookup must reach rcufs; nothing to add.
         } else {
-            want |= InitFlags::FUSE_CACHE_SYMLINKS;
+            // AUTO_INVAL_DATA: every read first refreshes stale attributes
+            // (at most once per attribute timeout), so a file that shrank
+            // or grew in the source is read to its new end once a drop or
+            // an open has invalidated the attributes; without it the
+            // kernel trusts its old size for reads inside it and pads a
+            // shrunken file with zeros.
+            want |= InitFlags::FUSE_CACHE_SYMLINKS | InitFlags::FUSE_AUTO_INVAL_DATA;
         }
         let have = config.capabilities();
         let missing = want - have;
@@ -340,7 +388,12 @@ impl Filesystem for FuseAdapter {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _s = span!("open", req, ino.0);
         match self.fs.open(ino.0, flags.0, caller(req)) {
-            Ok(o) => reply.opened(FileHandle(o.fh), fopen(&o)),
+            Ok(o) => {
+                if o.changed && self.fs.config().kernel_cache {
+                    self.forget_kernel_attr(ino.0);
+                }
+                reply.opened(FileHandle(o.fh), fopen(&o))
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -487,8 +540,9 @@ impl Filesystem for FuseAdapter {
         }
         match self.fs.setxattr(ino.0, name.as_bytes(), value, flags, caller(req)) {
             Ok(inval) => {
+                let later = self.send_drop_inval(inval, Some(ino.0));
                 reply.ok();
-                self.send_inval(inval);
+                self.send_inval(later);
             }
             Err(e) => reply.error(xattr_errno(e)),
         }
@@ -566,9 +620,11 @@ impl Filesystem for FuseAdapter {
         }
         match self.fs.ioctl(ino.0, cmd, in_data, caller(req)) {
             Ok((out, inval)) => {
+                // The kernel holds no inode lock during an ioctl.
+                let later = self.send_drop_inval(inval, None);
                 let n = out.len().min(out_size as usize);
                 reply.ioctl(0, &out[..n]);
-                self.send_inval(inval);
+                self.send_inval(later);
             }
             Err(e) => reply.error(errno(e)),
         }

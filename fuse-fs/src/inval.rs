@@ -56,6 +56,8 @@ struct State {
     order: VecDeque<Key>,
     /// Queued keys; for an inode, the offset to send.
     queued: HashMap<Key, i64>,
+    /// Popped and not yet reported [`InvalQueue::done`].
+    in_flight: usize,
     closed: bool,
 }
 
@@ -64,6 +66,7 @@ struct State {
 pub struct InvalQueue {
     state: Mutex<State>,
     ready: Condvar,
+    idle: Condvar,
     bound: usize,
     pushed: AtomicU64,
     coalesced: AtomicU64,
@@ -92,6 +95,7 @@ impl InvalQueue {
         Self {
             state: Mutex::new(State::default()),
             ready: Condvar::new(),
+            idle: Condvar::new(),
             bound: bound.max(1),
             pushed: AtomicU64::new(0),
             coalesced: AtomicU64::new(0),
@@ -141,6 +145,7 @@ impl InvalQueue {
         loop {
             if let Some(key) = st.order.pop_front() {
                 let offset = st.queued.remove(&key).unwrap_or(0);
+                st.in_flight += 1;
                 return Some(match key {
                     Key::Entry(parent, name) => Inval::Entry { parent, name },
                     Key::Inode(ino) => Inval::Inode { ino, offset },
@@ -153,11 +158,39 @@ impl InvalQueue {
         }
     }
 
+    /// Reports that an invalidation taken with [`pop`](Self::pop) has been
+    /// sent to the kernel (or failed).
+    pub fn done(&self) {
+        let mut st = self.state.lock();
+        st.in_flight = st.in_flight.saturating_sub(1);
+        if st.in_flight == 0 && st.order.is_empty() {
+            self.idle.notify_all();
+        }
+    }
+
+    /// Waits until everything queued so far has been sent (the queue is
+    /// empty and nothing is in flight), at most `timeout`; returns whether it
+    /// got there. A drop waits here before it answers, so that its caller
+    /// sees the kernel's copies gone; the bound keeps a worker from waiting
+    /// forever if the invalidation thread is stuck on a kernel lock whose
+    /// holder waits for a FUSE reply.
+    pub fn wait_idle(&self, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut st = self.state.lock();
+        while !(st.order.is_empty() && st.in_flight == 0) {
+            if st.closed || self.idle.wait_until(&mut st, deadline).timed_out() {
+                return st.order.is_empty() && st.in_flight == 0;
+            }
+        }
+        true
+    }
+
     /// Ends the queue: pushes are ignored, and `pop` returns `None` once
     /// what is queued has been taken.
     pub fn close(&self) {
         self.state.lock().closed = true;
         self.ready.notify_all();
+        self.idle.notify_all();
     }
 
     /// The counters.
@@ -228,6 +261,30 @@ mod tests {
         q.push([inode(3, 0)]);
         assert_eq!(q.stats().overflows, 0);
         assert_eq!(drain(&q), [inode(2, 0), inode(3, 0)]);
+    }
+
+    #[test]
+    fn wait_idle_returns_once_everything_popped_is_done() {
+        let q = std::sync::Arc::new(InvalQueue::new(8));
+        assert!(q.wait_idle(std::time::Duration::ZERO), "an empty queue is idle");
+        q.push([entry(1, "x"), inode(2, 0)]);
+        assert!(!q.wait_idle(std::time::Duration::from_millis(10)), "two queued");
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let consumer = {
+            let (q, sent) = (q.clone(), sent.clone());
+            std::thread::spawn(move || {
+                while q.pop().is_some() {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    q.done();
+                }
+            })
+        };
+        assert!(q.wait_idle(std::time::Duration::from_secs(10)));
+        // Idle means sent, not merely popped.
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 2);
+        q.close();
+        consumer.join().unwrap();
     }
 
     #[test]

@@ -229,7 +229,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         .iter()
         .flat_map(|o| o.split(',').filter(|p| !p.is_empty()).map(String::from))
         .collect();
-    let adapter = FuseAdapter::new(fs.clone());
+    let adapter = FuseAdapter::new(fs.clone(), notifier.clone());
     let running = match fuse::session::start(adapter, &opts.mountpoint, opts.threads, &options, &notifier) {
         Ok(r) => r,
         Err(e) => {
