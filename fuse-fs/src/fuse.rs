@@ -102,7 +102,14 @@ fn caller(req: &Request) -> Caller {
         uid: req.uid(),
         gid: req.gid(),
         pid: req.pid(),
+        umask: 0,
     }
+}
+
+/// The caller of a creating request, with the umask the kernel left to
+/// rcufs (`FUSE_DONT_MASK`).
+fn creator(req: &Request, umask: u32) -> Caller {
+    Caller { umask, ..caller(req) }
 }
 
 fn kind(k: Kind) -> FileType {
@@ -169,7 +176,16 @@ impl Filesystem for FuseAdapter {
             | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP
-            | InitFlags::FUSE_ASYNC_DIO;
+            | InitFlags::FUSE_ASYNC_DIO
+            // The kernel's permission checks honour the source's ACLs...
+            | InitFlags::FUSE_POSIX_ACL
+            // ...and the umask is applied by the source (which ignores it
+            // under a default ACL, as for a local process).
+            | InitFlags::FUSE_DONT_MASK
+            // Setuid/setgid clearing on write, truncate and chown is left to
+            // the source (the operations run as the caller); the kernel does
+            // not turn it into a chmod, which a non-owner may not do.
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if !self.fs.config().kernel_cache {
             // Without kernel caching every lookup must reach rcufs; nothing to add.
         } else {
@@ -177,6 +193,9 @@ impl Filesystem for FuseAdapter {
         }
         let have = config.capabilities();
         let missing = want - have;
+        if missing.contains(InitFlags::FUSE_POSIX_ACL) {
+            tracing::warn!("the kernel lacks FUSE_POSIX_ACL: only the mode bits are checked by the kernel");
+        }
         if missing.contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP) {
             tracing::warn!("the kernel lacks FUSE_DIRECT_IO_ALLOW_MMAP: mmap of files on the mount will fail");
         }
@@ -233,7 +252,7 @@ impl Filesystem for FuseAdapter {
             mtime: time_or_now(mtime),
             fh: fh.map(|f| f.0),
         };
-        match self.fs.setattr(ino.0, set) {
+        match self.fs.setattr(ino.0, set, caller(req)) {
             Ok(a) => reply.attr(&self.fs.attr_ttl(), &attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
@@ -247,26 +266,20 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let _s = span!("mknod", req, parent.0);
-        match self.fs.mknod(parent.0, name.as_bytes(), mode, rdev as u64, caller(req)) {
+        match self
+            .fs
+            .mknod(parent.0, name.as_bytes(), mode, rdev as u64, creator(req, umask))
+        {
             Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let _s = span!("mkdir", req, parent.0);
-        match self.fs.mkdir(parent.0, name.as_bytes(), mode, caller(req)) {
+        match self.fs.mkdir(parent.0, name.as_bytes(), mode, creator(req, umask)) {
             Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
@@ -274,12 +287,12 @@ impl Filesystem for FuseAdapter {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = span!("unlink", req, parent.0);
-        reply_empty(reply, self.fs.unlink(parent.0, name.as_bytes()))
+        reply_empty(reply, self.fs.unlink(parent.0, name.as_bytes(), caller(req)))
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = span!("rmdir", req, parent.0);
-        reply_empty(reply, self.fs.rmdir(parent.0, name.as_bytes()))
+        reply_empty(reply, self.fs.rmdir(parent.0, name.as_bytes(), caller(req)))
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
@@ -306,10 +319,14 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let _s = span!("rename", req, parent.0);
-        match self
-            .fs
-            .rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), flags.bits())
-        {
+        match self.fs.rename(
+            parent.0,
+            name.as_bytes(),
+            newparent.0,
+            newname.as_bytes(),
+            flags.bits(),
+            caller(req),
+        ) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
@@ -317,7 +334,7 @@ impl Filesystem for FuseAdapter {
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let _s = span!("link", req, ino.0);
-        match self.fs.link(ino.0, newparent.0, newname.as_bytes()) {
+        match self.fs.link(ino.0, newparent.0, newname.as_bytes(), caller(req)) {
             Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
@@ -325,7 +342,7 @@ impl Filesystem for FuseAdapter {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _s = span!("open", req, ino.0);
-        match self.fs.open(ino.0, flags.0) {
+        match self.fs.open(ino.0, flags.0, caller(req)) {
             Ok(o) => reply.opened(FileHandle(o.fh), fopen(&o)),
             Err(e) => reply.error(errno(e)),
         }
@@ -356,13 +373,14 @@ impl Filesystem for FuseAdapter {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let _s = span!("write", req, ino.0);
-        match self.fs.write(fh.0, offset, data) {
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self.fs.write(fh.0, offset, data, caller(req), kill) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         }
@@ -394,7 +412,7 @@ impl Filesystem for FuseAdapter {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _s = span!("opendir", req, ino.0);
-        match self.fs.opendir(ino.0) {
+        match self.fs.opendir(ino.0, caller(req)) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
         }
@@ -482,7 +500,7 @@ impl Filesystem for FuseAdapter {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _s = span!("getxattr", req, ino.0);
-        match self.fs.getxattr(ino.0, name.as_bytes(), size) {
+        match self.fs.getxattr(ino.0, name.as_bytes(), size, caller(req)) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
             Err(e) => reply.error(xattr_errno(e)),
@@ -491,7 +509,7 @@ impl Filesystem for FuseAdapter {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let _s = span!("listxattr", req, ino.0);
-        match self.fs.listxattr(ino.0, size) {
+        match self.fs.listxattr(ino.0, size, caller(req)) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
             Err(e) => reply.error(xattr_errno(e)),
@@ -500,7 +518,7 @@ impl Filesystem for FuseAdapter {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = span!("removexattr", req, ino.0);
-        match self.fs.removexattr(ino.0, name.as_bytes()) {
+        match self.fs.removexattr(ino.0, name.as_bytes(), caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(xattr_errno(e)),
         }
@@ -508,7 +526,7 @@ impl Filesystem for FuseAdapter {
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let _s = span!("access", req, ino.0);
-        reply_empty(reply, self.fs.access(ino.0, mask.bits()))
+        reply_empty(reply, self.fs.access(ino.0, mask.bits(), caller(req)))
     }
 
     fn create(
@@ -517,12 +535,15 @@ impl Filesystem for FuseAdapter {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
         let _s = span!("create", req, parent.0);
-        match self.fs.create(parent.0, name.as_bytes(), mode, flags, caller(req)) {
+        match self
+            .fs
+            .create(parent.0, name.as_bytes(), mode, flags, creator(req, umask))
+        {
             Ok((e, o)) => reply.created(
                 &self.fs.entry_ttl(),
                 &attr(&e.attr),
@@ -571,7 +592,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let _s = span!("fallocate", req, ino.0);
-        reply_empty(reply, self.fs.fallocate(fh.0, offset, length, mode))
+        reply_empty(reply, self.fs.fallocate(fh.0, offset, length, mode, caller(req)))
     }
 
     fn lseek(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
@@ -596,10 +617,15 @@ impl Filesystem for FuseAdapter {
         reply: ReplyWrite,
     ) {
         let _s = span!("copy_file_range", req, ino_in.0);
-        match self
-            .fs
-            .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len, flags.bits() as u32)
-        {
+        match self.fs.copy_file_range(
+            fh_in.0,
+            offset_in,
+            fh_out.0,
+            offset_out,
+            len,
+            flags.bits() as u32,
+            caller(req),
+        ) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         }

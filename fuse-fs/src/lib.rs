@@ -8,6 +8,8 @@
 //! - `fs.rs` is the filesystem logic, testable without a mount; `inode.rs`
 //!   the inode table and its bounded descriptors; `names.rs` the dcache
 //!   layer (every lookup); `data.rs` the page-cache layer (every read);
+//!   `creds.rs` the caller's identity, taken for each operation that
+//!   creates, opens, changes or lists something in the source;
 //!   `sys.rs` the libc calls; `error.rs` the one error type.
 //! - `mount.rs` is the interface the command line uses: [`MountOptions`],
 //!   [`mount`], [`Mounted`].
@@ -30,6 +32,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+pub mod creds;
 pub mod data;
 pub mod error;
 pub mod fs;

@@ -32,7 +32,12 @@ fn default_cfg() -> FsConfig {
     }
 }
 
-const ME: Caller = Caller { uid: 0, gid: 0, pid: 1 };
+const ME: Caller = Caller {
+    uid: 0,
+    gid: 0,
+    pid: 1,
+    umask: 0,
+};
 
 #[track_caller]
 fn err<T: std::fmt::Debug>(r: FsResult<T>, errno: i32) {
@@ -54,7 +59,7 @@ fn walk(fs: &Fs, path: &str) -> FsResult<Entry> {
 }
 
 fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
-    let o = fs.open(ino, libc::O_RDONLY).expect("open");
+    let o = fs.open(ino, libc::O_RDONLY, ME).expect("open");
     let mut out = Vec::new();
     loop {
         let chunk = fs.read(o.fh, out.len() as u64, 3000).expect("read");
@@ -76,7 +81,7 @@ fn lookup_getattr_and_read_match_the_source() {
     assert_eq!(t.fs.getattr(e.ino, None).expect("getattr").size, 10_000);
     assert_eq!(read_all(&t.fs, e.ino), vec![7u8; 10_000]);
     // Reads at odd offsets and sizes return exactly the source's bytes.
-    let o = t.fs.open(e.ino, libc::O_RDONLY).expect("open");
+    let o = t.fs.open(e.ino, libc::O_RDONLY, ME).expect("open");
     assert_eq!(t.fs.read(o.fh, 4090, 20).expect("read").len(), 20);
     assert_eq!(t.fs.read(o.fh, 9_995, 100).expect("read").len(), 5);
     assert!(t.fs.read(o.fh, 20_000, 100).expect("read").is_empty());
@@ -128,9 +133,9 @@ fn writes_reach_the_source_and_later_reads() {
     let t = setup(default_cfg());
     let a = walk(&t.fs, "a.txt").expect("a");
     assert_eq!(read_all(&t.fs, a.ino), b"hello");
-    let o = t.fs.open(a.ino, libc::O_RDWR).expect("open");
-    assert_eq!(t.fs.write(o.fh, 1, b"EL").expect("write"), 2);
-    assert_eq!(t.fs.write(o.fh, 5, b" world").expect("write"), 6);
+    let o = t.fs.open(a.ino, libc::O_RDWR, ME).expect("open");
+    assert_eq!(t.fs.write(o.fh, 1, b"EL", ME, false).expect("write"), 2);
+    assert_eq!(t.fs.write(o.fh, 5, b" world", ME, false).expect("write"), 6);
     t.fs.release(o.fh).expect("release");
     assert_eq!(std::fs::read(t.src.join("a.txt")).expect("read"), b"hELlo world");
     assert_eq!(read_all(&t.fs, a.ino), b"hELlo world");
@@ -142,6 +147,7 @@ fn writes_reach_the_source_and_later_reads() {
                 size: Some(3),
                 ..SetAttr::default()
             },
+            ME,
         )
         .expect("truncate");
     assert_eq!(attr.size, 3);
@@ -163,7 +169,7 @@ fn create_mkdir_symlink_link_rename_unlink_rmdir() {
     let (e, o) =
         t.fs.create(ROOT_INO, b"new", 0o644, libc::O_WRONLY, ME)
             .expect("create");
-    t.fs.write(o.fh, 0, b"data").expect("write");
+    t.fs.write(o.fh, 0, b"data", ME, false).expect("write");
     t.fs.release(o.fh).expect("release");
     assert_eq!(std::fs::read(t.src.join("new")).expect("read"), b"data");
     let d = t.fs.mkdir(ROOT_INO, b"dir", 0o755, ME).expect("mkdir");
@@ -171,22 +177,22 @@ fn create_mkdir_symlink_link_rename_unlink_rmdir() {
     err(t.fs.mkdir(ROOT_INO, b"dir", 0o755, ME), libc::EEXIST);
     let s = t.fs.symlink(ROOT_INO, b"sl", b"new", ME).expect("symlink");
     assert_eq!(t.fs.readlink(s.ino).expect("readlink"), b"new");
-    let l = t.fs.link(e.ino, d.ino, b"hard").expect("link");
+    let l = t.fs.link(e.ino, d.ino, b"hard", ME).expect("link");
     assert_eq!(l.ino, e.ino);
     assert_eq!(l.attr.nlink, 2);
-    t.fs.rename(ROOT_INO, b"new", d.ino, b"moved", 0).expect("rename");
+    t.fs.rename(ROOT_INO, b"new", d.ino, b"moved", 0, ME).expect("rename");
     err(t.fs.lookup(ROOT_INO, b"new"), libc::ENOENT);
     let m = t.fs.lookup(d.ino, b"moved").expect("moved");
     assert_eq!(m.ino, e.ino, "a rename keeps the node id");
     assert_eq!(read_all(&t.fs, m.ino), b"data", "the handle survives the rename");
     err(
-        t.fs.rename(ROOT_INO, b"a.txt", d.ino, b"moved", libc::RENAME_NOREPLACE),
+        t.fs.rename(ROOT_INO, b"a.txt", d.ino, b"moved", libc::RENAME_NOREPLACE, ME),
         libc::EEXIST,
     );
-    err(t.fs.rmdir(ROOT_INO, b"dir"), libc::ENOTEMPTY);
-    t.fs.unlink(d.ino, b"moved").expect("unlink");
-    t.fs.unlink(d.ino, b"hard").expect("unlink");
-    t.fs.rmdir(ROOT_INO, b"dir").expect("rmdir");
+    err(t.fs.rmdir(ROOT_INO, b"dir", ME), libc::ENOTEMPTY);
+    t.fs.unlink(d.ino, b"moved", ME).expect("unlink");
+    t.fs.unlink(d.ino, b"hard", ME).expect("unlink");
+    t.fs.rmdir(ROOT_INO, b"dir", ME).expect("rmdir");
     err(t.fs.lookup(ROOT_INO, b"dir"), libc::ENOENT);
     assert!(!t.src.join("dir").exists());
 }
@@ -194,7 +200,7 @@ fn create_mkdir_symlink_link_rename_unlink_rmdir() {
 #[test]
 fn readdirplus_lists_everything_and_takes_references() {
     let t = setup(default_cfg());
-    let fh = t.fs.opendir(ROOT_INO).expect("opendir");
+    let fh = t.fs.opendir(ROOT_INO, ME).expect("opendir");
     let mut names = Vec::new();
     t.fs.readdir(fh, 0, true, |item| {
         names.push((item.name.clone(), item.entry.map(|e| e.ino)));
@@ -236,21 +242,21 @@ fn rcufs_xattrs_never_reach_the_source_and_are_not_listed() {
     let a = walk(&t.fs, "a.txt").expect("a");
     t.fs.setxattr(a.ino, b"user.color", b"blue", 0, ME).expect("setxattr");
     assert_eq!(
-        t.fs.getxattr(a.ino, b"user.color", 0).expect("size"),
+        t.fs.getxattr(a.ino, b"user.color", 0, ME).expect("size"),
         XattrReply::Size(4)
     );
     assert_eq!(
-        t.fs.getxattr(a.ino, b"user.color", 64).expect("get"),
+        t.fs.getxattr(a.ino, b"user.color", 64, ME).expect("get"),
         XattrReply::Data(b"blue".to_vec())
     );
-    err(t.fs.getxattr(a.ino, b"user.color", 2), libc::ERANGE);
+    err(t.fs.getxattr(a.ino, b"user.color", 2, ME), libc::ERANGE);
     err(t.fs.setxattr(a.ino, b"user.rcufs.other", b"1", 0, ME), libc::ENOTSUP);
-    err(t.fs.getxattr(a.ino, b"user.rcufs.other", 64), libc::ENODATA);
-    let XattrReply::Data(list) = t.fs.listxattr(ROOT_INO, 4096).expect("list") else {
+    err(t.fs.getxattr(a.ino, b"user.rcufs.other", 64, ME), libc::ENODATA);
+    let XattrReply::Data(list) = t.fs.listxattr(ROOT_INO, 4096, ME).expect("list") else {
         panic!("data")
     };
     assert!(!list.windows(6).any(|w| w == b"rcufs."), "rcufs names are never listed");
-    let XattrReply::Data(stats) = t.fs.getxattr(ROOT_INO, b"user.rcufs.stats", 65536).expect("stats") else {
+    let XattrReply::Data(stats) = t.fs.getxattr(ROOT_INO, b"user.rcufs.stats", 65536, ME).expect("stats") else {
         panic!("data")
     };
     let v: serde_json::Value = serde_json::from_slice(&stats).expect("json");
@@ -258,8 +264,8 @@ fn rcufs_xattrs_never_reach_the_source_and_are_not_listed() {
         assert!(v.get(key).is_some(), "stats lack {key}: {v}");
     }
     assert!(v["inodes"]["known"].as_u64().expect("known") >= 2);
-    t.fs.removexattr(a.ino, b"user.color").expect("remove");
-    err(t.fs.getxattr(a.ino, b"user.color", 64), libc::ENODATA);
+    t.fs.removexattr(a.ino, b"user.color", ME).expect("remove");
+    err(t.fs.getxattr(a.ino, b"user.color", 64, ME), libc::ENODATA);
 }
 
 #[test]
@@ -274,6 +280,7 @@ fn drop_by_xattr_validates_its_input() {
         uid: 4242,
         gid: 4242,
         pid: 1,
+        umask: 0,
     };
     err(
         t.fs.setxattr(d.ino, b"user.rcufs.drop", b"all", 0, stranger),
@@ -334,6 +341,7 @@ fn drop_skips_inodes_the_caller_does_not_own() {
         uid: 4242,
         gid: 4242,
         pid: 1,
+        umask: 0,
     };
     if !sys::is_root() {
         return; // chown needs root; the EPERM path is covered above.
@@ -433,8 +441,8 @@ fn writes_past_the_end_and_truncates_keep_cached_reads_exact() {
     let t = setup(default_cfg());
     let a = walk(&t.fs, "a.txt").expect("a");
     assert_eq!(read_all(&t.fs, a.ino), b"hello");
-    let o = t.fs.open(a.ino, libc::O_RDWR).expect("open");
-    t.fs.write(o.fh, 8192, b"far").expect("write past the end");
+    let o = t.fs.open(a.ino, libc::O_RDWR, ME).expect("open");
+    t.fs.write(o.fh, 8192, b"far", ME, false).expect("write past the end");
     t.fs.release(o.fh).expect("release");
     let mut want = b"hello".to_vec();
     want.resize(8192, 0);
@@ -446,6 +454,7 @@ fn writes_past_the_end_and_truncates_keep_cached_reads_exact() {
             size: Some(4100),
             ..SetAttr::default()
         },
+        ME,
     )
     .expect("shrink");
     want.truncate(4100);
@@ -456,6 +465,7 @@ fn writes_past_the_end_and_truncates_keep_cached_reads_exact() {
             size: Some(5000),
             ..SetAttr::default()
         },
+        ME,
     )
     .expect("grow");
     want.resize(5000, 0);
@@ -594,15 +604,15 @@ fn changes_through_the_fs_keep_the_dcache_coherent() {
             .expect("create over a negative entry");
     t.fs.release(o.fh).expect("release");
     assert_eq!(t.fs.lookup(d.ino, b"n").expect("n").ino, e.ino);
-    t.fs.rename(d.ino, b"n", ROOT_INO, b"m", 0).expect("rename");
+    t.fs.rename(d.ino, b"n", ROOT_INO, b"m", 0, ME).expect("rename");
     err(t.fs.lookup(d.ino, b"n"), libc::ENOENT);
     assert_eq!(t.fs.lookup(ROOT_INO, b"m").expect("m").ino, e.ino);
-    t.fs.unlink(ROOT_INO, b"m").expect("unlink");
+    t.fs.unlink(ROOT_INO, b"m", ME).expect("unlink");
     err(t.fs.lookup(ROOT_INO, b"m"), libc::ENOENT);
     let sub = t.fs.mkdir(d.ino, b"sub", 0o755, ME).expect("mkdir");
     t.fs.mkdir(sub.ino, b"deeper", 0o755, ME).expect("mkdir");
-    t.fs.rmdir(sub.ino, b"deeper").expect("rmdir");
-    t.fs.rmdir(d.ino, b"sub").expect("rmdir");
+    t.fs.rmdir(sub.ino, b"deeper", ME).expect("rmdir");
+    t.fs.rmdir(d.ino, b"sub", ME).expect("rmdir");
     err(t.fs.lookup(d.ino, b"sub"), libc::ENOENT);
     // A name removed in the source stays cached until a drop (revalidate is an hour).
     assert!(t.fs.lookup(ROOT_INO, b"a.txt").is_ok());
@@ -624,11 +634,13 @@ fn metadata_changes_through_the_fs_keep_the_cached_pages() {
             mtime: Some(None),
             ..SetAttr::default()
         },
+        ME,
     )
     .expect("setattr");
-    t.fs.rename(ROOT_INO, b"a.txt", ROOT_INO, b"b.txt", 0).expect("rename");
-    t.fs.link(a.ino, ROOT_INO, b"c.txt").expect("link");
-    t.fs.unlink(ROOT_INO, b"c.txt").expect("unlink");
+    t.fs.rename(ROOT_INO, b"a.txt", ROOT_INO, b"b.txt", 0, ME)
+        .expect("rename");
+    t.fs.link(a.ino, ROOT_INO, b"c.txt", ME).expect("link");
+    t.fs.unlink(ROOT_INO, b"c.txt", ME).expect("unlink");
     assert_eq!(read_all(&t.fs, a.ino), b"hello");
     assert_eq!(
         pc(&t.fs, "fills"),
@@ -669,6 +681,7 @@ fn extreme_timestamps_do_not_panic() {
                 mtime: Some(Some(long_ago)),
                 ..SetAttr::default()
             },
+            ME,
         )
         .expect("a pre-1970 mtime");
     assert_eq!(attr.mtime, long_ago);
