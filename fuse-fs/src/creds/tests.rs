@@ -90,6 +90,16 @@ fn a_thread_takes_the_caller_identity_and_gives_it_back_alone() {
     let barrier = Barrier::new(2);
     std::thread::scope(|s| {
         let acting = s.spawn(|| {
+            // A first umask gives the thread its own fs context, so that
+            // other tests resetting the process umask cannot touch it.
+            drop(
+                creds
+                    .act_as(Caller {
+                        umask: 0o077,
+                        ..Caller::default()
+                    })
+                    .expect("act as root"),
+            );
             let mine = ids();
             let g = creds.act_as(caller).expect("act as the caller");
             assert!(g.switched());
@@ -121,11 +131,20 @@ fn a_thread_takes_the_caller_identity_and_gives_it_back_alone() {
             now
         });
         acting.join().unwrap();
-        assert_eq!(other.join().unwrap(), before, "another thread's identity changed");
+        let (uid, gid, groups, umask) = other.join().unwrap();
+        assert_eq!(
+            (uid, gid, &groups),
+            (before.0, before.1, &before.2),
+            "another thread's identity changed"
+        );
+        // (Other tests set the shared process umask to 0 at any time; it
+        // must just never be the caller's.)
+        assert_ne!(umask, "0027", "another thread got the caller's umask");
     });
     done_tx.send(()).unwrap();
     holder.join().unwrap();
-    assert_eq!(ids(), before);
+    let now = ids();
+    assert_eq!((now.0, now.1, &now.2), (before.0, before.1, &before.2));
 }
 
 #[test]

@@ -698,3 +698,94 @@ fn a_drop_of_the_root_drops_everything_below_it() {
     assert_eq!(out.args.dentries_dropped + out.args.busy, before, "{:?}", out.args);
     assert_eq!(dc(&t.fs, "entries"), 0);
 }
+
+#[test]
+fn the_source_is_opened_without_o_direct_and_never_blocking_on_a_special_file() {
+    let f = source_open_flags(
+        libc::S_IFREG,
+        libc::O_RDWR | libc::O_DIRECT | libc::O_CREAT | libc::O_EXCL,
+    );
+    assert_eq!(f, libc::O_RDWR);
+    assert_eq!(
+        source_open_flags(libc::S_IFDIR, libc::O_RDONLY | libc::O_DIRECTORY),
+        libc::O_RDONLY | libc::O_DIRECTORY
+    );
+    for kind in [libc::S_IFIFO, libc::S_IFCHR, libc::S_IFBLK, libc::S_IFSOCK] {
+        assert_ne!(
+            source_open_flags(kind, libc::O_RDONLY) & libc::O_NONBLOCK,
+            0,
+            "{kind:o}"
+        );
+    }
+    let c = create_flags(libc::O_WRONLY | libc::O_TRUNC | libc::O_DIRECT | libc::O_NOCTTY);
+    assert_eq!(c & libc::O_DIRECT, 0);
+    assert_eq!(c & libc::O_NOCTTY, 0);
+    for must in [
+        libc::O_CREAT,
+        libc::O_EXCL,
+        libc::O_NOFOLLOW,
+        libc::O_TRUNC,
+        libc::O_WRONLY,
+    ] {
+        assert_eq!(c & must, must, "{must:o}");
+    }
+}
+
+const NOBODY: Caller = Caller {
+    uid: 65534,
+    gid: 65534,
+    pid: 0,
+    umask: 0o022,
+};
+
+#[test]
+fn creates_run_as_the_caller() {
+    if !sys::is_root() {
+        eprintln!("SKIPPED: acting as another user needs root");
+        return;
+    }
+    let t = setup(default_cfg());
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // The temporary directory is root's 0700: let nobody through.
+    let base = t.src.parent().expect("parent");
+    std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(&t.src, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    // Root's 0755 directory: nobody may not create in it.
+    err(
+        t.fs.create(ROOT_INO, b"no", 0o666, libc::O_WRONLY, NOBODY),
+        libc::EACCES,
+    );
+    err(t.fs.mkdir(ROOT_INO, b"no", 0o777, NOBODY), libc::EACCES);
+    assert!(!t.src.join("no").exists());
+    std::fs::set_permissions(&t.src, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let (e, o) =
+        t.fs.create(ROOT_INO, b"mine", 0o666, libc::O_WRONLY, NOBODY)
+            .expect("create");
+    t.fs.release(o.fh).expect("release");
+    let st = std::fs::metadata(t.src.join("mine")).expect("stat");
+    // Owned by nobody, and the umask applied on this thread only.
+    assert_eq!((st.uid(), st.gid(), st.mode() & 0o777), (65534, 65534, 0o644));
+    assert_eq!(e.attr.uid, 65534);
+    // Root's file that appears under a name the kernel thought free: not
+    // opened for nobody, not truncated.
+    std::fs::write(t.src.join("roots"), b"root").expect("write");
+    std::fs::set_permissions(t.src.join("roots"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    err(
+        t.fs.create(ROOT_INO, b"roots", 0o666, libc::O_RDWR | libc::O_TRUNC, NOBODY),
+        libc::EACCES,
+    );
+    assert_eq!(std::fs::read(t.src.join("roots")).expect("read"), b"root");
+    err(
+        t.fs.create(ROOT_INO, b"roots", 0o666, libc::O_RDWR | libc::O_EXCL, ME),
+        libc::EEXIST,
+    );
+    // A FIFO under the name: ESTALE (the kernel opens it itself), at once.
+    let fifo = sys::cstr(t.src.join("fifo").as_os_str().as_encoded_bytes()).expect("cstr");
+    let dir = sys::open_path(&sys::cstr(t.src.as_os_str().as_encoded_bytes()).unwrap(), libc::O_PATH).unwrap();
+    sys::mknodat(dir.as_fd(), &sys::cstr(b"fifo").unwrap(), libc::S_IFIFO | 0o666, 0).expect("mkfifo");
+    drop(fifo);
+    err(t.fs.create(ROOT_INO, b"fifo", 0o666, libc::O_RDONLY, ME), libc::ESTALE);
+    // The thread is root again.
+    std::fs::write(base.join("as-root"), b"x").expect("root writes in its 0755 directory");
+    assert_eq!(std::fs::metadata(base.join("as-root")).unwrap().uid(), 0);
+}
