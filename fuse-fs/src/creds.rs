@@ -209,8 +209,12 @@ impl Creds {
         }
         if caller.uid != 0 {
             let p = self.proc_creds(caller);
-            sys::set_thread_groups(&p.groups)?;
-            g.groups = true;
+            // Each credential change costs a few microseconds: skip the
+            // groups when they are the daemon's already (often both empty).
+            if p.groups != self.own_groups {
+                sys::set_thread_groups(&p.groups)?;
+                g.groups = true;
+            }
         }
         if caller.gid != self.own_gid {
             sys::set_thread_fsgid(caller.gid)?;

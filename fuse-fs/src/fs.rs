@@ -469,6 +469,14 @@ fn create_flags(flags: i32) -> i32 {
     (flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW) & !(libc::O_NOCTTY | libc::O_DIRECT)
 }
 
+/// Whether a write by a writer without `CAP_FSETID` clears bits of a file
+/// with mode `mode`: setuid, or setgid with group execute (the kernel's
+/// `should_remove_suid`).
+fn may_lose_suidgid(mode: u32) -> bool {
+    let sgid = libc::S_ISGID | libc::S_IXGRP;
+    mode & libc::S_ISUID != 0 || mode & sgid == sgid
+}
+
 /// Opens with `open(flags)`, widening a write-only open to read-write first
 /// so that the page cache can be filled through any handle (mmap faults of a
 /// shared mapping); falls back to write-only if read-write is refused.
@@ -955,16 +963,23 @@ impl Fs {
     /// `FOPEN_PARALLEL_DIRECT_WRITES` (see `fuse.rs`): setting that flag
     /// needs a per-inode write lock here first.
     ///
-    /// The write runs as the caller, so that the source clears setuid and
-    /// setgid as it would for that writer; `kill_suidgid` is the kernel's
-    /// `FUSE_WRITE_KILL_SUIDGID` (the writer lacks `CAP_FSETID`), which
-    /// matters for a root caller without it.
+    /// A write by another user than root, or marked `kill_suidgid` (the
+    /// kernel's `FUSE_WRITE_KILL_SUIDGID`: the writer lacks `CAP_FSETID`),
+    /// runs as that writer when the file has bits the write may clear
+    /// (checked with `fstat` just before), so that the source clears setuid
+    /// and setgid as it would for that writer. Otherwise the identity makes
+    /// no difference to a write through an open descriptor, and switching
+    /// (four credential changes, several microseconds each) is skipped.
     pub fn write(&self, fh: u64, offset: u64, data: &[u8], caller: Caller, kill_suidgid: bool) -> FsResult<u32> {
         let file = self.files.get(fh)?;
         let inode = &file.inode;
         let old_size = inode.attr().st.st_size.max(0) as u64;
-        let n = {
+        let as_writer =
+            (self.creds.takes_uid(caller) || kill_suidgid) && may_lose_suidgid(sys::fstat(file.fd.as_fd())?.st_mode);
+        let n = if as_writer {
             let _g = self.creds.act_as_writer(caller, kill_suidgid)?;
+            sys::pwrite(file.fd.as_fd(), data, offset)?
+        } else {
             sys::pwrite(file.fd.as_fd(), data, offset)?
         };
         let st = sys::fstat(file.fd.as_fd())?;
@@ -1297,7 +1312,14 @@ impl Fs {
         }
         let (_fd, path) = self.xattr_path(&inode)?;
         let cname = cstr(name)?;
-        let _g = self.creds.act_as(caller)?;
+        // Reading an ACL needs no permission of its own, and the kernel
+        // asks for it at every permission check of a non-owner (it forgets
+        // ACLs whenever it refreshes attributes): no identity switch there.
+        let _g = if name.starts_with(b"system.posix_acl_") {
+            None
+        } else {
+            Some(self.creds.act_as(caller)?)
+        };
         if size == 0 {
             let n = sys::getxattr(&path, &cname, &mut [])?;
             return Ok(XattrReply::Size(n as u32));

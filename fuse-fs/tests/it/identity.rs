@@ -362,10 +362,10 @@ print("ok")
 fn a_write_by_another_user_clears_setuid_and_setgid() {
     for extra in [&[][..], &["--kernel-cache"]] {
         let Some(m) = mount(extra, |src| {
-            for name in ["w", "t", "r"] {
+            for name in ["w", "t", "r", "g"] {
                 let f = src.join(name);
                 fs::write(&f, b"#!/bin/sh\n").unwrap();
-                chmod(&f, 0o6777);
+                chmod(&f, if name == "g" { 0o2666 } else { 0o6777 });
             }
         }) else {
             return;
@@ -377,9 +377,12 @@ fd = os.open(sys.argv[1], os.O_WRONLY)
 os.pwrite(fd, b"x", 0)
 os.close(fd)
 os.truncate(sys.argv[2], 1)
+fd = os.open(sys.argv[3], os.O_WRONLY)
+os.pwrite(fd, b"x", 0)
+os.close(fd)
 print("ok")
 "#,
-            &[&m.at("w"), &m.at("t")],
+            &[&m.at("w"), &m.at("t"), &m.at("g")],
         );
         assert_eq!(out, "ok");
         assert_eq!(
@@ -394,6 +397,8 @@ print("ok")
             "{extra:?}: a truncate by nobody kept the bits"
         );
         assert_eq!(fs::metadata(m.src_at("t")).unwrap().len(), 1);
+        // setgid without group execute is not cleared, locally either.
+        assert_eq!(mode(&m.src_at("g")), 0o2666, "{extra:?}");
         // Root (with CAP_FSETID) keeps them, as it would locally.
         let f = fs::OpenOptions::new().write(true).open(m.at("r")).unwrap();
         std::os::unix::fs::FileExt::write_at(&f, b"y", 0).unwrap();
