@@ -145,7 +145,23 @@ fn public_dir(src: &Path, name: &str) -> PathBuf {
 // Point 1: a CREATE without O_EXCL used to open an existing file as root.
 #[test]
 fn a_create_racing_with_the_source_cannot_open_a_file_the_caller_may_not() {
-    let Some(m) = mount(&["--revalidate", "3600"], |src| {
+    for kernel_cache in [false, true] {
+        create_race(kernel_cache);
+    }
+}
+
+/// The arguments for a mount whose caches trust everything for an hour.
+fn slow(kernel_cache: bool, more: &[&'static str]) -> Vec<&'static str> {
+    let mut v = vec!["--revalidate", "3600"];
+    if kernel_cache {
+        v.push("--kernel-cache");
+    }
+    v.extend_from_slice(more);
+    v
+}
+
+fn create_race(kernel_cache: bool) {
+    let Some(m) = mount(&slow(kernel_cache, &[]), |src| {
         public_dir(src, "pub");
     }) else {
         return;
@@ -171,8 +187,11 @@ except OSError as e:
     let st = fs::metadata(&secret).unwrap();
     assert_eq!((st.uid(), st.gid(), st.mode() & 0o7777), (0, 0, 0o600));
     assert_eq!(fs::read(&secret).unwrap(), b"root's secret");
-    // The name is known now, to everyone.
-    assert_eq!(fs::metadata(m.at("pub/secret")).unwrap().uid(), 0);
+    if !kernel_cache {
+        // The name is known now, to everyone. (With --kernel-cache the
+        // kernel keeps its own negative entry for up to R.)
+        assert_eq!(fs::metadata(m.at("pub/secret")).unwrap().uid(), 0);
+    }
     // An exclusive create of an existing name is EEXIST.
     let out = py(
         r#"
@@ -265,7 +284,14 @@ const NO_ID: u32 = u32::MAX;
 // Point 2: an ACL entry that denies nobody was ignored.
 #[test]
 fn posix_acls_of_the_source_are_enforced() {
-    let Some(m) = mount(&[], |src| {
+    for kernel_cache in [false, true] {
+        acl_denies(kernel_cache);
+    }
+}
+
+fn acl_denies(kernel_cache: bool) {
+    let extra: &[&str] = if kernel_cache { &["--kernel-cache"] } else { &[] };
+    let Some(m) = mount(extra, |src| {
         let f = src.join("denied");
         fs::write(&f, b"not for nobody").unwrap();
         chmod(&f, 0o644);
@@ -293,7 +319,10 @@ for p in sys.argv[1:]:
     let lines: Vec<&str> = out.lines().collect();
     let eacces = format!("errno {}", libc::EACCES);
     assert_eq!(lines[0], eacces, "the ACL does not deny nobody in the source itself");
-    assert_eq!(lines[1], eacces, "nobody read through the mount what the ACL denies");
+    assert_eq!(
+        lines[1], eacces,
+        "kernel cache {kernel_cache}: nobody read through the mount what the ACL denies"
+    );
 }
 
 // New files in a directory with a default ACL get what a local process gets
@@ -450,7 +479,13 @@ print("ok")
 // not block a daemon worker.
 #[test]
 fn a_create_meeting_a_fifo_does_not_block_the_daemon() {
-    let Some(m) = mount(&["--revalidate", "3600", "--threads", "2"], |src| {
+    for kernel_cache in [false, true] {
+        create_meets_fifo(kernel_cache);
+    }
+}
+
+fn create_meets_fifo(kernel_cache: bool) {
+    let Some(m) = mount(&slow(kernel_cache, &["--threads", "2"]), |src| {
         public_dir(src, "pub");
         fs::write(src.join("file"), b"still served").unwrap();
     }) else {
