@@ -12,6 +12,13 @@
 //! it returns. `batch_forget` is fuser's default (one `forget` per node):
 //! fuser 0.18 does not export the type of its argument.
 //!
+//! INIT asks for `FUSE_POSIX_ACL`, `FUSE_DONT_MASK` and
+//! `FUSE_HANDLE_KILLPRIV_V2`: the kernel checks ACLs, and leaves the umask
+//! and setuid/setgid clearing to the source, since the operations run as
+//! the caller (`creds.rs`; `SEMANTICS.md`, "Whose identity"). The caller's
+//! uid, gid and pid, and the umask of the creating requests, are passed to
+//! [`Fs`] as a [`Caller`].
+//!
 //! Kernel cache invalidations (kernel-cache mode, after a drop) are handed to
 //! a worker thread *after* the reply has been sent: the kernel holds the
 //! directory's inode lock while a SETXATTR on it is in flight, so sending

@@ -632,3 +632,55 @@ except OSError as e:
     // Root still reads them.
     assert!(m.stats()["inodes"]["known"].is_u64());
 }
+
+// The caller's supplementary groups (read by the daemon from /proc) count
+// in the source's checks: a directory open to group 4242 only, and a chgrp
+// to a group the caller is in.
+#[test]
+fn the_callers_supplementary_groups_count() {
+    let Some(m) = mount(&[], |src| {
+        let team = src.join("team");
+        fs::create_dir(&team).unwrap();
+        std::os::unix::fs::chown(&team, Some(0), Some(4242)).unwrap();
+        chmod(&team, 0o770);
+        public_dir(src, "pub");
+    }) else {
+        return;
+    };
+    // Python starts as root and becomes nobody with one supplementary group.
+    let script = r#"
+import os, sys
+os.setgroups([4242]); os.setgid(65534); os.setuid(65534)
+team, mine = sys.argv[1], sys.argv[2]
+os.close(os.open(team + "/f", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640))
+os.mkdir(team + "/d", 0o750)
+os.close(os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640))
+os.chown(mine, -1, 4242)
+print("ok")
+"#;
+    let mut cmd = Command::new("/usr/bin/python3");
+    cmd.args(["-c", script])
+        .arg(m.at("team"))
+        .arg(m.at("pub/mine"))
+        .current_dir("/");
+    let d = watch(spawn(cmd), Duration::from_secs(20));
+    assert_eq!((d.code, d.stdout.trim()), (Some(0), "ok"), "{}", d.stderr);
+    for rel in ["team/f", "team/d"] {
+        let st = fs::metadata(m.src_at(rel)).unwrap();
+        assert_eq!((st.uid(), st.gid()), (NOBODY, NOBODY), "{rel}");
+    }
+    assert_eq!(fs::metadata(m.src_at("pub/mine")).unwrap().gid(), 4242);
+    // Without the group, the directory is closed.
+    let out = py(
+        r#"
+import os, sys
+try:
+    os.close(os.open(sys.argv[1] + "/g", os.O_WRONLY | os.O_CREAT, 0o640))
+    print("created")
+except OSError as e:
+    print("errno", e.errno)
+"#,
+        &[&m.at("team")],
+    );
+    assert_eq!(out, format!("errno {}", libc::EACCES));
+}
