@@ -28,7 +28,13 @@
 //!   open-file shard's read lock and the page cache's own fine-grained locks
 //!   (seed 003, "Recent HAMMER SMP performance work": a per-mount lock on the
 //!   cached read path halved concurrent cached-read throughput).
-//! - The process umask is 0 (the kernel already applied the caller's).
+//! - Every operation that creates, opens, changes or lists something in
+//!   the source runs with the caller's identity ([`crate::creds`]), so the
+//!   source decides permissions, ownership, setgid inheritance, ACLs and
+//!   setuid clearing. Lookups, attribute reads, reads and readdir run as the
+//!   daemon (the kernel has checked the caller's access for those).
+//! - The process umask is 0; a creating operation uses the caller's umask
+//!   on its own thread only (see `creds.rs`).
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -37,6 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::creds::Creds;
 use crate::data::Data;
 use crate::error::{FsError, FsResult};
 use crate::inode::{Inode, InodeTable, NewInode, ROOT_INO, Stamp, key_of};
@@ -86,12 +93,14 @@ impl Default for FsConfig {
 /// Who sent a request.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Caller {
-    /// uid.
+    /// uid (the caller's fsuid).
     pub uid: u32,
-    /// gid.
+    /// gid (the caller's fsgid).
     pub gid: u32,
-    /// pid.
+    /// pid (the calling thread's id; 0 when the kernel sends on its own).
     pub pid: u32,
+    /// The caller's umask, for the creating operations (0 elsewhere).
+    pub umask: u32,
 }
 
 /// The type of a file.
@@ -331,8 +340,8 @@ pub struct Fs {
     drops: DropCounters,
     stale_opens: AtomicU64,
     dir_changes: AtomicU64,
-    is_root: bool,
     inval: InvalQueue,
+    creds: Creds,
 }
 
 fn name_ok(name: &[u8]) -> FsResult<()> {
@@ -381,6 +390,48 @@ fn timespec(t: Option<Option<SystemTime>>) -> libc::timespec {
     }
 }
 
+/// The flags to open an existing inode of type `kind` (`S_IF*`) in the
+/// source with, from the caller's open flags: no creation, no controlling
+/// terminal, no `O_DIRECT` (reads are served from rcufs's page cache and
+/// writes are plain `pwrite`s from its buffers, which need not be aligned),
+/// and `O_NONBLOCK` for anything but a regular file or a directory, so that
+/// opening a FIFO or a device can never block a worker.
+fn source_open_flags(kind: u32, flags: i32) -> i32 {
+    let mut flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_DIRECT);
+    if kind != libc::S_IFREG && kind != libc::S_IFDIR {
+        flags |= libc::O_NONBLOCK;
+    }
+    flags
+}
+
+/// The flags CREATE opens the source with: always exclusive (an existing
+/// name is handled apart, see [`Fs::create`]), never following a symlink,
+/// without `O_DIRECT` (see [`source_open_flags`]).
+fn create_flags(flags: i32) -> i32 {
+    (flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW) & !(libc::O_NOCTTY | libc::O_DIRECT)
+}
+
+/// Whether a write by a writer without `CAP_FSETID` clears bits of a file
+/// with mode `mode`: setuid, or setgid with group execute (the kernel's
+/// `should_remove_suid`).
+fn may_lose_suidgid(mode: u32) -> bool {
+    let sgid = libc::S_ISGID | libc::S_IXGRP;
+    mode & libc::S_ISUID != 0 || mode & sgid == sgid
+}
+
+/// Opens with `open(flags)`, widening a write-only open to read-write first
+/// so that the page cache can be filled through any handle (mmap faults of a
+/// shared mapping); falls back to write-only if read-write is refused.
+fn widened(flags: i32, open: impl Fn(i32) -> FsResult<OwnedFd>) -> FsResult<OwnedFd> {
+    if flags & libc::O_ACCMODE == libc::O_WRONLY {
+        let rw = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
+        if let Ok(fd) = open(rw) {
+            return Ok(fd);
+        }
+    }
+    open(flags)
+}
+
 impl Fs {
     /// A filesystem mirroring the directory `source`.
     pub fn new(source: &std::path::Path, cfg: FsConfig) -> FsResult<Self> {
@@ -404,8 +455,8 @@ impl Fs {
             drops: DropCounters::default(),
             stale_opens: AtomicU64::new(0),
             dir_changes: AtomicU64::new(0),
-            is_root: sys::is_root(),
             inval: InvalQueue::default(),
+            creds: Creds::new(sys::is_root()),
         })
     }
 
@@ -602,8 +653,9 @@ impl Fs {
         Ok(Attr::from_stat(ino, &st))
     }
 
-    /// SETATTR.
-    pub fn setattr(&self, ino: u64, set: SetAttr) -> FsResult<Attr> {
+    /// SETATTR, as the caller (the source checks ownership, and clears
+    /// setuid/setgid on truncate and chown as it would for the caller).
+    pub fn setattr(&self, ino: u64, set: SetAttr, caller: Caller) -> FsResult<Attr> {
         let inode = self.inode(ino)?;
         let file = match set.fh {
             Some(fh) => self.files.get(fh).ok(),
@@ -611,6 +663,7 @@ impl Fs {
         };
         let pfd = self.table.path_fd(&inode)?;
         let proc = sys::proc_path(pfd.as_fd());
+        let guard = self.creds.act_as(caller)?;
         if let Some(mode) = set.mode {
             sys::chmod(&proc, mode & 0o7777)?;
         }
@@ -628,6 +681,7 @@ impl Fs {
         if set.atime.is_some() || set.mtime.is_some() {
             sys::utimens(&proc, &[timespec(set.atime), timespec(set.mtime)])?;
         }
+        drop(guard);
         let st = sys::fstat(pfd.as_fd())?;
         inode.set_attr(st);
         // The cached pages stayed exact (a size change went through
@@ -653,14 +707,6 @@ impl Fs {
         sys::readlink_fd(fd.as_fd())
     }
 
-    /// Gives a new object to the caller (when rcufs runs as root for someone else).
-    fn chown_new(&self, parent_fd: &OwnedFd, name: &CStr, caller: Caller) -> FsResult<()> {
-        if self.is_root && caller.uid != 0 {
-            sys::fchownat(parent_fd.as_fd(), name, caller.uid, caller.gid)?;
-        }
-        Ok(())
-    }
-
     /// After a change of `parent`'s entries through the mount.
     /// The cached names under it were kept exact, so the new mtime is not
     /// a change made in the source. (A change made in the source at the same
@@ -680,47 +726,59 @@ impl Fs {
         }
     }
 
-    /// MKNOD.
+    /// MKNOD, as the caller (who owns the node; the source applies the
+    /// directory's setgid and default ACL and the caller's umask).
     pub fn mknod(&self, parent: u64, name: &[u8], mode: u32, rdev: u64, caller: Caller) -> FsResult<Entry> {
         let parent = self.dir(parent)?;
         name_ok(name)?;
         let pfd = self.table.path_fd(&parent)?;
         let cname = cstr(name)?;
-        sys::mknodat(pfd.as_fd(), &cname, mode, rdev)?;
-        self.chown_new(&pfd, &cname, caller)?;
+        {
+            let g = self.creds.act_as(caller)?;
+            sys::mknodat(pfd.as_fd(), &cname, g.mode(mode), rdev)?;
+        }
         self.made(&parent, name)
     }
 
-    /// MKDIR.
+    /// MKDIR, as the caller.
     pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, caller: Caller) -> FsResult<Entry> {
         let parent = self.dir(parent)?;
         name_ok(name)?;
         let pfd = self.table.path_fd(&parent)?;
         let cname = cstr(name)?;
-        sys::mkdirat(pfd.as_fd(), &cname, mode)?;
-        self.chown_new(&pfd, &cname, caller)?;
+        {
+            let g = self.creds.act_as(caller)?;
+            sys::mkdirat(pfd.as_fd(), &cname, g.mode(mode))?;
+        }
         self.made(&parent, name)
     }
 
-    /// SYMLINK.
+    /// SYMLINK, as the caller.
     pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8], caller: Caller) -> FsResult<Entry> {
         let parent = self.dir(parent)?;
         name_ok(name)?;
         let pfd = self.table.path_fd(&parent)?;
         let cname = cstr(name)?;
-        sys::symlinkat(&cstr(target)?, pfd.as_fd(), &cname)?;
-        self.chown_new(&pfd, &cname, caller)?;
+        let target = cstr(target)?;
+        {
+            let _g = self.creds.act_as(caller)?;
+            sys::symlinkat(&target, pfd.as_fd(), &cname)?;
+        }
         self.made(&parent, name)
     }
 
-    /// LINK.
-    pub fn link(&self, ino: u64, new_parent: u64, new_name: &[u8]) -> FsResult<Entry> {
+    /// LINK, as the caller.
+    pub fn link(&self, ino: u64, new_parent: u64, new_name: &[u8], caller: Caller) -> FsResult<Entry> {
         let inode = self.inode(ino)?;
         let parent = self.dir(new_parent)?;
         name_ok(new_name)?;
         let fd = self.table.path_fd(&inode)?;
         let pfd = self.table.path_fd(&parent)?;
-        sys::link_fd(fd.as_fd(), pfd.as_fd(), &cstr(new_name)?)?;
+        let cname = cstr(new_name)?;
+        {
+            let _g = self.creds.act_as(caller)?;
+            sys::link_fd(fd.as_fd(), pfd.as_fd(), &cname)?;
+        }
         let entry = self.made(&parent, new_name)?;
         let st = inode.attr().st;
         self.note_own_change(&inode, &st);
@@ -738,14 +796,17 @@ impl Fs {
         }
     }
 
-    fn remove_entry(&self, parent: u64, name: &[u8], flags: i32) -> FsResult<()> {
+    fn remove_entry(&self, parent: u64, name: &[u8], flags: i32, caller: Caller) -> FsResult<()> {
         let parent = self.dir(parent)?;
         let pfd = self.table.path_fd(&parent)?;
         let cname = cstr(name)?;
         let key = sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW)
             .ok()
             .map(|st| key_of(&st));
-        let result = sys::unlinkat(pfd.as_fd(), &cname, flags);
+        let result = {
+            let _g = self.creds.act_as(caller)?;
+            sys::unlinkat(pfd.as_fd(), &cname, flags)
+        };
         // Whatever the outcome, the cached name may be wrong now: forget it.
         self.names.remove(&parent, name);
         result?;
@@ -754,18 +815,27 @@ impl Fs {
         Ok(())
     }
 
-    /// UNLINK.
-    pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
-        self.remove_entry(parent, name, 0)
+    /// UNLINK, as the caller (the source applies the sticky bit).
+    pub fn unlink(&self, parent: u64, name: &[u8], caller: Caller) -> FsResult<()> {
+        self.remove_entry(parent, name, 0, caller)
     }
 
-    /// RMDIR.
-    pub fn rmdir(&self, parent: u64, name: &[u8]) -> FsResult<()> {
-        self.remove_entry(parent, name, libc::AT_REMOVEDIR)
+    /// RMDIR, as the caller.
+    pub fn rmdir(&self, parent: u64, name: &[u8], caller: Caller) -> FsResult<()> {
+        self.remove_entry(parent, name, libc::AT_REMOVEDIR, caller)
     }
 
-    /// RENAME (flags as renameat2: `RENAME_NOREPLACE`, `RENAME_EXCHANGE`, `RENAME_WHITEOUT`).
-    pub fn rename(&self, parent: u64, name: &[u8], new_parent: u64, new_name: &[u8], flags: u32) -> FsResult<()> {
+    /// RENAME (flags as renameat2: `RENAME_NOREPLACE`, `RENAME_EXCHANGE`,
+    /// `RENAME_WHITEOUT`), as the caller.
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        flags: u32,
+        caller: Caller,
+    ) -> FsResult<()> {
         let op = self.dir(parent)?;
         let np = self.dir(new_parent)?;
         name_ok(new_name)?;
@@ -775,7 +845,10 @@ impl Fs {
         let replaced = sys::fstatat(nfd.as_fd(), &nname, libc::AT_SYMLINK_NOFOLLOW)
             .ok()
             .map(|st| key_of(&st));
-        let result = sys::renameat2(ofd.as_fd(), &oname, nfd.as_fd(), &nname, flags);
+        let result = {
+            let _g = self.creds.act_as(caller)?;
+            sys::renameat2(ofd.as_fd(), &oname, nfd.as_fd(), &nname, flags)
+        };
         if result.is_err() || flags & libc::RENAME_EXCHANGE != 0 || flags & libc::RENAME_WHITEOUT != 0 {
             self.names.remove(&op, name);
             self.names.remove(&np, new_name);
@@ -807,9 +880,13 @@ impl Fs {
         let fd = self.shared.get(
             ShareKey::new(ino, flags),
             open_files::reusable(flags),
-            |fd| open_files::recheck_access(fd, flags),
+            |fd| {
+                // The access check the open would have made, as the caller.
+                let _as = self.creds.act_as(caller)?;
+                open_files::recheck_access(fd, flags)
+            },
             || {
-                let fd = self.open_inode(&inode, flags)?;
+                let fd = self.open_inode(&inode, flags, caller)?;
                 self.gate.admit(fd.as_fd(), caller.uid)?;
                 Ok(fd)
             },
@@ -817,17 +894,18 @@ impl Fs {
         self.opened(inode, fd, flags)
     }
 
-    fn open_inode(&self, inode: &Inode, flags: i32) -> FsResult<OwnedFd> {
-        let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
-        // Write-only opens are widened to read-write so that the page cache
-        // can be filled through any handle (mmap faults of a shared mapping).
-        if flags & libc::O_ACCMODE == libc::O_WRONLY {
-            let rw = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
-            if let Ok(fd) = self.table.open(inode, rw) {
-                return Ok(fd);
-            }
+    /// Opens `inode` for the caller. A root caller opens by handle; anyone
+    /// else reopens the inode's `O_PATH` descriptor (taken as root:
+    /// `open_by_handle_at` needs `CAP_DAC_READ_SEARCH`, which acting as the
+    /// caller gives up) through `/proc/self/fd`, as the caller.
+    fn open_inode(&self, inode: &Inode, flags: i32, caller: Caller) -> FsResult<OwnedFd> {
+        let flags = source_open_flags(inode.kind, flags);
+        if !self.creds.takes_uid(caller) {
+            return widened(flags, |f| self.table.open(inode, f));
         }
-        self.table.open(inode, flags)
+        let pfd = self.table.path_fd(inode)?;
+        let _g = self.creds.act_as(caller)?;
+        widened(flags, |f| sys::reopen(pfd.as_fd(), f))
     }
 
     fn opened(&self, inode: Arc<Inode>, fd: Arc<SharedFd>, flags: i32) -> FsResult<Opened> {
@@ -876,11 +954,26 @@ impl Fs {
     /// under its inode lock as long as the open does not set
     /// `FOPEN_PARALLEL_DIRECT_WRITES` (see `fuse.rs`): setting that flag
     /// needs a per-inode write lock here first.
-    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+    ///
+    /// A write by another user than root, or marked `kill_suidgid` (the
+    /// kernel's `FUSE_WRITE_KILL_SUIDGID`: the writer lacks `CAP_FSETID`),
+    /// runs as that writer when the file has bits the write may clear
+    /// (checked with `fstat` just before), so that the source clears setuid
+    /// and setgid as it would for that writer. Otherwise the identity makes
+    /// no difference to a write through an open descriptor, and switching
+    /// (four credential changes, several microseconds each) is skipped.
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8], caller: Caller, kill_suidgid: bool) -> FsResult<u32> {
         let file = self.files.get(fh)?;
         let inode = &file.inode;
         let old_size = inode.attr().st.st_size.max(0) as u64;
-        let n = sys::pwrite(file.fd.as_fd(), data, offset)?;
+        let as_writer =
+            (self.creds.takes_uid(caller) || kill_suidgid) && may_lose_suidgid(sys::fstat(file.fd.as_fd())?.st_mode);
+        let n = if as_writer {
+            let _g = self.creds.act_as_writer(caller, kill_suidgid)?;
+            sys::pwrite(file.fd.as_fd(), data, offset)?
+        } else {
+            sys::pwrite(file.fd.as_fd(), data, offset)?
+        };
         let st = sys::fstat(file.fd.as_fd())?;
         let new_size = st.st_size.max(0) as u64;
         if file.append {
@@ -916,10 +1009,10 @@ impl Fs {
         sys::fsync(file.fd.as_fd(), datasync)
     }
 
-    /// OPENDIR (each handle has its own descriptor; see `open_files.rs`).
+    /// OPENDIR, as the caller.
     pub fn opendir(&self, ino: u64, caller: Caller) -> FsResult<u64> {
         let inode = self.dir(ino)?;
-        let fd = self.table.open(&inode, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let fd = self.open_inode(&inode, libc::O_RDONLY | libc::O_DIRECTORY, caller)?;
         self.gate.admit(fd.as_fd(), caller.uid)?;
         Ok(self.dirs.insert(OpenDir {
             inode,
@@ -1014,27 +1107,30 @@ impl Fs {
         })
     }
 
-    /// ACCESS.
-    pub fn access(&self, ino: u64, mask: i32) -> FsResult<()> {
+    /// ACCESS, as the caller (only sent without `default_permissions`).
+    pub fn access(&self, ino: u64, mask: i32, caller: Caller) -> FsResult<()> {
         let inode = self.inode(ino)?;
         let fd = self.table.path_fd(&inode)?;
+        let _g = self.creds.act_as(caller)?;
         sys::access(&sys::proc_path(fd.as_fd()), mask)
     }
 
-    /// CREATE.
+    /// CREATE, as the caller. The file is created with `O_EXCL`; if the
+    /// name exists (it appeared in the source after the kernel's lookup) and
+    /// the caller did not ask for `O_EXCL`, an existing regular file is
+    /// opened as the caller (the source checks the access), and anything
+    /// else is answered `ESTALE` after the cached name is forgotten: the
+    /// kernel then looks the name up again and opens what it finds itself
+    /// (a FIFO, a device, a directory, a symlink), as for a local file,
+    /// without ever blocking a worker here.
     pub fn create(&self, parent: u64, name: &[u8], mode: u32, flags: i32, caller: Caller) -> FsResult<(Entry, Opened)> {
         let parent = self.dir(parent)?;
         name_ok(name)?;
         let pfd = self.table.path_fd(&parent)?;
         let cname = cstr(name)?;
-        let mut oflags = (flags | libc::O_CREAT) & !libc::O_NOCTTY;
-        if oflags & libc::O_ACCMODE == libc::O_WRONLY {
-            oflags = (oflags & !libc::O_ACCMODE) | libc::O_RDWR;
-        }
         // The file is made by the open, so the reserve is checked before it.
         self.gate.precheck(pfd.as_fd(), caller.uid)?;
-        let fd = sys::openat(pfd.as_fd(), &cname, oflags | libc::O_NOFOLLOW, mode)?;
-        self.chown_new(&pfd, &cname, caller)?;
+        let fd = self.create_fd(&parent, &pfd, name, &cname, mode, flags, caller)?;
         self.touched_dir(&parent);
         let st = sys::fstat(fd.as_fd())?;
         let inode = self.table.intern(NewInode {
@@ -1057,10 +1153,63 @@ impl Fs {
         Ok((entry, opened))
     }
 
-    /// FALLOCATE.
-    pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> FsResult<()> {
+    /// The descriptor for CREATE (see [`Fs::create`]).
+    #[allow(clippy::too_many_arguments)]
+    fn create_fd(
+        &self,
+        parent: &Arc<Inode>,
+        pfd: &OwnedFd,
+        name: &[u8],
+        cname: &CStr,
+        mode: u32,
+        flags: i32,
+        caller: Caller,
+    ) -> FsResult<OwnedFd> {
+        // A name that keeps appearing and vanishing: give up after a few rounds.
+        for _ in 0..4 {
+            let made = {
+                let g = self.creds.act_as(caller)?;
+                widened(create_flags(flags), |f| {
+                    sys::openat(pfd.as_fd(), cname, f, g.mode(mode))
+                })
+            };
+            match made {
+                Err(e) if e.errno() == libc::EEXIST => {
+                    // The kernel was told the name did not exist: whatever
+                    // happens now, the cached name must not say so again.
+                    self.names.remove(parent, name);
+                    if flags & libc::O_EXCL != 0 {
+                        return Err(e);
+                    }
+                }
+                other => return other,
+            }
+            // The name exists. An O_PATH descriptor opens nothing (as root:
+            // the kernel has checked the caller's search access).
+            let existing = match sys::openat(pfd.as_fd(), cname, libc::O_PATH | libc::O_NOFOLLOW, 0) {
+                Ok(fd) => fd,
+                Err(e) if e.errno() == libc::ENOENT => continue,
+                Err(e) => return Err(e),
+            };
+            let st = sys::fstat(existing.as_fd())?;
+            if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                return Err(FsError::STALE);
+            }
+            let flags = source_open_flags(libc::S_IFREG, flags);
+            let _g = self.creds.act_as(caller)?;
+            return widened(flags, |f| sys::reopen(existing.as_fd(), f));
+        }
+        self.names.remove(parent, name);
+        Err(FsError::STALE)
+    }
+
+    /// FALLOCATE, as the caller.
+    pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32, caller: Caller) -> FsResult<()> {
         let file = self.files.get(fh)?;
-        sys::fallocate(file.fd.as_fd(), mode, offset, len)?;
+        {
+            let _g = self.creds.act_as(caller)?;
+            sys::fallocate(file.fd.as_fd(), mode, offset, len)?;
+        }
         let old = file.inode.attr().st.st_size.max(0) as u64;
         self.data.invalidate_range(file.inode.ino, offset, len);
         self.data.invalidate_from(file.inode.ino, old.min(offset));
@@ -1076,7 +1225,8 @@ impl Fs {
         sys::lseek(file.fd.as_fd(), offset, whence)
     }
 
-    /// COPY_FILE_RANGE.
+    /// COPY_FILE_RANGE (the write into the destination as the caller).
+    #[allow(clippy::too_many_arguments)]
     pub fn copy_file_range(
         &self,
         fh_in: u64,
@@ -1085,11 +1235,16 @@ impl Fs {
         off_out: u64,
         len: u64,
         flags: u32,
+        caller: Caller,
     ) -> FsResult<u32> {
         let src = self.files.get(fh_in)?;
         let dst = self.files.get(fh_out)?;
         let len = len.min(u32::MAX as u64 & !0xfff);
-        let n = sys::copy_file_range(src.fd.as_fd(), off_in, dst.fd.as_fd(), off_out, len, flags)?;
+        let n = {
+            // A write into `dst`: as the caller, like WRITE.
+            let _g = self.creds.act_as(caller)?;
+            sys::copy_file_range(src.fd.as_fd(), off_in, dst.fd.as_fd(), off_out, len, flags)?
+        };
         let old = dst.inode.attr().st.st_size.max(0) as u64;
         self.data.invalidate_range(dst.inode.ino, off_out, n as u64);
         if off_out > old {
@@ -1122,6 +1277,7 @@ impl Fs {
             return Err(FsError::PERM);
         }
         let (_fd, path) = self.xattr_path(&inode)?;
+        let _g = self.creds.act_as(caller)?;
         sys::setxattr(&path, &cstr(name)?, value, flags)?;
         Ok(Vec::new())
     }
@@ -1136,11 +1292,15 @@ impl Fs {
         }
     }
 
-    /// GETXATTR. `user.rcufs.stats` is the mount's statistics as JSON.
-    pub fn getxattr(&self, ino: u64, name: &[u8], size: u32) -> FsResult<XattrReply> {
+    /// GETXATTR, as the caller. `user.rcufs.stats` is the mount's
+    /// statistics as JSON, for root and the mount's owner only (`EACCES`).
+    pub fn getxattr(&self, ino: u64, name: &[u8], size: u32, caller: Caller) -> FsResult<XattrReply> {
         let inode = self.inode(ino)?;
         if let Some(rest) = name.strip_prefix(protocol::XATTR_PREFIX.as_bytes()) {
             if rest == b"stats" {
+                if caller.uid != 0 && caller.uid != sys::euid() {
+                    return Err(FsError::new(libc::EACCES));
+                }
                 let json = serde_json::to_vec(&self.stats_json()).map_err(|_| FsError::IO)?;
                 return Self::sized(json, size);
             }
@@ -1151,6 +1311,14 @@ impl Fs {
         }
         let (_fd, path) = self.xattr_path(&inode)?;
         let cname = cstr(name)?;
+        // Reading an ACL needs no permission of its own, and the kernel
+        // asks for it at every permission check of a non-owner (it forgets
+        // ACLs whenever it refreshes attributes): no identity switch there.
+        let _g = if name.starts_with(b"system.posix_acl_") {
+            None
+        } else {
+            Some(self.creds.act_as(caller)?)
+        };
         if size == 0 {
             let n = sys::getxattr(&path, &cname, &mut [])?;
             return Ok(XattrReply::Size(n as u32));
@@ -1161,13 +1329,18 @@ impl Fs {
         Ok(XattrReply::Data(buf))
     }
 
-    /// LISTXATTR, without the `user.rcufs.` names.
-    pub fn listxattr(&self, ino: u64, size: u32) -> FsResult<XattrReply> {
+    /// LISTXATTR, as the caller, without the `user.rcufs.` names, and
+    /// without `trusted.*` names unless the caller has `CAP_SYS_ADMIN` (the
+    /// source would hide them from the caller, but not from the daemon:
+    /// acting as the caller keeps `CAP_SYS_ADMIN`).
+    pub fn listxattr(&self, ino: u64, size: u32, caller: Caller) -> FsResult<XattrReply> {
         let inode = self.inode(ino)?;
         if inode.kind == libc::S_IFLNK {
             return Self::sized(Vec::new(), size);
         }
         let (_fd, path) = self.xattr_path(&inode)?;
+        let hide_trusted = !self.creds.caller_is_admin(caller);
+        let g = self.creds.act_as(caller)?;
         let mut list = loop {
             let n = sys::listxattr(&path, &mut [])?;
             let mut buf = vec![0u8; n + 64];
@@ -1180,11 +1353,13 @@ impl Fs {
                 Err(e) => return Err(e),
             }
         };
+        drop(g);
         let prefix = protocol::XATTR_PREFIX.as_bytes();
         let mut out = Vec::with_capacity(list.len());
         for n in list
             .split(|&b| b == 0)
             .filter(|n| !n.is_empty() && !n.starts_with(prefix))
+            .filter(|n| !(hide_trusted && n.starts_with(b"trusted.")))
         {
             out.extend_from_slice(n);
             out.push(0);
@@ -1193,8 +1368,8 @@ impl Fs {
         Self::sized(out, size)
     }
 
-    /// REMOVEXATTR.
-    pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
+    /// REMOVEXATTR, as the caller.
+    pub fn removexattr(&self, ino: u64, name: &[u8], caller: Caller) -> FsResult<()> {
         if name.starts_with(protocol::XATTR_PREFIX.as_bytes()) {
             return Err(FsError::NODATA);
         }
@@ -1203,6 +1378,7 @@ impl Fs {
             return Err(FsError::NODATA);
         }
         let (_fd, path) = self.xattr_path(&inode)?;
+        let _g = self.creds.act_as(caller)?;
         sys::removexattr(&path, &cstr(name)?)
     }
 

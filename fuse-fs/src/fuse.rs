@@ -12,12 +12,24 @@
 //! it returns. `batch_forget` is fuser's default (one `forget` per node):
 //! fuser 0.18 does not export the type of its argument.
 //!
-//! Kernel cache invalidations (kernel-cache mode, after a drop) are pushed
-//! onto the filesystem's bounded queue (`inval.rs`) *after* the reply has
-//! been sent, and a worker thread sends them: the kernel holds the
-//! directory's inode lock while a SETXATTR on it is in flight, so sending
-//! `inval_entry` from inside the handler would deadlock. The push never
-//! blocks; the queue closes when the adapter is dropped (the session ended).
+//! INIT asks for `FUSE_POSIX_ACL`, `FUSE_DONT_MASK` and
+//! `FUSE_HANDLE_KILLPRIV_V2`: the kernel checks ACLs, and leaves the umask
+//! and setuid/setgid clearing to the source, since the operations run as
+//! the caller (`creds.rs`; `SEMANTICS.md`, "Whose identity"). The caller's
+//! uid, gid and pid, and the umask of the creating requests, are passed to
+//! [`Fs`] as a [`Caller`].
+//!
+//! Kernel cache invalidations (kernel-cache mode, after a drop) go onto the
+//! filesystem's bounded queue (`inval.rs`) and a dedicated thread sends
+//! them; the push never blocks, and the queue closes when the adapter is
+//! dropped (the session ended). A drop waits, bounded, until its
+//! invalidations have been sent before it answers, so that its caller sees
+//! the kernel's copies gone; the one exception are the entries directly in
+//! the directory of a SETXATTR drop, which are queued after the reply: the
+//! kernel holds that directory's inode lock while the SETXATTR is in flight,
+//! and `inval_entry` in it would wait for that lock. An open that finds the
+//! file changed invalidates the kernel's attributes from inside the handler
+//! (that takes no inode lock in the kernel).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -158,7 +170,14 @@ fn caller(req: &Request) -> Caller {
         uid: req.uid(),
         gid: req.gid(),
         pid: req.pid(),
+        umask: 0,
     }
+}
+
+/// The caller of a creating request, with the umask the kernel left to
+/// rcufs (`FUSE_DONT_MASK`).
+fn creator(req: &Request, umask: u32) -> Caller {
+    Caller { umask, ..caller(req) }
 }
 
 fn kind(k: Kind) -> FileType {
@@ -225,7 +244,16 @@ impl Filesystem for FuseAdapter {
             | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP
-            | InitFlags::FUSE_ASYNC_DIO;
+            | InitFlags::FUSE_ASYNC_DIO
+            // The kernel's permission checks honour the source's ACLs...
+            | InitFlags::FUSE_POSIX_ACL
+            // ...and the umask is applied by the source (which ignores it
+            // under a default ACL, as for a local process).
+            | InitFlags::FUSE_DONT_MASK
+            // Setuid/setgid clearing on write, truncate and chown is left to
+            // the source (the operations run as the caller); the kernel does
+            // not turn it into a chmod, which a non-owner may not do.
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if !self.fs.config().kernel_cache {
             // Without kernel caching every lookup must reach rcufs; nothing to add.
         } else {
@@ -239,6 +267,9 @@ impl Filesystem for FuseAdapter {
         }
         let have = config.capabilities();
         let missing = want - have;
+        if missing.contains(InitFlags::FUSE_POSIX_ACL) {
+            tracing::warn!("the kernel lacks FUSE_POSIX_ACL: only the mode bits are checked by the kernel");
+        }
         if missing.contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP) {
             tracing::warn!("the kernel lacks FUSE_DIRECT_IO_ALLOW_MMAP: mmap of files on the mount will fail");
         }
@@ -295,7 +326,7 @@ impl Filesystem for FuseAdapter {
             mtime: time_or_now(mtime),
             fh: fh.map(|f| f.0),
         };
-        match self.fs.setattr(ino.0, set) {
+        match self.fs.setattr(ino.0, set, caller(req)) {
             Ok(a) => reply.attr(&self.fs.attr_ttl(), &attr(&a)),
             Err(e) => reply.error(errno(e)),
         }
@@ -309,26 +340,20 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let _s = span!("mknod", req, parent.0);
-        match self.fs.mknod(parent.0, name.as_bytes(), mode, rdev as u64, caller(req)) {
+        match self
+            .fs
+            .mknod(parent.0, name.as_bytes(), mode, rdev as u64, creator(req, umask))
+        {
             Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let _s = span!("mkdir", req, parent.0);
-        match self.fs.mkdir(parent.0, name.as_bytes(), mode, caller(req)) {
+        match self.fs.mkdir(parent.0, name.as_bytes(), mode, creator(req, umask)) {
             Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
@@ -336,12 +361,12 @@ impl Filesystem for FuseAdapter {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = span!("unlink", req, parent.0);
-        reply_empty(reply, self.fs.unlink(parent.0, name.as_bytes()))
+        reply_empty(reply, self.fs.unlink(parent.0, name.as_bytes(), caller(req)))
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = span!("rmdir", req, parent.0);
-        reply_empty(reply, self.fs.rmdir(parent.0, name.as_bytes()))
+        reply_empty(reply, self.fs.rmdir(parent.0, name.as_bytes(), caller(req)))
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
@@ -368,10 +393,14 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let _s = span!("rename", req, parent.0);
-        match self
-            .fs
-            .rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), flags.bits())
-        {
+        match self.fs.rename(
+            parent.0,
+            name.as_bytes(),
+            newparent.0,
+            newname.as_bytes(),
+            flags.bits(),
+            caller(req),
+        ) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
@@ -379,7 +408,7 @@ impl Filesystem for FuseAdapter {
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let _s = span!("link", req, ino.0);
-        match self.fs.link(ino.0, newparent.0, newname.as_bytes()) {
+        match self.fs.link(ino.0, newparent.0, newname.as_bytes(), caller(req)) {
             Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
@@ -423,13 +452,14 @@ impl Filesystem for FuseAdapter {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let _s = span!("write", req, ino.0);
-        match self.fs.write(fh.0, offset, data) {
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self.fs.write(fh.0, offset, data, caller(req), kill) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         }
@@ -550,7 +580,7 @@ impl Filesystem for FuseAdapter {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _s = span!("getxattr", req, ino.0);
-        match self.fs.getxattr(ino.0, name.as_bytes(), size) {
+        match self.fs.getxattr(ino.0, name.as_bytes(), size, caller(req)) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
             Err(e) => reply.error(xattr_errno(e)),
@@ -559,7 +589,7 @@ impl Filesystem for FuseAdapter {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let _s = span!("listxattr", req, ino.0);
-        match self.fs.listxattr(ino.0, size) {
+        match self.fs.listxattr(ino.0, size, caller(req)) {
             Ok(XattrReply::Size(n)) => reply.size(n),
             Ok(XattrReply::Data(d)) => reply.data(&d),
             Err(e) => reply.error(xattr_errno(e)),
@@ -568,7 +598,7 @@ impl Filesystem for FuseAdapter {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = span!("removexattr", req, ino.0);
-        match self.fs.removexattr(ino.0, name.as_bytes()) {
+        match self.fs.removexattr(ino.0, name.as_bytes(), caller(req)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(xattr_errno(e)),
         }
@@ -576,7 +606,7 @@ impl Filesystem for FuseAdapter {
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let _s = span!("access", req, ino.0);
-        reply_empty(reply, self.fs.access(ino.0, mask.bits()))
+        reply_empty(reply, self.fs.access(ino.0, mask.bits(), caller(req)))
     }
 
     fn create(
@@ -585,12 +615,15 @@ impl Filesystem for FuseAdapter {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
         let _s = span!("create", req, parent.0);
-        match self.fs.create(parent.0, name.as_bytes(), mode, flags, caller(req)) {
+        match self
+            .fs
+            .create(parent.0, name.as_bytes(), mode, flags, creator(req, umask))
+        {
             Ok((e, o)) => reply.created(
                 &self.fs.entry_ttl(),
                 &attr(&e.attr),
@@ -641,7 +674,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let _s = span!("fallocate", req, ino.0);
-        reply_empty(reply, self.fs.fallocate(fh.0, offset, length, mode))
+        reply_empty(reply, self.fs.fallocate(fh.0, offset, length, mode, caller(req)))
     }
 
     fn lseek(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
@@ -666,10 +699,15 @@ impl Filesystem for FuseAdapter {
         reply: ReplyWrite,
     ) {
         let _s = span!("copy_file_range", req, ino_in.0);
-        match self
-            .fs
-            .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len, flags.bits() as u32)
-        {
+        match self.fs.copy_file_range(
+            fh_in.0,
+            offset_in,
+            fh_out.0,
+            offset_out,
+            len,
+            flags.bits() as u32,
+            caller(req),
+        ) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         }

@@ -8,6 +8,8 @@
 //! - `fs.rs` is the filesystem logic, testable without a mount; `inode.rs`
 //!   the inode table and its bounded descriptors; `names.rs` the dcache
 //!   layer (every lookup); `data.rs` the page-cache layer (every read);
+//!   `creds.rs` the caller's identity, taken for each operation that
+//!   creates, opens, changes or lists something in the source;
 //!   `sys.rs` the libc calls; `error.rs` the one error type;
 //!   `open_files.rs` open handles, shared descriptors and the root reserve;
 //!   `children.rs` the index a directory drop walks; `inval.rs` the bounded
@@ -36,6 +38,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod children;
+pub mod creds;
 pub mod data;
 pub mod error;
 pub mod fs;

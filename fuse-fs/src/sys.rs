@@ -327,17 +327,20 @@ pub fn renameat2(old_dir: BorrowedFd<'_>, old: &CStr, new_dir: BorrowedFd<'_>, n
     Ok(())
 }
 
-/// `linkat(fd, "", new_dir, new, AT_EMPTY_PATH)`: a new name for the object
-/// behind `fd` (needs `CAP_DAC_READ_SEARCH`, which root has).
+/// `linkat(AT_FDCWD, "/proc/self/fd/N", new_dir, new, AT_SYMLINK_FOLLOW)`:
+/// a new name for the object behind `fd`. Unlike `AT_EMPTY_PATH`, which
+/// needs `CAP_DAC_READ_SEARCH`, this works for any caller the source lets
+/// link the object (`fs.protected_hardlinks` applies).
 pub fn link_fd(fd: BorrowedFd<'_>, new_dir: BorrowedFd<'_>, new: &CStr) -> FsResult<()> {
+    let path = proc_path(fd);
     // SAFETY: both names are NUL-terminated.
     check(unsafe {
         libc::linkat(
-            fd.as_raw_fd(),
-            EMPTY.as_ptr(),
+            libc::AT_FDCWD,
+            path.as_ptr(),
             new_dir.as_raw_fd(),
             new.as_ptr(),
-            libc::AT_EMPTY_PATH,
+            libc::AT_SYMLINK_FOLLOW,
         )
     })?;
     Ok(())
@@ -398,10 +401,12 @@ pub fn fstatvfs(fd: BorrowedFd<'_>) -> FsResult<libc::statvfs> {
     Ok(st)
 }
 
-/// `faccessat(AT_FDCWD, path, mask, 0)`.
+/// `faccessat(AT_FDCWD, path, mask, AT_EACCESS)`: checked with the
+/// thread's filesystem ids (without `AT_EACCESS` the kernel would use the
+/// real ids, root's).
 pub fn access(path: &CStr, mask: i32) -> FsResult<()> {
     // SAFETY: `path` is NUL-terminated.
-    check(unsafe { libc::faccessat(libc::AT_FDCWD, path.as_ptr(), mask, 0) })?;
+    check(unsafe { libc::faccessat(libc::AT_FDCWD, path.as_ptr(), mask, libc::AT_EACCESS) })?;
     Ok(())
 }
 
@@ -599,4 +604,137 @@ pub fn nofile_limit() -> u64 {
         return 1024;
     }
     rl.rlim_cur
+}
+
+/// Sets the calling thread's filesystem uid (the raw system call, which
+/// changes only this thread; the kernel reports no error, so the result is
+/// read back with an invalid id, which changes nothing).
+pub fn set_thread_fsuid(uid: u32) -> FsResult<()> {
+    // SAFETY: setfsuid takes a plain integer and changes only the calling
+    // thread's credentials.
+    unsafe { libc::syscall(libc::SYS_setfsuid, uid as libc::c_long) };
+    // SAFETY: as above; -1 is never a valid id, so this only reads.
+    let now = unsafe { libc::syscall(libc::SYS_setfsuid, -1 as libc::c_long) } as u32;
+    if now == uid { Ok(()) } else { Err(FsError::PERM) }
+}
+
+/// Sets the calling thread's filesystem gid (see [`set_thread_fsuid`]).
+pub fn set_thread_fsgid(gid: u32) -> FsResult<()> {
+    // SAFETY: setfsgid takes a plain integer and changes only the calling
+    // thread's credentials.
+    unsafe { libc::syscall(libc::SYS_setfsgid, gid as libc::c_long) };
+    // SAFETY: as above; -1 is never a valid id, so this only reads.
+    let now = unsafe { libc::syscall(libc::SYS_setfsgid, -1 as libc::c_long) } as u32;
+    if now == gid { Ok(()) } else { Err(FsError::PERM) }
+}
+
+/// Sets the calling thread's supplementary groups. The raw system call
+/// changes only this thread; glibc's `setgroups` changes every thread of
+/// the process (it broadcasts the change, as POSIX wants).
+pub fn set_thread_groups(groups: &[u32]) -> FsResult<()> {
+    // SAFETY: `groups` is a live slice of `groups.len()` gid_t values, which
+    // the kernel only reads.
+    let r = unsafe { libc::syscall(libc::SYS_setgroups, groups.len() as libc::c_long, groups.as_ptr()) };
+    if r < 0 { Err(FsError::last_os_error()) } else { Ok(()) }
+}
+
+/// The calling thread's supplementary groups.
+pub fn thread_groups() -> FsResult<Vec<u32>> {
+    // SAFETY: a size of 0 only asks for the count.
+    let n = unsafe { libc::syscall(libc::SYS_getgroups, 0 as libc::c_long, std::ptr::null_mut::<u32>()) };
+    if n < 0 {
+        return Err(FsError::last_os_error());
+    }
+    let mut groups = vec![0u32; n as usize];
+    // SAFETY: `groups` has room for `n` gid_t values.
+    let m = unsafe { libc::syscall(libc::SYS_getgroups, n, groups.as_mut_ptr()) };
+    if m < 0 {
+        return Err(FsError::last_os_error());
+    }
+    groups.truncate(m as usize);
+    Ok(groups)
+}
+
+/// Gives the calling thread its own umask, working directory and root
+/// (`unshare(CLONE_FS)`), so that [`set_thread_umask`] changes this thread only.
+pub fn unshare_fs() -> FsResult<()> {
+    // SAFETY: unshare takes a flag word; CLONE_FS only copies the thread's fs_struct.
+    check(unsafe { libc::unshare(libc::CLONE_FS) })?;
+    Ok(())
+}
+
+/// Sets the umask (of this thread alone after [`unshare_fs`]); returns the old one.
+pub fn set_thread_umask(mask: u32) -> u32 {
+    // SAFETY: `umask` only sets the file mode creation mask.
+    unsafe { libc::umask(mask as libc::mode_t) as u32 }
+}
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct` (two of them for version 3).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+/// `CAP_FSETID`: keeps setuid/setgid bits on write.
+pub const CAP_FSETID: u32 = 4;
+
+/// `CAP_SYS_ADMIN`: among others, sees `trusted.*` attributes.
+pub const CAP_SYS_ADMIN: u32 = 21;
+
+/// Turns capability `cap` on or off in the calling thread's effective set
+/// (raw `capget`/`capset`, which act on this thread only); returns whether
+/// it was on before. Turning on needs it in the permitted set.
+pub fn set_thread_effective_cap(cap: u32, on: bool) -> FsResult<bool> {
+    let mut head = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: `head` is a valid header and `data` has the two elements
+    // version 3 needs; the kernel writes only into them.
+    let r = unsafe { libc::syscall(libc::SYS_capget, &mut head as *mut CapHeader, data.as_mut_ptr()) };
+    if r < 0 {
+        return Err(FsError::last_os_error());
+    }
+    let (word, bit) = ((cap / 32) as usize, 1u32 << (cap % 32));
+    let was = data[word].effective & bit != 0;
+    if was == on {
+        return Ok(was);
+    }
+    if on {
+        data[word].effective |= bit;
+    } else {
+        data[word].effective &= !bit;
+    }
+    head.pid = 0;
+    // SAFETY: as above; the kernel only reads `head` and `data`.
+    let r = unsafe { libc::syscall(libc::SYS_capset, &mut head as *mut CapHeader, data.as_ptr()) };
+    if r < 0 {
+        return Err(FsError::last_os_error());
+    }
+    Ok(was)
+}
+
+/// The effective gid of the process.
+pub fn egid() -> u32 {
+    // SAFETY: `getegid` cannot fail and touches no memory.
+    unsafe { libc::getegid() }
+}
+
+/// The effective uid of the process.
+pub fn euid() -> u32 {
+    // SAFETY: `geteuid` cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
 }

@@ -32,7 +32,12 @@ fn default_cfg() -> FsConfig {
     }
 }
 
-const ME: Caller = Caller { uid: 0, gid: 0, pid: 1 };
+const ME: Caller = Caller {
+    uid: 0,
+    gid: 0,
+    pid: 1,
+    umask: 0,
+};
 
 #[track_caller]
 fn err<T: std::fmt::Debug>(r: FsResult<T>, errno: i32) {
@@ -129,8 +134,8 @@ fn writes_reach_the_source_and_later_reads() {
     let a = walk(&t.fs, "a.txt").expect("a");
     assert_eq!(read_all(&t.fs, a.ino), b"hello");
     let o = t.fs.open(a.ino, libc::O_RDWR, ME).expect("open");
-    assert_eq!(t.fs.write(o.fh, 1, b"EL").expect("write"), 2);
-    assert_eq!(t.fs.write(o.fh, 5, b" world").expect("write"), 6);
+    assert_eq!(t.fs.write(o.fh, 1, b"EL", ME, false).expect("write"), 2);
+    assert_eq!(t.fs.write(o.fh, 5, b" world", ME, false).expect("write"), 6);
     t.fs.release(o.fh).expect("release");
     assert_eq!(std::fs::read(t.src.join("a.txt")).expect("read"), b"hELlo world");
     assert_eq!(read_all(&t.fs, a.ino), b"hELlo world");
@@ -142,6 +147,7 @@ fn writes_reach_the_source_and_later_reads() {
                 size: Some(3),
                 ..SetAttr::default()
             },
+            ME,
         )
         .expect("truncate");
     assert_eq!(attr.size, 3);
@@ -163,7 +169,7 @@ fn create_mkdir_symlink_link_rename_unlink_rmdir() {
     let (e, o) =
         t.fs.create(ROOT_INO, b"new", 0o644, libc::O_WRONLY, ME)
             .expect("create");
-    t.fs.write(o.fh, 0, b"data").expect("write");
+    t.fs.write(o.fh, 0, b"data", ME, false).expect("write");
     t.fs.release(o.fh).expect("release");
     assert_eq!(std::fs::read(t.src.join("new")).expect("read"), b"data");
     let d = t.fs.mkdir(ROOT_INO, b"dir", 0o755, ME).expect("mkdir");
@@ -171,22 +177,22 @@ fn create_mkdir_symlink_link_rename_unlink_rmdir() {
     err(t.fs.mkdir(ROOT_INO, b"dir", 0o755, ME), libc::EEXIST);
     let s = t.fs.symlink(ROOT_INO, b"sl", b"new", ME).expect("symlink");
     assert_eq!(t.fs.readlink(s.ino).expect("readlink"), b"new");
-    let l = t.fs.link(e.ino, d.ino, b"hard").expect("link");
+    let l = t.fs.link(e.ino, d.ino, b"hard", ME).expect("link");
     assert_eq!(l.ino, e.ino);
     assert_eq!(l.attr.nlink, 2);
-    t.fs.rename(ROOT_INO, b"new", d.ino, b"moved", 0).expect("rename");
+    t.fs.rename(ROOT_INO, b"new", d.ino, b"moved", 0, ME).expect("rename");
     err(t.fs.lookup(ROOT_INO, b"new"), libc::ENOENT);
     let m = t.fs.lookup(d.ino, b"moved").expect("moved");
     assert_eq!(m.ino, e.ino, "a rename keeps the node id");
     assert_eq!(read_all(&t.fs, m.ino), b"data", "the handle survives the rename");
     err(
-        t.fs.rename(ROOT_INO, b"a.txt", d.ino, b"moved", libc::RENAME_NOREPLACE),
+        t.fs.rename(ROOT_INO, b"a.txt", d.ino, b"moved", libc::RENAME_NOREPLACE, ME),
         libc::EEXIST,
     );
-    err(t.fs.rmdir(ROOT_INO, b"dir"), libc::ENOTEMPTY);
-    t.fs.unlink(d.ino, b"moved").expect("unlink");
-    t.fs.unlink(d.ino, b"hard").expect("unlink");
-    t.fs.rmdir(ROOT_INO, b"dir").expect("rmdir");
+    err(t.fs.rmdir(ROOT_INO, b"dir", ME), libc::ENOTEMPTY);
+    t.fs.unlink(d.ino, b"moved", ME).expect("unlink");
+    t.fs.unlink(d.ino, b"hard", ME).expect("unlink");
+    t.fs.rmdir(ROOT_INO, b"dir", ME).expect("rmdir");
     err(t.fs.lookup(ROOT_INO, b"dir"), libc::ENOENT);
     assert!(!t.src.join("dir").exists());
 }
@@ -236,21 +242,21 @@ fn rcufs_xattrs_never_reach_the_source_and_are_not_listed() {
     let a = walk(&t.fs, "a.txt").expect("a");
     t.fs.setxattr(a.ino, b"user.color", b"blue", 0, ME).expect("setxattr");
     assert_eq!(
-        t.fs.getxattr(a.ino, b"user.color", 0).expect("size"),
+        t.fs.getxattr(a.ino, b"user.color", 0, ME).expect("size"),
         XattrReply::Size(4)
     );
     assert_eq!(
-        t.fs.getxattr(a.ino, b"user.color", 64).expect("get"),
+        t.fs.getxattr(a.ino, b"user.color", 64, ME).expect("get"),
         XattrReply::Data(b"blue".to_vec())
     );
-    err(t.fs.getxattr(a.ino, b"user.color", 2), libc::ERANGE);
+    err(t.fs.getxattr(a.ino, b"user.color", 2, ME), libc::ERANGE);
     err(t.fs.setxattr(a.ino, b"user.rcufs.other", b"1", 0, ME), libc::ENOTSUP);
-    err(t.fs.getxattr(a.ino, b"user.rcufs.other", 64), libc::ENODATA);
-    let XattrReply::Data(list) = t.fs.listxattr(ROOT_INO, 4096).expect("list") else {
+    err(t.fs.getxattr(a.ino, b"user.rcufs.other", 64, ME), libc::ENODATA);
+    let XattrReply::Data(list) = t.fs.listxattr(ROOT_INO, 4096, ME).expect("list") else {
         panic!("data")
     };
     assert!(!list.windows(6).any(|w| w == b"rcufs."), "rcufs names are never listed");
-    let XattrReply::Data(stats) = t.fs.getxattr(ROOT_INO, b"user.rcufs.stats", 65536).expect("stats") else {
+    let XattrReply::Data(stats) = t.fs.getxattr(ROOT_INO, b"user.rcufs.stats", 65536, ME).expect("stats") else {
         panic!("data")
     };
     let v: serde_json::Value = serde_json::from_slice(&stats).expect("json");
@@ -258,8 +264,8 @@ fn rcufs_xattrs_never_reach_the_source_and_are_not_listed() {
         assert!(v.get(key).is_some(), "stats lack {key}: {v}");
     }
     assert!(v["inodes"]["known"].as_u64().expect("known") >= 2);
-    t.fs.removexattr(a.ino, b"user.color").expect("remove");
-    err(t.fs.getxattr(a.ino, b"user.color", 64), libc::ENODATA);
+    t.fs.removexattr(a.ino, b"user.color", ME).expect("remove");
+    err(t.fs.getxattr(a.ino, b"user.color", 64, ME), libc::ENODATA);
 }
 
 #[test]
@@ -274,6 +280,7 @@ fn drop_by_xattr_validates_its_input() {
         uid: 4242,
         gid: 4242,
         pid: 1,
+        umask: 0,
     };
     err(
         t.fs.setxattr(d.ino, b"user.rcufs.drop", b"all", 0, stranger),
@@ -334,6 +341,7 @@ fn drop_skips_inodes_the_caller_does_not_own() {
         uid: 4242,
         gid: 4242,
         pid: 1,
+        umask: 0,
     };
     if !sys::is_root() {
         return; // chown needs root; the EPERM path is covered above.
@@ -434,7 +442,7 @@ fn writes_past_the_end_and_truncates_keep_cached_reads_exact() {
     let a = walk(&t.fs, "a.txt").expect("a");
     assert_eq!(read_all(&t.fs, a.ino), b"hello");
     let o = t.fs.open(a.ino, libc::O_RDWR, ME).expect("open");
-    t.fs.write(o.fh, 8192, b"far").expect("write past the end");
+    t.fs.write(o.fh, 8192, b"far", ME, false).expect("write past the end");
     t.fs.release(o.fh).expect("release");
     let mut want = b"hello".to_vec();
     want.resize(8192, 0);
@@ -446,6 +454,7 @@ fn writes_past_the_end_and_truncates_keep_cached_reads_exact() {
             size: Some(4100),
             ..SetAttr::default()
         },
+        ME,
     )
     .expect("shrink");
     want.truncate(4100);
@@ -456,6 +465,7 @@ fn writes_past_the_end_and_truncates_keep_cached_reads_exact() {
             size: Some(5000),
             ..SetAttr::default()
         },
+        ME,
     )
     .expect("grow");
     want.resize(5000, 0);
@@ -594,15 +604,15 @@ fn changes_through_the_fs_keep_the_dcache_coherent() {
             .expect("create over a negative entry");
     t.fs.release(o.fh).expect("release");
     assert_eq!(t.fs.lookup(d.ino, b"n").expect("n").ino, e.ino);
-    t.fs.rename(d.ino, b"n", ROOT_INO, b"m", 0).expect("rename");
+    t.fs.rename(d.ino, b"n", ROOT_INO, b"m", 0, ME).expect("rename");
     err(t.fs.lookup(d.ino, b"n"), libc::ENOENT);
     assert_eq!(t.fs.lookup(ROOT_INO, b"m").expect("m").ino, e.ino);
-    t.fs.unlink(ROOT_INO, b"m").expect("unlink");
+    t.fs.unlink(ROOT_INO, b"m", ME).expect("unlink");
     err(t.fs.lookup(ROOT_INO, b"m"), libc::ENOENT);
     let sub = t.fs.mkdir(d.ino, b"sub", 0o755, ME).expect("mkdir");
     t.fs.mkdir(sub.ino, b"deeper", 0o755, ME).expect("mkdir");
-    t.fs.rmdir(sub.ino, b"deeper").expect("rmdir");
-    t.fs.rmdir(d.ino, b"sub").expect("rmdir");
+    t.fs.rmdir(sub.ino, b"deeper", ME).expect("rmdir");
+    t.fs.rmdir(d.ino, b"sub", ME).expect("rmdir");
     err(t.fs.lookup(d.ino, b"sub"), libc::ENOENT);
     // A name removed in the source stays cached until a drop (revalidate is an hour).
     assert!(t.fs.lookup(ROOT_INO, b"a.txt").is_ok());
@@ -624,11 +634,13 @@ fn metadata_changes_through_the_fs_keep_the_cached_pages() {
             mtime: Some(None),
             ..SetAttr::default()
         },
+        ME,
     )
     .expect("setattr");
-    t.fs.rename(ROOT_INO, b"a.txt", ROOT_INO, b"b.txt", 0).expect("rename");
-    t.fs.link(a.ino, ROOT_INO, b"c.txt").expect("link");
-    t.fs.unlink(ROOT_INO, b"c.txt").expect("unlink");
+    t.fs.rename(ROOT_INO, b"a.txt", ROOT_INO, b"b.txt", 0, ME)
+        .expect("rename");
+    t.fs.link(a.ino, ROOT_INO, b"c.txt", ME).expect("link");
+    t.fs.unlink(ROOT_INO, b"c.txt", ME).expect("unlink");
     assert_eq!(read_all(&t.fs, a.ino), b"hello");
     assert_eq!(
         pc(&t.fs, "fills"),
@@ -669,6 +681,7 @@ fn extreme_timestamps_do_not_panic() {
                 mtime: Some(Some(long_ago)),
                 ..SetAttr::default()
             },
+            ME,
         )
         .expect("a pre-1970 mtime");
     assert_eq!(attr.mtime, long_ago);
@@ -694,7 +707,7 @@ fn the_last_forget_of_an_unlinked_file_frees_its_pages_and_entry() {
     let e = walk(&t.fs, "gone").expect("gone");
     assert_eq!(read_all(&t.fs, e.ino).len(), 9000);
     assert_eq!(t.fs.data.inode_count(), before + 1);
-    t.fs.unlink(ROOT_INO, b"gone").expect("unlink");
+    t.fs.unlink(ROOT_INO, b"gone", ME).expect("unlink");
     // Still known to the kernel (an open file would keep it): pages stay.
     assert_eq!(t.fs.data.inode_count(), before + 1);
     t.fs.forget(e.ino, 1);
@@ -747,7 +760,7 @@ fn the_children_index_follows_renames_and_forgets() {
         v
     };
     assert_eq!(under(d.ino), [(e.ino, 1), (f.ino, 2)]);
-    t.fs.rename(e.ino, b"f", d.ino, b"f2", 0).expect("rename");
+    t.fs.rename(e.ino, b"f", d.ino, b"f2", 0, ME).expect("rename");
     assert_eq!(under(e.ino), []);
     assert_eq!(under(d.ino), [(e.ino, 1), (f.ino, 1)]);
     t.fs.forget(f.ino, 1);
@@ -775,7 +788,7 @@ fn opens_of_one_inode_and_mode_share_one_descriptor() {
     // Another mode is another descriptor; O_APPEND stays per handle.
     let w = t.fs.open(a.ino, libc::O_WRONLY | libc::O_APPEND, ME).expect("open");
     assert_eq!(t.fs.shared.live(), 2);
-    t.fs.write(w.fh, 0, b"!").expect("write");
+    t.fs.write(w.fh, 0, b"!", ME, false).expect("write");
     assert_eq!(std::fs::read(t.src.join("a.txt")).expect("read"), b"hello!");
     for fh in &fhs[..99] {
         t.fs.release(*fh).expect("release");
@@ -808,6 +821,7 @@ fn a_non_root_open_past_the_reserve_is_emfile_and_roots_is_not() {
         uid: 65534,
         gid: 65534,
         pid: 1,
+        umask: 0o022,
     };
     err(t.fs.open(a.ino, libc::O_RDONLY, nobody), libc::EMFILE);
     err(t.fs.opendir(ROOT_INO, nobody), libc::EMFILE);
@@ -822,4 +836,97 @@ fn a_non_root_open_past_the_reserve_is_emfile_and_roots_is_not() {
     assert_eq!(t.fs.gate.refusals(), 3);
     t.fs.release(o.fh).expect("release");
     t.fs.release(n.fh).expect("release");
+}
+
+#[test]
+fn the_source_is_opened_without_o_direct_and_never_blocking_on_a_special_file() {
+    let f = source_open_flags(
+        libc::S_IFREG,
+        libc::O_RDWR | libc::O_DIRECT | libc::O_CREAT | libc::O_EXCL,
+    );
+    assert_eq!(f, libc::O_RDWR);
+    assert_eq!(
+        source_open_flags(libc::S_IFDIR, libc::O_RDONLY | libc::O_DIRECTORY),
+        libc::O_RDONLY | libc::O_DIRECTORY
+    );
+    for kind in [libc::S_IFIFO, libc::S_IFCHR, libc::S_IFBLK, libc::S_IFSOCK] {
+        assert_ne!(
+            source_open_flags(kind, libc::O_RDONLY) & libc::O_NONBLOCK,
+            0,
+            "{kind:o}"
+        );
+    }
+    assert!(may_lose_suidgid(0o4755) && may_lose_suidgid(0o2775) && may_lose_suidgid(0o6777));
+    assert!(!may_lose_suidgid(0o2765) && !may_lose_suidgid(0o1777) && !may_lose_suidgid(0o755));
+    let c = create_flags(libc::O_WRONLY | libc::O_TRUNC | libc::O_DIRECT | libc::O_NOCTTY);
+    assert_eq!(c & libc::O_DIRECT, 0);
+    assert_eq!(c & libc::O_NOCTTY, 0);
+    for must in [
+        libc::O_CREAT,
+        libc::O_EXCL,
+        libc::O_NOFOLLOW,
+        libc::O_TRUNC,
+        libc::O_WRONLY,
+    ] {
+        assert_eq!(c & must, must, "{must:o}");
+    }
+}
+
+const NOBODY: Caller = Caller {
+    uid: 65534,
+    gid: 65534,
+    pid: 0,
+    umask: 0o022,
+};
+
+#[test]
+fn creates_run_as_the_caller() {
+    if !sys::is_root() {
+        eprintln!("SKIPPED: acting as another user needs root");
+        return;
+    }
+    let t = setup(default_cfg());
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // The temporary directory is root's 0700: let nobody through.
+    let base = t.src.parent().expect("parent");
+    std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(&t.src, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    // Root's 0755 directory: nobody may not create in it.
+    err(
+        t.fs.create(ROOT_INO, b"no", 0o666, libc::O_WRONLY, NOBODY),
+        libc::EACCES,
+    );
+    err(t.fs.mkdir(ROOT_INO, b"no", 0o777, NOBODY), libc::EACCES);
+    assert!(!t.src.join("no").exists());
+    std::fs::set_permissions(&t.src, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let (e, o) =
+        t.fs.create(ROOT_INO, b"mine", 0o666, libc::O_WRONLY, NOBODY)
+            .expect("create");
+    t.fs.release(o.fh).expect("release");
+    let st = std::fs::metadata(t.src.join("mine")).expect("stat");
+    // Owned by nobody, and the umask applied on this thread only.
+    assert_eq!((st.uid(), st.gid(), st.mode() & 0o777), (65534, 65534, 0o644));
+    assert_eq!(e.attr.uid, 65534);
+    // Root's file that appears under a name the kernel thought free: not
+    // opened for nobody, not truncated.
+    std::fs::write(t.src.join("roots"), b"root").expect("write");
+    std::fs::set_permissions(t.src.join("roots"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    err(
+        t.fs.create(ROOT_INO, b"roots", 0o666, libc::O_RDWR | libc::O_TRUNC, NOBODY),
+        libc::EACCES,
+    );
+    assert_eq!(std::fs::read(t.src.join("roots")).expect("read"), b"root");
+    err(
+        t.fs.create(ROOT_INO, b"roots", 0o666, libc::O_RDWR | libc::O_EXCL, ME),
+        libc::EEXIST,
+    );
+    // A FIFO under the name: ESTALE (the kernel opens it itself), at once.
+    let fifo = sys::cstr(t.src.join("fifo").as_os_str().as_encoded_bytes()).expect("cstr");
+    let dir = sys::open_path(&sys::cstr(t.src.as_os_str().as_encoded_bytes()).unwrap(), libc::O_PATH).unwrap();
+    sys::mknodat(dir.as_fd(), &sys::cstr(b"fifo").unwrap(), libc::S_IFIFO | 0o666, 0).expect("mkfifo");
+    drop(fifo);
+    err(t.fs.create(ROOT_INO, b"fifo", 0o666, libc::O_RDONLY, ME), libc::ESTALE);
+    // The thread is root again.
+    std::fs::write(base.join("as-root"), b"x").expect("root writes in its 0755 directory");
+    assert_eq!(std::fs::metadata(base.join("as-root")).unwrap().uid(), 0);
 }

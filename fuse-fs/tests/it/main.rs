@@ -11,6 +11,7 @@
 mod cli;
 mod drop;
 mod harness;
+mod identity;
 mod kernel_cache;
 mod lifecycle;
 mod posix;

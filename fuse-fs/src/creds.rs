@@ -1,0 +1,297 @@
+//! Caller credentials: the daemon runs as root for every user of an
+//! `allow_other` mount, and acts *as the caller* for each operation that
+//! creates, opens, changes or lists something in the source, so that the
+//! source filesystem itself decides permissions, ownership, setgid
+//! inheritance, POSIX ACLs and the clearing of setuid/setgid bits.
+//!
+//! # How
+//! The approach is virtiofsd's: for the duration of one operation, the
+//! worker thread takes the caller's filesystem uid and gid and supplementary
+//! groups, then gives them back ([`Guard`], an RAII guard). Only the calling
+//! thread changes: the raw system calls `setfsuid`, `setfsgid` and
+//! `setgroups` act on one thread, whereas glibc's `setgroups` wrapper
+//! changes every thread of the process. Switching away from root the groups
+//! and the gid change first, then the uid (a non-zero fsuid drops the
+//! filesystem capabilities, `CAP_CHOWN`, `CAP_DAC_OVERRIDE`,
+//! `CAP_DAC_READ_SEARCH`, `CAP_FOWNER`, `CAP_FSETID`, ...); restoring, the
+//! uid comes back first. Because `CAP_DAC_READ_SEARCH` is gone while acting
+//! as a user, `open_by_handle_at` cannot be used then: the request logic
+//! takes `O_PATH` descriptors from the inode table as root first and does
+//! the real operation relative to them (or reopens `/proc/self/fd/N`).
+//!
+//! FUSE tells the uid, gid and pid (thread id) of the caller, not its
+//! supplementary groups nor its capabilities: those come from
+//! `/proc/<pid>/status` (`Groups:` and `CapEff:`), kept for a short time
+//! ([`TTL`]) in a bounded cache keyed by `(pid, uid, gid)`. A caller whose
+//! process is gone gets no supplementary groups and no capabilities.
+//!
+//! Callers with uid 0 stay root (the daemon's own identity); only a non-zero
+//! gid is taken (so that what root creates gets root's group as it would
+//! locally).
+//!
+//! The umask: with `FUSE_DONT_MASK` the kernel leaves the caller's umask to
+//! the filesystem (so that a directory's default ACL can override it, as for
+//! a local process). [`Creds::act_as`] applies it with the thread's own
+//! umask, after `unshare(CLONE_FS)` has given the worker thread an fs
+//! context of its own (once per thread); if that ever fails the mode is
+//! masked by hand instead ([`Guard::mode`]).
+//!
+//! # Invariants
+//! - A worker thread leaves every operation with the daemon's identity and
+//!   a umask of 0: [`Guard`]'s `Drop` restores them, and aborts the process
+//!   if it cannot (a thread stuck with another identity would act wrongly
+//!   for every later request).
+//! - Nothing here changes another thread's credentials.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::error::FsResult;
+use crate::fs::Caller;
+use crate::sys;
+
+/// How long what `/proc/<pid>/status` said is trusted.
+pub const TTL: Duration = Duration::from_secs(1);
+
+/// Most cached callers.
+const CAPACITY: usize = 4096;
+
+/// What `/proc/<pid>/status` says about a caller.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcCreds {
+    /// Supplementary groups.
+    pub groups: Box<[u32]>,
+    /// Effective capabilities (`CapEff`).
+    pub cap_eff: u64,
+}
+
+impl ProcCreds {
+    /// Parses the `Groups:` and `CapEff:` lines of `/proc/<pid>/status`.
+    pub fn parse(status: &str) -> Self {
+        let mut out = Self::default();
+        for line in status.lines() {
+            if let Some(rest) = line.strip_prefix("Groups:") {
+                out.groups = rest.split_whitespace().filter_map(|g| g.parse().ok()).collect();
+            } else if let Some(rest) = line.strip_prefix("CapEff:") {
+                out.cap_eff = u64::from_str_radix(rest.trim(), 16).unwrap_or(0);
+            }
+        }
+        out
+    }
+
+    /// Reads them for `pid`; a process that is gone has none.
+    fn read(pid: u32) -> Self {
+        if pid == 0 {
+            return Self::default();
+        }
+        match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            Ok(s) => Self::parse(&s),
+            Err(_) => Self::default(),
+        }
+    }
+
+    /// Whether capability `cap` is effective.
+    pub fn has_cap(&self, cap: u32) -> bool {
+        cap < 64 && self.cap_eff & (1 << cap) != 0
+    }
+}
+
+/// `(pid, uid, gid)` -> what `/proc/<pid>/status` said, and when.
+type Cache = HashMap<(u32, u32, u32), (Arc<ProcCreds>, Instant)>;
+
+/// The caller credentials of a filesystem: the cache, and whether switching
+/// is possible at all (only a root daemon can take other identities).
+#[derive(Debug)]
+pub struct Creds {
+    switch: bool,
+    own_gid: u32,
+    own_groups: Box<[u32]>,
+    cache: Mutex<Cache>,
+}
+
+/// The per-thread state of the umask: not yet tried, own fs context, or
+/// `unshare` failed (mask modes by hand).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Umask {
+    Unknown,
+    Own,
+    Shared,
+}
+
+thread_local! {
+    static UMASK: Cell<Umask> = const { Cell::new(Umask::Unknown) };
+}
+
+/// Whether this thread has a umask of its own (unsharing on first use).
+fn own_umask() -> bool {
+    UMASK.with(|u| {
+        if u.get() == Umask::Unknown {
+            match sys::unshare_fs() {
+                Ok(()) => u.set(Umask::Own),
+                Err(e) => {
+                    tracing::warn!(error = %e, "unshare(CLONE_FS) failed: the umask is applied to modes by hand");
+                    u.set(Umask::Shared);
+                }
+            }
+        }
+        u.get() == Umask::Own
+    })
+}
+
+impl Creds {
+    /// Caller credentials; `switch` when the daemon may take other identities (root).
+    pub fn new(switch: bool) -> Self {
+        Self {
+            switch,
+            own_gid: sys::egid(),
+            own_groups: sys::thread_groups().unwrap_or_default().into(),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether acting as `caller` changes the thread's uid (drops root's
+    /// filesystem capabilities).
+    pub fn takes_uid(&self, caller: Caller) -> bool {
+        self.switch && caller.uid != 0
+    }
+
+    /// The caller's supplementary groups and capabilities (cached for [`TTL`]).
+    pub fn proc_creds(&self, caller: Caller) -> Arc<ProcCreds> {
+        let key = (caller.pid, caller.uid, caller.gid);
+        let now = Instant::now();
+        if let Some((p, at)) = self.cache.lock().get(&key)
+            && now.duration_since(*at) < TTL
+        {
+            return p.clone();
+        }
+        let p = Arc::new(ProcCreds::read(caller.pid));
+        let mut cache = self.cache.lock();
+        if cache.len() >= CAPACITY {
+            cache.retain(|_, (_, at)| now.duration_since(*at) < TTL);
+            if cache.len() >= CAPACITY {
+                cache.clear();
+            }
+        }
+        cache.insert(key, (p.clone(), now));
+        p
+    }
+
+    /// Whether the caller has `CAP_SYS_ADMIN` (sees `trusted.*` names).
+    pub fn caller_is_admin(&self, caller: Caller) -> bool {
+        self.proc_creds(caller).has_cap(sys::CAP_SYS_ADMIN)
+    }
+
+    /// Acts as `caller` on this thread until the guard is dropped, with the
+    /// caller's umask (`caller.umask`) for what is created meanwhile.
+    pub fn act_as(&self, caller: Caller) -> FsResult<Guard<'_>> {
+        let mut g = Guard {
+            creds: self,
+            groups: false,
+            gid: false,
+            uid: false,
+            umask: None,
+            mask_by_hand: 0,
+            fsetid: false,
+        };
+        if caller.umask != 0 {
+            if own_umask() {
+                g.umask = Some(sys::set_thread_umask(caller.umask & 0o777));
+            } else {
+                g.mask_by_hand = caller.umask & 0o777;
+            }
+        }
+        if !self.switch {
+            return Ok(g);
+        }
+        if caller.uid != 0 {
+            let p = self.proc_creds(caller);
+            // Each credential change costs a few microseconds: skip the
+            // groups when they are the daemon's already (often both empty).
+            if p.groups != self.own_groups {
+                sys::set_thread_groups(&p.groups)?;
+                g.groups = true;
+            }
+        }
+        if caller.gid != self.own_gid {
+            sys::set_thread_fsgid(caller.gid)?;
+            g.gid = true;
+        }
+        if caller.uid != 0 {
+            sys::set_thread_fsuid(caller.uid)?;
+            g.uid = true;
+        }
+        Ok(g)
+    }
+
+    /// As [`Creds::act_as`] for a write the kernel marked
+    /// `FUSE_WRITE_KILL_SUIDGID` (the writer lacks `CAP_FSETID`): a root
+    /// caller keeps root's identity but without `CAP_FSETID`, so that the
+    /// source clears the bits as it would for that writer.
+    pub fn act_as_writer(&self, caller: Caller, kill_suidgid: bool) -> FsResult<Guard<'_>> {
+        let mut g = self.act_as(caller)?;
+        if kill_suidgid && self.switch && !g.uid {
+            g.fsetid = sys::set_thread_effective_cap(sys::CAP_FSETID, false)?;
+        }
+        Ok(g)
+    }
+}
+
+/// The caller's identity on this thread; dropping it restores the daemon's.
+#[must_use = "the identity is given back when the guard is dropped"]
+#[derive(Debug)]
+pub struct Guard<'a> {
+    creds: &'a Creds,
+    groups: bool,
+    gid: bool,
+    uid: bool,
+    /// The umask to restore, if one was set.
+    umask: Option<u32>,
+    mask_by_hand: u32,
+    /// `CAP_FSETID` was dropped and must come back.
+    fsetid: bool,
+}
+
+impl Guard<'_> {
+    /// The mode to pass to a creating call: `mode` itself when the thread's
+    /// umask is the caller's, masked by hand otherwise.
+    pub fn mode(&self, mode: u32) -> u32 {
+        mode & !self.mask_by_hand
+    }
+
+    /// Whether the thread's fsuid is not root's now.
+    pub fn switched(&self) -> bool {
+        self.uid
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        let mut ok = true;
+        if self.uid {
+            ok &= sys::set_thread_fsuid(0).is_ok();
+        }
+        if self.gid {
+            ok &= sys::set_thread_fsgid(self.creds.own_gid).is_ok();
+        }
+        if self.groups {
+            ok &= sys::set_thread_groups(&self.creds.own_groups).is_ok();
+        }
+        if self.fsetid {
+            ok &= sys::set_thread_effective_cap(sys::CAP_FSETID, true).is_ok();
+        }
+        if let Some(old) = self.umask {
+            sys::set_thread_umask(old);
+        }
+        if !ok {
+            tracing::error!("could not restore the daemon's identity on a worker thread: aborting");
+            std::process::abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
