@@ -36,11 +36,12 @@
 //! - The process umask is 0; a creating operation uses the caller's umask
 //!   on its own thread only (see `creds.rs`).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::creds::Creds;
@@ -592,6 +593,10 @@ impl Fs {
             // The kernel resolves these itself; answer as the source would.
             return Err(FsError::NOENT);
         }
+        if crate::fault::lookup_panics(name) {
+            let _held = parent.attr.lock();
+            panic!("injected fault: LOOKUP of {}", String::from_utf8_lossy(name));
+        }
         self.revalidate_dir(&parent);
         match self.names.lookup(&parent, name) {
             Hit::Positive(inode) => {
@@ -694,7 +699,7 @@ impl Fs {
     /// was kept exact), so the next open does not mistake it for a change
     /// in the source.
     fn note_own_change(&self, inode: &Inode, st: &libc::stat) {
-        let mut stamp = inode.data_stamp.lock().expect("stamp lock");
+        let mut stamp = inode.data_stamp.lock();
         if stamp.is_some() {
             *stamp = Some(Stamp::of(st));
         }
@@ -791,7 +796,7 @@ impl Fs {
             match self.refresh(&inode) {
                 // Another name is left; its ctime moved through the mount.
                 Ok(st) => self.note_own_change(&inode, &st),
-                Err(_) => inode.attr.lock().expect("attr lock").st.st_nlink = 0,
+                Err(_) => inode.attr.lock().st.st_nlink = 0,
             }
         }
     }
@@ -913,7 +918,7 @@ impl Fs {
         inode.set_attr(st);
         let now = Stamp::of(&st);
         let (keep, changed) = {
-            let mut stamp = inode.data_stamp.lock().expect("stamp lock");
+            let mut stamp = inode.data_stamp.lock();
             let same = *stamp == Some(now);
             if !same {
                 // Changed in the source since the cache saw it, or no stamp
@@ -1029,7 +1034,7 @@ impl Fs {
         let mut offset = offset as i64;
         loop {
             let batch = {
-                let fd = dir.fd.lock().expect("dir lock");
+                let fd = dir.fd.lock();
                 sys::read_dir_batch(fd.as_fd(), offset, &mut buf)?
             };
             if batch.is_empty() {
@@ -1086,7 +1091,7 @@ impl Fs {
     /// FSYNCDIR.
     pub fn fsyncdir(&self, fh: u64, datasync: bool) -> FsResult<()> {
         let dir = self.dirs.get(fh)?;
-        let fd = dir.fd.lock().expect("dir lock");
+        let fd = dir.fd.lock();
         sys::fsync(fd.as_fd(), datasync)
     }
 
@@ -1143,7 +1148,7 @@ impl Fs {
         self.names.insert(&parent, name, Some(&inode));
         // A new (or truncated) file: whatever the cache held is stale.
         self.data.drop_inode(inode.ino);
-        *inode.data_stamp.lock().expect("stamp lock") = Some(Stamp::of(&st));
+        *inode.data_stamp.lock() = Some(Stamp::of(&st));
         let entry = self.entry_of(&inode);
         // The new descriptor joins (or becomes) the inode's shared one.
         let fd = self
@@ -1461,7 +1466,7 @@ impl Fs {
                 // Let go of the inode's dentry so that the drop frees it
                 // rather than finding it in use; the next lookup of the
                 // name attaches a fresh one.
-                let released = inode.dentry.lock().expect("dentry lock").take();
+                let released = inode.dentry.lock().take();
                 drop(released);
             }
             found.insert(inode.ino, (inode, depth));
@@ -1525,7 +1530,7 @@ impl Fs {
                 let d = self.data.drop_inode(inode.ino);
                 out.args.pages_dropped += d.pages;
                 out.args.bytes_freed += d.bytes;
-                *inode.data_stamp.lock().expect("stamp lock") = None;
+                *inode.data_stamp.lock() = None;
                 if known {
                     out.inval.push(Inval::Inode {
                         ino: inode.ino,
@@ -1605,6 +1610,7 @@ impl Fs {
                 "visited": d.visited.load(Ordering::Relaxed),
             },
             "kernel_cache": self.cfg.kernel_cache,
+            "panics": crate::fault::panics(),
             "kernel_inval": {
                 "queued": inval.queued,
                 "pushed": inval.pushed,

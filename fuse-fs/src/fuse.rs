@@ -238,6 +238,33 @@ macro_rules! span {
     };
 }
 
+/// Runs one request handler's body inside its span and under
+/// `catch_unwind`: a panic is logged with the operation and node id and the
+/// worker thread goes on serving. The body owns the reply; if the panic
+/// unwound past it unsent, fuser's `Drop` for replies answers `EIO`, so the
+/// caller gets an error rather than a hang. Locks are parking_lot's, which
+/// a panic does not poison, so the requests that follow are not affected.
+macro_rules! handler {
+    ($op:literal, $req:expr, $ino:expr, $body:block) => {{
+        let _s = span!($op, $req, $ino);
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| $body)) {
+            panicked($op, $ino, payload.as_ref());
+        }
+    }};
+}
+
+/// Logs a request handler's panic (the default hook has already printed
+/// its location and message to stderr).
+fn panicked(op: &'static str, ino: u64, payload: &(dyn std::any::Any + Send)) {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".into());
+    crate::fault::record_panic();
+    tracing::error!(op, ino, panic = %msg, "request handler panicked; the request was answered EIO and the daemon goes on");
+}
+
 impl Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let mut want = InitFlags::FUSE_DO_READDIRPLUS
@@ -279,23 +306,27 @@ impl Filesystem for FuseAdapter {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let _s = span!("lookup", req, parent.0);
-        match self.fs.lookup(parent.0, name.as_bytes()) {
-            Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("lookup", req, parent.0, {
+            match self.fs.lookup(parent.0, name.as_bytes()) {
+                Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.fs.forget(ino.0, nlookup);
+    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
+        handler!("forget", req, ino.0, {
+            self.fs.forget(ino.0, nlookup);
+        });
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let _s = span!("getattr", req, ino.0);
-        match self.fs.getattr(ino.0, fh.map(|f| f.0)) {
-            Ok(a) => reply.attr(&self.fs.attr_ttl(), &attr(&a)),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("getattr", req, ino.0, {
+            match self.fs.getattr(ino.0, fh.map(|f| f.0)) {
+                Ok(a) => reply.attr(&self.fs.attr_ttl(), &attr(&a)),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn setattr(
@@ -316,70 +347,77 @@ impl Filesystem for FuseAdapter {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let _s = span!("setattr", req, ino.0);
-        let set = SetAttr {
-            mode,
-            uid,
-            gid,
-            size,
-            atime: time_or_now(atime),
-            mtime: time_or_now(mtime),
-            fh: fh.map(|f| f.0),
-        };
-        match self.fs.setattr(ino.0, set, caller(req)) {
-            Ok(a) => reply.attr(&self.fs.attr_ttl(), &attr(&a)),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("setattr", req, ino.0, {
+            let set = SetAttr {
+                mode,
+                uid,
+                gid,
+                size,
+                atime: time_or_now(atime),
+                mtime: time_or_now(mtime),
+                fh: fh.map(|f| f.0),
+            };
+            match self.fs.setattr(ino.0, set, caller(req)) {
+                Ok(a) => reply.attr(&self.fs.attr_ttl(), &attr(&a)),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        let _s = span!("readlink", req, ino.0);
-        match self.fs.readlink(ino.0) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("readlink", req, ino.0, {
+            match self.fs.readlink(ino.0) {
+                Ok(t) => reply.data(&t),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        let _s = span!("mknod", req, parent.0);
-        match self
-            .fs
-            .mknod(parent.0, name.as_bytes(), mode, rdev as u64, creator(req, umask))
-        {
-            Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("mknod", req, parent.0, {
+            match self
+                .fs
+                .mknod(parent.0, name.as_bytes(), mode, rdev as u64, creator(req, umask))
+            {
+                Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        let _s = span!("mkdir", req, parent.0);
-        match self.fs.mkdir(parent.0, name.as_bytes(), mode, creator(req, umask)) {
-            Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("mkdir", req, parent.0, {
+            match self.fs.mkdir(parent.0, name.as_bytes(), mode, creator(req, umask)) {
+                Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _s = span!("unlink", req, parent.0);
-        reply_empty(reply, self.fs.unlink(parent.0, name.as_bytes(), caller(req)))
+        handler!("unlink", req, parent.0, {
+            reply_empty(reply, self.fs.unlink(parent.0, name.as_bytes(), caller(req)))
+        });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _s = span!("rmdir", req, parent.0);
-        reply_empty(reply, self.fs.rmdir(parent.0, name.as_bytes(), caller(req)))
+        handler!("rmdir", req, parent.0, {
+            reply_empty(reply, self.fs.rmdir(parent.0, name.as_bytes(), caller(req)))
+        });
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
-        let _s = span!("symlink", req, parent.0);
-        match self.fs.symlink(
-            parent.0,
-            link_name.as_bytes(),
-            target.as_os_str().as_bytes(),
-            caller(req),
-        ) {
-            Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("symlink", req, parent.0, {
+            match self.fs.symlink(
+                parent.0,
+                link_name.as_bytes(),
+                target.as_os_str().as_bytes(),
+                caller(req),
+            ) {
+                Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn rename(
@@ -392,39 +430,42 @@ impl Filesystem for FuseAdapter {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let _s = span!("rename", req, parent.0);
-        match self.fs.rename(
-            parent.0,
-            name.as_bytes(),
-            newparent.0,
-            newname.as_bytes(),
-            flags.bits(),
-            caller(req),
-        ) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("rename", req, parent.0, {
+            match self.fs.rename(
+                parent.0,
+                name.as_bytes(),
+                newparent.0,
+                newname.as_bytes(),
+                flags.bits(),
+                caller(req),
+            ) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        let _s = span!("link", req, ino.0);
-        match self.fs.link(ino.0, newparent.0, newname.as_bytes(), caller(req)) {
-            Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("link", req, ino.0, {
+            match self.fs.link(ino.0, newparent.0, newname.as_bytes(), caller(req)) {
+                Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let _s = span!("open", req, ino.0);
-        match self.fs.open(ino.0, flags.0, caller(req)) {
-            Ok(o) => {
-                if o.changed && self.fs.config().kernel_cache {
-                    self.forget_kernel_attr(ino.0);
+        handler!("open", req, ino.0, {
+            match self.fs.open(ino.0, flags.0, caller(req)) {
+                Ok(o) => {
+                    if o.changed && self.fs.config().kernel_cache {
+                        self.forget_kernel_attr(ino.0);
+                    }
+                    reply.opened(FileHandle(o.fh), fopen(&o))
                 }
-                reply.opened(FileHandle(o.fh), fopen(&o))
+                Err(e) => reply.error(errno(e)),
             }
-            Err(e) => reply.error(errno(e)),
-        }
+        });
     }
 
     fn read(
@@ -438,11 +479,12 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let _s = span!("read", req, ino.0);
-        match self.fs.read(fh.0, offset, size) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("read", req, ino.0, {
+            match self.fs.read(fh.0, offset, size) {
+                Ok(d) => reply.data(&d),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn write(
@@ -457,17 +499,17 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let _s = span!("write", req, ino.0);
-        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        match self.fs.write(fh.0, offset, data, caller(req), kill) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("write", req, ino.0, {
+            let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+            match self.fs.write(fh.0, offset, data, caller(req), kill) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn flush(&self, req: &Request, ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        let _s = span!("flush", req, ino.0);
-        reply_empty(reply, self.fs.flush(fh.0))
+        handler!("flush", req, ino.0, { reply_empty(reply, self.fs.flush(fh.0)) });
     }
 
     fn release(
@@ -480,77 +522,83 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let _s = span!("release", req, ino.0);
-        reply_empty(reply, self.fs.release(fh.0))
+        handler!("release", req, ino.0, { reply_empty(reply, self.fs.release(fh.0)) });
     }
 
     fn fsync(&self, req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        let _s = span!("fsync", req, ino.0);
-        reply_empty(reply, self.fs.fsync(fh.0, datasync))
+        handler!("fsync", req, ino.0, {
+            reply_empty(reply, self.fs.fsync(fh.0, datasync))
+        });
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let _s = span!("opendir", req, ino.0);
-        match self.fs.opendir(ino.0, caller(req)) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("opendir", req, ino.0, {
+            match self.fs.opendir(ino.0, caller(req)) {
+                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let _s = span!("readdir", req, ino.0);
-        let r = self.fs.readdir(fh.0, offset, false, |item| {
-            reply.add(
-                INodeNo(item.ino),
-                item.next_offset,
-                kind(item.kind),
-                OsStr::from_bytes(&item.name),
-            )
+        handler!("readdir", req, ino.0, {
+            let r = self.fs.readdir(fh.0, offset, false, |item| {
+                reply.add(
+                    INodeNo(item.ino),
+                    item.next_offset,
+                    kind(item.kind),
+                    OsStr::from_bytes(&item.name),
+                )
+            });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(e)),
+            }
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
     }
 
     fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let _s = span!("readdirplus", req, ino.0);
-        let ttl = self.fs.entry_ttl();
-        let r = self.fs.readdir(fh.0, offset, true, |item| match &item.entry {
-            Some(e) => reply.add(
-                INodeNo(e.ino),
-                item.next_offset,
-                OsStr::from_bytes(&item.name),
-                &ttl,
-                &attr(&e.attr),
-                Generation(0),
-            ),
-            None => false,
+        handler!("readdirplus", req, ino.0, {
+            let ttl = self.fs.entry_ttl();
+            let r = self.fs.readdir(fh.0, offset, true, |item| match &item.entry {
+                Some(e) => reply.add(
+                    INodeNo(e.ino),
+                    item.next_offset,
+                    OsStr::from_bytes(&item.name),
+                    &ttl,
+                    &attr(&e.attr),
+                    Generation(0),
+                ),
+                None => false,
+            });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(e)),
+            }
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
     }
 
     fn releasedir(&self, req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        let _s = span!("releasedir", req, ino.0);
-        reply_empty(reply, self.fs.releasedir(fh.0))
+        handler!("releasedir", req, ino.0, {
+            reply_empty(reply, self.fs.releasedir(fh.0))
+        });
     }
 
     fn fsyncdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        let _s = span!("fsyncdir", req, ino.0);
-        reply_empty(reply, self.fs.fsyncdir(fh.0, datasync))
+        handler!("fsyncdir", req, ino.0, {
+            reply_empty(reply, self.fs.fsyncdir(fh.0, datasync))
+        });
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        let _s = span!("statfs", req, ino.0);
-        match self.fs.statfs(ino.0) {
-            Ok(s) => reply.statfs(
-                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
-            ),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("statfs", req, ino.0, {
+            match self.fs.statfs(ino.0) {
+                Ok(s) => reply.statfs(
+                    s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+                ),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn setxattr(
@@ -563,50 +611,55 @@ impl Filesystem for FuseAdapter {
         position: u32,
         reply: ReplyEmpty,
     ) {
-        let _s = span!("setxattr", req, ino.0);
-        if position != 0 {
-            reply.error(Errno::from_i32(libc::EINVAL));
-            return;
-        }
-        match self.fs.setxattr(ino.0, name.as_bytes(), value, flags, caller(req)) {
-            Ok(inval) => {
-                let later = self.send_drop_inval(inval, Some(ino.0));
-                reply.ok();
-                self.send_inval(later);
+        handler!("setxattr", req, ino.0, {
+            if position != 0 {
+                reply.error(Errno::from_i32(libc::EINVAL));
+                return;
             }
-            Err(e) => reply.error(xattr_errno(e)),
-        }
+            match self.fs.setxattr(ino.0, name.as_bytes(), value, flags, caller(req)) {
+                Ok(inval) => {
+                    let later = self.send_drop_inval(inval, Some(ino.0));
+                    reply.ok();
+                    self.send_inval(later);
+                }
+                Err(e) => reply.error(xattr_errno(e)),
+            }
+        });
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let _s = span!("getxattr", req, ino.0);
-        match self.fs.getxattr(ino.0, name.as_bytes(), size, caller(req)) {
-            Ok(XattrReply::Size(n)) => reply.size(n),
-            Ok(XattrReply::Data(d)) => reply.data(&d),
-            Err(e) => reply.error(xattr_errno(e)),
-        }
+        handler!("getxattr", req, ino.0, {
+            match self.fs.getxattr(ino.0, name.as_bytes(), size, caller(req)) {
+                Ok(XattrReply::Size(n)) => reply.size(n),
+                Ok(XattrReply::Data(d)) => reply.data(&d),
+                Err(e) => reply.error(xattr_errno(e)),
+            }
+        });
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let _s = span!("listxattr", req, ino.0);
-        match self.fs.listxattr(ino.0, size, caller(req)) {
-            Ok(XattrReply::Size(n)) => reply.size(n),
-            Ok(XattrReply::Data(d)) => reply.data(&d),
-            Err(e) => reply.error(xattr_errno(e)),
-        }
+        handler!("listxattr", req, ino.0, {
+            match self.fs.listxattr(ino.0, size, caller(req)) {
+                Ok(XattrReply::Size(n)) => reply.size(n),
+                Ok(XattrReply::Data(d)) => reply.data(&d),
+                Err(e) => reply.error(xattr_errno(e)),
+            }
+        });
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _s = span!("removexattr", req, ino.0);
-        match self.fs.removexattr(ino.0, name.as_bytes(), caller(req)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(xattr_errno(e)),
-        }
+        handler!("removexattr", req, ino.0, {
+            match self.fs.removexattr(ino.0, name.as_bytes(), caller(req)) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(xattr_errno(e)),
+            }
+        });
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let _s = span!("access", req, ino.0);
-        reply_empty(reply, self.fs.access(ino.0, mask.bits(), caller(req)))
+        handler!("access", req, ino.0, {
+            reply_empty(reply, self.fs.access(ino.0, mask.bits(), caller(req)))
+        });
     }
 
     fn create(
@@ -619,20 +672,21 @@ impl Filesystem for FuseAdapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let _s = span!("create", req, parent.0);
-        match self
-            .fs
-            .create(parent.0, name.as_bytes(), mode, flags, creator(req, umask))
-        {
-            Ok((e, o)) => reply.created(
-                &self.fs.entry_ttl(),
-                &attr(&e.attr),
-                Generation(0),
-                FileHandle(o.fh),
-                fopen(&o),
-            ),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("create", req, parent.0, {
+            match self
+                .fs
+                .create(parent.0, name.as_bytes(), mode, flags, creator(req, umask))
+            {
+                Ok((e, o)) => reply.created(
+                    &self.fs.entry_ttl(),
+                    &attr(&e.attr),
+                    Generation(0),
+                    FileHandle(o.fh),
+                    fopen(&o),
+                ),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn ioctl(
@@ -646,21 +700,22 @@ impl Filesystem for FuseAdapter {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let _s = span!("ioctl", req, ino.0);
-        if flags.contains(IoctlFlags::FUSE_IOCTL_UNRESTRICTED) {
-            reply.error(Errno::from_i32(libc::ENOTTY));
-            return;
-        }
-        match self.fs.ioctl(ino.0, cmd, in_data, caller(req)) {
-            Ok((out, inval)) => {
-                // The kernel holds no inode lock during an ioctl.
-                let later = self.send_drop_inval(inval, None);
-                let n = out.len().min(out_size as usize);
-                reply.ioctl(0, &out[..n]);
-                self.send_inval(later);
+        handler!("ioctl", req, ino.0, {
+            if flags.contains(IoctlFlags::FUSE_IOCTL_UNRESTRICTED) {
+                reply.error(Errno::from_i32(libc::ENOTTY));
+                return;
             }
-            Err(e) => reply.error(errno(e)),
-        }
+            match self.fs.ioctl(ino.0, cmd, in_data, caller(req)) {
+                Ok((out, inval)) => {
+                    // The kernel holds no inode lock during an ioctl.
+                    let later = self.send_drop_inval(inval, None);
+                    let n = out.len().min(out_size as usize);
+                    reply.ioctl(0, &out[..n]);
+                    self.send_inval(later);
+                }
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn fallocate(
@@ -673,16 +728,18 @@ impl Filesystem for FuseAdapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let _s = span!("fallocate", req, ino.0);
-        reply_empty(reply, self.fs.fallocate(fh.0, offset, length, mode, caller(req)))
+        handler!("fallocate", req, ino.0, {
+            reply_empty(reply, self.fs.fallocate(fh.0, offset, length, mode, caller(req)))
+        });
     }
 
     fn lseek(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
-        let _s = span!("lseek", req, ino.0);
-        match self.fs.lseek(fh.0, offset, whence) {
-            Ok(o) => reply.offset(o),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("lseek", req, ino.0, {
+            match self.fs.lseek(fh.0, offset, whence) {
+                Ok(o) => reply.offset(o),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn copy_file_range(
@@ -698,19 +755,20 @@ impl Filesystem for FuseAdapter {
         flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let _s = span!("copy_file_range", req, ino_in.0);
-        match self.fs.copy_file_range(
-            fh_in.0,
-            offset_in,
-            fh_out.0,
-            offset_out,
-            len,
-            flags.bits() as u32,
-            caller(req),
-        ) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(e)),
-        }
+        handler!("copy_file_range", req, ino_in.0, {
+            match self.fs.copy_file_range(
+                fh_in.0,
+                offset_in,
+                fh_out.0,
+                offset_out,
+                len,
+                flags.bits() as u32,
+                caller(req),
+            ) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 }
 
@@ -724,8 +782,10 @@ pub mod session {
     /// A running FUSE session.
     pub struct Running {
         session: fuser::BackgroundSession,
-        /// Set when rcufs mounted the filesystem itself (and so unmounts it).
-        own_mount: Option<PathBuf>,
+        /// Set when rcufs mounted the filesystem itself (and so unmounts it):
+        /// the mount point and the mount's device number (`major:minor` in
+        /// mountinfo), which tells this mount from anything mounted there later.
+        own_mount: Option<(PathBuf, String)>,
     }
 
     /// The mount options rcufs understands.
@@ -836,6 +896,9 @@ pub mod session {
         let target = sys::cstr(mountpoint.as_os_str().as_bytes())?;
         let data = std::ffi::CString::new(data).expect("no NUL in mount data");
         sys::mount(c"rcufs", &target, c"fuse.rcufs", flags, &data)?;
+        let canon = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+        // Read from mountinfo, not by stat: the mount cannot answer yet.
+        let mount_id = mount_dev(&canon).unwrap_or_default();
         let acl = cfg.acl;
         let session = match fuser::Session::from_fd(adapter, dev, acl, cfg) {
             Ok(s) => s,
@@ -847,13 +910,13 @@ pub mod session {
         let _ = notifier.set(session.notifier());
         Ok(Running {
             session: session.spawn()?,
-            own_mount: Some(mountpoint.to_path_buf()),
+            own_mount: Some((canon, mount_id)),
         })
     }
 
     /// Unmounts and waits for the session's threads.
     pub fn stop(r: Running) -> std::io::Result<()> {
-        if let Some(mp) = &r.own_mount {
+        if let Some((mp, _)) = &r.own_mount {
             let target = sys::cstr(mp.as_os_str().as_bytes())?;
             match sys::umount(&target, 0) {
                 Ok(()) => {}
@@ -869,8 +932,61 @@ pub mod session {
         }
     }
 
-    /// Waits until the filesystem is unmounted from outside.
+    /// Waits until the filesystem is unmounted from outside. If the session
+    /// ends any other way (an error reading `/dev/fuse`, a worker thread
+    /// that died, the connection aborted through fusectl) while rcufs's own
+    /// mount is still there, that mount is detached before returning, so the
+    /// daemon never leaves a dead mount behind ("Transport endpoint is not
+    /// connected").
     pub fn wait(r: Running) -> std::io::Result<()> {
-        r.session.join()
+        let result = r.session.join();
+        if let Some((mp, dev)) = &r.own_mount
+            && !dev.is_empty()
+            && mount_dev(mp).as_deref() == Some(dev.as_str())
+        {
+            match &result {
+                Err(e) => {
+                    tracing::error!(error = %e, mountpoint = %mp.display(), "the FUSE session failed; detaching the mount")
+                }
+                Ok(()) => {
+                    tracing::warn!(mountpoint = %mp.display(), "the FUSE session ended with the mount still in place; detaching it")
+                }
+            }
+            let target = sys::cstr(mp.as_os_str().as_bytes())?;
+            if let Err(e) = sys::umount(&target, libc::MNT_DETACH) {
+                tracing::error!(error = %e, "detaching the mount failed");
+            }
+        }
+        result
+    }
+
+    /// The device number (`major:minor`) of the topmost mount at `mp`, from
+    /// `/proc/self/mountinfo` (which never asks the mounted filesystem).
+    fn mount_dev(mp: &Path) -> Option<String> {
+        let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let want = mp.as_os_str().as_bytes();
+        text.lines().rev().find_map(|line| {
+            let mut f = line.split(' ');
+            let dev = f.nth(2)?;
+            let at = f.nth(1)?;
+            // mountinfo escapes space, tab, newline and backslash as octal.
+            (unescape(at) == want).then(|| dev.to_string())
+        })
+    }
+
+    fn unescape(s: &str) -> Vec<u8> {
+        let b = s.as_bytes();
+        let mut out = Vec::with_capacity(b.len());
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+                out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+                i += 4;
+            } else {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+        out
     }
 }

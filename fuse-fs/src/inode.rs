@@ -47,10 +47,11 @@
 //!   subtree rather than every inode. Lock order: node-id table shard →
 //!   `Inode::link` → children-index shard.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use crate::children::Children;
@@ -216,28 +217,28 @@ impl Inode {
 
     /// The cached attributes.
     pub fn attr(&self) -> AttrState {
-        *self.attr.lock().expect("attr lock")
+        *self.attr.lock()
     }
 
     /// Replaces the cached attributes with a fresh `stat`.
     pub fn set_attr(&self, st: libc::stat) {
-        *self.attr.lock().expect("attr lock") = AttrState { st, at: Instant::now() };
+        *self.attr.lock() = AttrState { st, at: Instant::now() };
     }
 
     /// The directory (node id) and name this inode was last found under.
     pub fn link(&self) -> (u64, Box<[u8]>) {
-        let l = self.link.lock().expect("link lock");
+        let l = self.link.lock();
         (l.parent, l.name.clone())
     }
 
     /// The directory (node id) this inode was last found under.
     pub fn link_parent(&self) -> u64 {
-        self.link.lock().expect("link lock").parent
+        self.link.lock().parent
     }
 
     /// Forgets the cached attributes, so the next use reads the source.
     pub fn expire_attr(&self) {
-        let mut a = self.attr.lock().expect("attr lock");
+        let mut a = self.attr.lock();
         if let Some(old) = Instant::now().checked_sub(std::time::Duration::from_secs(3600 * 24)) {
             a.at = old;
         }
@@ -246,18 +247,18 @@ impl Inode {
     /// Directories: the stamp the cached names below were last checked
     /// under, and when.
     pub fn names_stamp(&self) -> Option<(Stamp, Instant)> {
-        self.dir.lock().expect("dir lock").as_ref().and_then(|d| d.names_stamp)
+        self.dir.lock().as_ref().and_then(|d| d.names_stamp)
     }
 
     /// Directories: records the stamp the cached names below were checked under.
     pub fn set_names_stamp(&self, stamp: Stamp, at: Instant) {
-        self.dir.lock().expect("dir lock").get_or_insert_default().names_stamp = Some((stamp, at));
+        self.dir.lock().get_or_insert_default().names_stamp = Some((stamp, at));
     }
 
     /// Directories: moves an existing names stamp to `stamp` (a change made
     /// through the mount), keeping its time.
     pub fn advance_names_stamp(&self, stamp: Stamp) {
-        if let Some(d) = self.dir.lock().expect("dir lock").as_mut()
+        if let Some(d) = self.dir.lock().as_mut()
             && let Some((s, _)) = d.names_stamp.as_mut()
         {
             *s = stamp;
@@ -266,7 +267,7 @@ impl Inode {
 
     /// Directories: remembers a name answered to the kernel as a negative entry.
     pub fn push_kernel_negative(&self, name: &[u8]) {
-        let mut guard = self.dir.lock().expect("dir lock");
+        let mut guard = self.dir.lock();
         let d = guard.get_or_insert_default();
         if d.kernel_negatives.len() < MAX_KERNEL_NEGATIVES && !d.kernel_negatives.iter().any(|n| &**n == name) {
             d.kernel_negatives.push(name.into());
@@ -277,7 +278,6 @@ impl Inode {
     pub fn take_kernel_negatives(&self) -> Vec<Box<[u8]>> {
         self.dir
             .lock()
-            .expect("dir lock")
             .as_mut()
             .map(|d| std::mem::take(&mut d.kernel_negatives))
             .unwrap_or_default()
@@ -329,7 +329,7 @@ impl FdPool {
     /// (outside the shard lock).
     pub fn get(&self, ino: u64, open: impl FnOnce() -> FsResult<OwnedFd>) -> FsResult<Arc<OwnedFd>> {
         {
-            let mut shard = self.shard(ino).lock().expect("pool lock");
+            let mut shard = self.shard(ino).lock();
             if let Some((fd, referenced)) = shard.map.get_mut(&ino) {
                 *referenced = true;
                 return Ok(fd.clone());
@@ -339,7 +339,7 @@ impl FdPool {
         self.opens.fetch_add(1, Ordering::Relaxed);
         let mut evicted = Vec::new();
         let out = {
-            let mut shard = self.shard(ino).lock().expect("pool lock");
+            let mut shard = self.shard(ino).lock();
             if let Some((existing, _)) = shard.map.get(&ino) {
                 existing.clone()
             } else {
@@ -366,7 +366,7 @@ impl FdPool {
     /// Forgets the descriptor of `ino` (closed once its last user drops it).
     pub fn remove(&self, ino: u64) {
         let removed = {
-            let mut shard = self.shard(ino).lock().expect("pool lock");
+            let mut shard = self.shard(ino).lock();
             let r = shard.map.remove(&ino);
             if r.is_some() {
                 shard.clock.retain(|&i| i != ino);
@@ -378,7 +378,7 @@ impl FdPool {
 
     /// Descriptors currently pooled.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().expect("pool lock").map.len()).sum()
+        self.shards.iter().map(|s| s.lock().map.len()).sum()
     }
 
     /// Whether the pool holds no descriptor.
@@ -456,11 +456,9 @@ impl InodeTable {
         });
         table.by_ino[Self::ino_shard(ROOT_INO)]
             .write()
-            .expect("table lock")
             .insert(ROOT_INO, root.clone());
         table.by_key[Self::key_shard(&root.key)]
             .lock()
-            .expect("key lock")
             .insert(root.key, Arc::downgrade(&root));
         Ok((table, root))
     }
@@ -477,7 +475,6 @@ impl InodeTable {
     pub fn get(&self, ino: u64) -> FsResult<Arc<Inode>> {
         self.by_ino[Self::ino_shard(ino)]
             .read()
-            .expect("table lock")
             .get(&ino)
             .cloned()
             .ok_or(FsError::STALE)
@@ -489,7 +486,7 @@ impl InodeTable {
         let key = key_of(&new.st);
         let kind = new.st.st_mode & libc::S_IFMT;
         let shard = &self.by_key[Self::key_shard(&key)];
-        let found = shard.lock().expect("key lock").get(&key).and_then(Weak::upgrade);
+        let found = shard.lock().get(&key).and_then(Weak::upgrade);
         if let Some(inode) = found
             && inode.kind == kind
             && !inode.is_stale()
@@ -519,7 +516,7 @@ impl InodeTable {
             reaper: Some(self.reaper.clone()),
         });
         let (result, displaced) = {
-            let mut map = shard.lock().expect("key lock");
+            let mut map = shard.lock();
             let existing = map.get(&key).and_then(Weak::upgrade);
             match existing {
                 Some(inode) if inode.kind == kind && !inode.is_stale() => (inode, Some(fresh)),
@@ -563,7 +560,7 @@ impl InodeTable {
         if self.use_handles {
             match sys::name_to_handle_at(new.parent, new.name, flags) {
                 Ok((handle, mount_id)) => {
-                    let known = self.mounts.read().expect("mounts lock").contains_key(&mount_id);
+                    let known = self.mounts.read().contains_key(&mount_id);
                     if !known {
                         // `open_by_handle_at` refuses `O_PATH` mount descriptors
                         // (EBADF), so this one is a real open of a directory:
@@ -576,11 +573,7 @@ impl InodeTable {
                             0,
                         )
                         .or_else(|_| sys::reopen(new.parent, libc::O_RDONLY | libc::O_DIRECTORY))?;
-                        self.mounts
-                            .write()
-                            .expect("mounts lock")
-                            .entry(mount_id)
-                            .or_insert_with(|| Arc::new(fd));
+                        self.mounts.write().entry(mount_id).or_insert_with(|| Arc::new(fd));
                     }
                     return Ok(Backing::Handle { handle, mount_id });
                 }
@@ -602,14 +595,14 @@ impl InodeTable {
 
     fn sweep_keys(&self) {
         for shard in self.by_key.iter() {
-            shard.lock().expect("key lock").retain(|_, w| w.strong_count() > 0);
+            shard.lock().retain(|_, w| w.strong_count() > 0);
         }
     }
 
     /// Records where `inode` was found, moving it in the children index if
     /// the kernel knows it.
     pub fn set_link(&self, inode: &Inode, parent: u64, name: &[u8]) {
-        let mut link = inode.link.lock().expect("link lock");
+        let mut link = inode.link.lock();
         if link.parent != parent || &*link.name != name {
             link.parent = parent;
             link.name = name.into();
@@ -625,7 +618,7 @@ impl InodeTable {
 
     /// Lists `inode` in the children index (called under its table-shard lock).
     fn index(&self, inode: &Inode) {
-        let mut link = inode.link.lock().expect("link lock");
+        let mut link = inode.link.lock();
         if link.indexed.is_none() && inode.ino != ROOT_INO {
             self.children.add(link.parent, inode.ino);
             link.indexed = Some(link.parent);
@@ -634,7 +627,7 @@ impl InodeTable {
 
     /// Takes `inode` out of the children index (called under its table-shard lock).
     fn unindex(&self, inode: &Inode) {
-        let mut link = inode.link.lock().expect("link lock");
+        let mut link = inode.link.lock();
         if let Some(p) = link.indexed.take() {
             self.children.remove(p, inode.ino);
         }
@@ -642,7 +635,7 @@ impl InodeTable {
 
     /// Adds `n` kernel references to `inode`, (re)entering it in the table.
     pub fn remember(&self, inode: &Arc<Inode>, n: u64) {
-        let mut map = self.by_ino[Self::ino_shard(inode.ino)].write().expect("table lock");
+        let mut map = self.by_ino[Self::ino_shard(inode.ino)].write();
         map.entry(inode.ino).or_insert_with(|| inode.clone());
         self.index(inode);
         inode.nlookup.fetch_add(n, Ordering::Relaxed);
@@ -656,7 +649,7 @@ impl InodeTable {
             return None;
         }
         let removed = {
-            let mut map = self.by_ino[Self::ino_shard(ino)].write().expect("table lock");
+            let mut map = self.by_ino[Self::ino_shard(ino)].write();
             let inode = map.get(&ino)?;
             let left = inode.nlookup.load(Ordering::Relaxed).saturating_sub(n);
             inode.nlookup.store(left, Ordering::Relaxed);
@@ -669,7 +662,7 @@ impl InodeTable {
             // that the dcache may evict it (and with it the payload's
             // reference). Taken under the shard lock so that a racing LOOKUP
             // that revives the node id attaches a dentry after this, not before.
-            let dentry = removed.dentry.lock().expect("dentry lock").take();
+            let dentry = removed.dentry.lock().take();
             (removed, dentry)
         };
         let (removed, dentry) = removed;
@@ -679,7 +672,7 @@ impl InodeTable {
         }
         self.pool.remove(ino);
         if Arc::strong_count(&removed) == 1 {
-            let mut keys = self.by_key[Self::key_shard(&removed.key)].lock().expect("key lock");
+            let mut keys = self.by_key[Self::key_shard(&removed.key)].lock();
             if keys
                 .get(&removed.key)
                 .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&removed)))
@@ -712,13 +705,7 @@ impl InodeTable {
                 }
             }
             Backing::Handle { handle, mount_id } => {
-                let mount_fd = self
-                    .mounts
-                    .read()
-                    .expect("mounts lock")
-                    .get(mount_id)
-                    .cloned()
-                    .ok_or(FsError::STALE)?;
+                let mount_fd = self.mounts.read().get(mount_id).cloned().ok_or(FsError::STALE)?;
                 let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
                 sys::open_by_handle_at(mount_fd.as_fd(), handle, flags).inspect_err(|e| {
                     if e.errno() == libc::ESTALE {
@@ -733,14 +720,13 @@ impl InodeTable {
     pub fn find(&self, key: Key) -> Option<Arc<Inode>> {
         self.by_key[Self::key_shard(&key)]
             .lock()
-            .expect("key lock")
             .get(&key)
             .and_then(Weak::upgrade)
     }
 
     /// Inodes the kernel knows.
     pub fn known(&self) -> usize {
-        self.by_ino.iter().map(|s| s.read().expect("table lock").len()).sum()
+        self.by_ino.iter().map(|s| s.read().len()).sum()
     }
 
     /// The inodes the kernel knows under directory `dir` (not `dir`
@@ -789,7 +775,7 @@ impl InodeTable {
         for &(ino, key) in &gone {
             // A dcache-only inode may have had a pooled descriptor.
             self.pool.remove(ino);
-            let mut keys = self.by_key[Self::key_shard(&key)].lock().expect("key lock");
+            let mut keys = self.by_key[Self::key_shard(&key)].lock();
             if keys.get(&key).is_some_and(|w| w.strong_count() == 0) {
                 keys.remove(&key);
             }
@@ -801,7 +787,7 @@ impl InodeTable {
     pub fn snapshot(&self) -> Vec<Arc<Inode>> {
         self.by_ino
             .iter()
-            .flat_map(|s| s.read().expect("table lock").values().cloned().collect::<Vec<_>>())
+            .flat_map(|s| s.read().values().cloned().collect::<Vec<_>>())
             .collect()
     }
 }
@@ -842,14 +828,7 @@ mod tests {
         drop(inode);
         assert_eq!(table.reap(), [ino]);
         assert!(table.find(key).is_none());
-        assert_eq!(
-            table
-                .by_key
-                .iter()
-                .map(|s| s.lock().expect("key lock").len())
-                .sum::<usize>(),
-            1
-        );
+        assert_eq!(table.by_key.iter().map(|s| s.lock().len()).sum::<usize>(), 1);
         assert!(table.reap().is_empty());
     }
 }

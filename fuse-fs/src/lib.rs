@@ -41,6 +41,7 @@ pub mod children;
 pub mod creds;
 pub mod data;
 pub mod error;
+pub mod fault;
 pub mod fs;
 mod fuse;
 pub mod inode;

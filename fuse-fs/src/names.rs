@@ -71,7 +71,7 @@ impl Names {
             ..Config::default()
         };
         let cache = Dcache::new(config, root.clone());
-        *root.dentry.lock().expect("dentry lock") = Some(cache.root());
+        *root.dentry.lock() = Some(cache.root());
         Self {
             root: cache.root(),
             cache,
@@ -84,11 +84,7 @@ impl Names {
             // The root's dentry is never dropped or replaced.
             return Some(self.root.clone());
         }
-        dir.dentry
-            .lock()
-            .expect("dentry lock")
-            .clone()
-            .filter(|d| d.is_hashed())
+        dir.dentry.lock().clone().filter(|d| d.is_hashed())
     }
 
     /// Looks `name` up under `parent`.
@@ -106,12 +102,7 @@ impl Names {
     /// Gives `child` (just remembered by the kernel) its dentry under
     /// `(parent, name)` if it has no live one.
     pub fn attach(&self, parent: &Inode, name: &[u8], child: &Inode) {
-        let has = child
-            .dentry
-            .lock()
-            .expect("dentry lock")
-            .as_ref()
-            .is_some_and(|d| d.is_hashed());
+        let has = child.dentry.lock().as_ref().is_some_and(|d| d.is_hashed());
         if has || child.nlookup() == 0 {
             return;
         }
@@ -119,7 +110,7 @@ impl Names {
         if let Lookup::Positive(d) = self.cache.lookup(&pd, name)
             && d.payload().is_some_and(|p| std::ptr::eq(Arc::as_ptr(p), child))
         {
-            let old = child.dentry.lock().expect("dentry lock").replace(d);
+            let old = child.dentry.lock().replace(d);
             drop(old);
         }
     }
@@ -141,7 +132,7 @@ impl Names {
         if let Some(c) = child
             && c.nlookup() > 0
         {
-            let old = c.dentry.lock().expect("dentry lock").replace(d);
+            let old = c.dentry.lock().replace(d);
             drop(old);
         }
     }

@@ -46,10 +46,11 @@
 //! - The shard locks are leaves: nothing is opened, closed or checked while
 //!   one is held.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::error::{FsError, FsResult};
@@ -104,28 +105,23 @@ impl<T> Handles<T> {
     /// Stores `v` under a new file handle.
     pub fn insert(&self, v: T) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed);
-        self.shard(fh).write().expect("handles lock").insert(fh, Arc::new(v));
+        self.shard(fh).write().insert(fh, Arc::new(v));
         fh
     }
 
     /// The handle's entry (`EBADF` if unknown).
     pub fn get(&self, fh: u64) -> FsResult<Arc<T>> {
-        self.shard(fh)
-            .read()
-            .expect("handles lock")
-            .get(&fh)
-            .cloned()
-            .ok_or(FsError::BADF)
+        self.shard(fh).read().get(&fh).cloned().ok_or(FsError::BADF)
     }
 
     /// Forgets the handle.
     pub fn remove(&self, fh: u64) -> Option<Arc<T>> {
-        self.shard(fh).write().expect("handles lock").remove(&fh)
+        self.shard(fh).write().remove(&fh)
     }
 
     /// Open handles.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.read().expect("handles lock").len()).sum()
+        self.shards.iter().map(|s| s.read().len()).sum()
     }
 
     /// Whether no handle is open.

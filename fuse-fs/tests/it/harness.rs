@@ -98,6 +98,15 @@ impl Mount {
     /// set to `nofile` when given, so that a test can exceed the descriptor
     /// limit with a few thousand files rather than tens of thousands.
     pub fn with_nofile(args: &[&str], nofile: Option<u64>, setup: impl FnOnce(&Path)) -> Option<Mount> {
+        Self::spawn(args, nofile, &[], setup)
+    }
+
+    /// As [`Mount::with`], with `env` added to the daemon's environment.
+    pub fn with_env(args: &[&str], env: &[(&str, &str)], setup: impl FnOnce(&Path)) -> Option<Mount> {
+        Self::spawn(args, None, env, setup)
+    }
+
+    fn spawn(args: &[&str], nofile: Option<u64>, env: &[(&str, &str)], setup: impl FnOnce(&Path)) -> Option<Mount> {
         if !mount_possible() {
             return None;
         }
@@ -134,6 +143,7 @@ impl Mount {
             .arg(&mnt)
             .args(args)
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -292,11 +302,24 @@ impl Drop for Mount {
         if std::thread::panicking() {
             // The test failed: the daemon's side of the story helps.
             eprintln!("rcufs log of the failed test:\n{log}");
-        } else if log.contains("panicked at") {
-            // The daemon must never panic, whatever a request carries.
+        } else if unexpected_panic(&log) {
+            // The daemon must never panic, whatever a request carries
+            // (panics the test injected itself excepted).
             panic!("the rcufs daemon panicked during this test:\n{log}");
         }
     }
+}
+
+/// Whether the daemon's log shows a panic other than one injected with
+/// `RCUFS_FAULT` (whose message starts with "injected fault:").
+fn unexpected_panic(log: &str) -> bool {
+    let mut lines = log.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.contains("panicked at") && !lines.peek().is_some_and(|next| next.starts_with("injected fault:")) {
+            return true;
+        }
+    }
+    false
 }
 
 /// Writes `files` (path relative to `root`, content) creating parent directories.

@@ -119,3 +119,98 @@ fn acknowledged_writes_survive_a_killed_daemon() {
     assert_eq!(errno(&fs::metadata(m.at("f"))), Some(libc::ENOTCONN));
     drop((open, old));
 }
+
+/// A request handler that panics (here: an injected fault in LOOKUP that
+/// panics while holding the parent directory's attribute lock) answers its
+/// request with EIO and nothing else: every worker thread keeps serving, no
+/// lock is left poisoned for the requests that follow, and the mount still
+/// unmounts cleanly. Before panics were contained, the first panic on the
+/// session's thread made rcufs exit and leave a dead mount behind, and a
+/// panic elsewhere poisoned the directory's lock for every later lookup.
+#[test]
+fn a_panicking_request_answers_eio_and_the_daemon_goes_on() {
+    let env = [("RCUFS_FAULT", "panic-lookup:boom")];
+    let Some(mut m) = Mount::with_env(&["--threads", "2"], &env, |src| {
+        write_tree(src, &[("f", b"data"), ("d/g", b"more")]);
+    }) else {
+        return;
+    };
+    // Enough panics that every worker thread has had some.
+    for i in 0..16 {
+        let e = fs::metadata(m.at("boom")).expect_err("the injected fault must fail the lookup");
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::EIO),
+            "lookup {i} of the faulty name: {e}; log:\n{}",
+            m.log_text()
+        );
+        // The same directory's lock, the same workers: the next requests work.
+        assert_eq!(
+            fs::read(m.at("f")).unwrap(),
+            b"data",
+            "after panic {i}; log:\n{}",
+            m.log_text()
+        );
+        assert_eq!(fs::read(m.at("d/g")).unwrap(), b"more");
+        let names: Vec<_> = fs::read_dir(m.at(""))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
+    assert!(
+        m.wait_exit(Duration::from_millis(100)).is_none(),
+        "the daemon exited; log:\n{}",
+        m.log_text()
+    );
+    let panics = m.stats()["panics"].as_u64().expect("stats.panics");
+    assert!(panics >= 16, "stats count {panics} panics, expected at least 16");
+    let log = m.log_text();
+    assert!(
+        log.contains("request handler panicked") && log.contains("lookup"),
+        "the panic is logged with its operation; log:\n{log}"
+    );
+    let status = m.stop_with(libc::SIGTERM);
+    assert!(status.success(), "rcufs exited with {status}; log:\n{}", m.log_text());
+    assert!(any_mount_at(&m.mnt).is_none(), "the mount is still listed");
+}
+
+/// Mounts fusectl on /sys/fs/fuse/connections unless it is there already;
+/// returns the abort switch of the connection behind `mnt`.
+fn abort_switch(mnt: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let conns = std::path::Path::new("/sys/fs/fuse/connections");
+    if any_mount_at(conns).is_none() {
+        let status = std::process::Command::new("mount")
+            .args(["-t", "fusectl", "fusectl"])
+            .arg(conns)
+            .status()
+            .expect("run mount -t fusectl");
+        assert!(status.success(), "mounting fusectl failed: {status}");
+    }
+    let dev = fs::metadata(mnt).unwrap().dev();
+    // SAFETY: minor() is a pure function of its argument.
+    let minor = libc::minor(dev);
+    conns.join(minor.to_string()).join("abort")
+}
+
+/// When the FUSE session ends without an unmount (here: the connection is
+/// aborted through fusectl), rcufs detaches its own mount before it exits
+/// rather than leave a dead one ("Transport endpoint is not connected")
+/// behind.
+#[test]
+fn a_session_that_ends_without_unmount_leaves_no_dead_mount() {
+    let Some(mut m) = Mount::with(&[], tree) else { return };
+    assert_eq!(fs::read(m.at("f")).unwrap(), b"data");
+    let switch = abort_switch(&m.mnt);
+    fs::write(&switch, b"1").unwrap_or_else(|e| panic!("writing {}: {e}", switch.display()));
+    let status = m
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("rcufs did not exit after the abort; log:\n{}", m.log_text()));
+    assert_eq!(
+        any_mount_at(&m.mnt),
+        None,
+        "rcufs exited ({status}) and left its mount behind; log:\n{}",
+        m.log_text()
+    );
+}
