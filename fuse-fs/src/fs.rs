@@ -1577,6 +1577,10 @@ impl Fs {
 
     /// The statistics (the value of `user.rcufs.stats`).
     pub fn stats_json(&self) -> serde_json::Value {
+        // Inodes freed since the last reap (their `Drop` may run late: the
+        // dcache frees payloads through the epoch) give their pages back
+        // before the counters are read.
+        self.reap();
         let d = &self.drops;
         let inval = self.inval.stats();
         let open_fds = std::fs::read_dir("/proc/self/fd")

@@ -673,11 +673,26 @@ fn run_mode_in(o: &Opts, mode: Mode, rcufs: &Path, dir: &Path, out: &Path, r: &m
 /// restarting the daemon gets back. Records the RSS after the drop.
 fn final_drop(rcufs: &Path, mnt: &Path, pid: u32, r: &mut Report) -> Result<()> {
     worker::drop_dir(mnt, 3, false).context("the final drop of the mount root")?;
-    let out = Command::new(rcufs).args(["stats", "--json"]).arg(mnt).output()?;
-    if !out.status.success() {
-        bail!("rcufs stats failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("rcufs stats --json")?;
+    // Inodes the drop released are freed through the dcache's epoch, which
+    // advances as threads pin it (every lookup does): the page-cache entries
+    // of those inodes go at the reap that follows (every stats read reaps).
+    // So give it a few rounds of lookups and stats reads, up to 5 s, before
+    // calling what is left unreachable.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let v = loop {
+        let out = Command::new(rcufs).args(["stats", "--json"]).arg(mnt).output()?;
+        if !out.status.success() {
+            bail!("rcufs stats failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("rcufs stats --json")?;
+        if v["pagecache"]["pages"].as_u64().unwrap_or(0) == 0 || Instant::now() > deadline {
+            break v;
+        }
+        for i in 0..256 {
+            let _ = std::fs::symlink_metadata(mnt.join(format!(".soak-no-such-name-{i}")));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let pages = v["pagecache"]["pages"].as_u64().unwrap_or(0);
     let bytes = v["pagecache"]["bytes_cached"].as_u64().unwrap_or(0);
     r.after_drop = Some((
