@@ -40,6 +40,18 @@
 //!   once the count drains, the inode leaves the map and its pages are
 //!   removed. A filler that finds the gate closed retries and creates a new
 //!   inode entry once the old one is gone.
+//! - **Retiring an emptied inode**: whoever removes a page (reclaim, a drop,
+//!   a truncate, a write over a held page, a failed or stale fill) then
+//!   checks whether the inode's tree is empty; if so it closes the gate only
+//!   if no inserter is inside (a CAS from 0, Acquire, pairing with the
+//!   Release of `gate_exit`), checks emptiness again, and either unlinks the
+//!   entry from the map (the gate stays closed for good) or reopens the
+//!   gate. An inserter inside the gate makes the CAS fail; one that entered
+//!   and left before it is seen by the re-check; one that comes after finds
+//!   the gate closed and retries through the map. So no page is inserted
+//!   into an entry that left the map, and the budget never counts a page
+//!   nobody can find. `drop_inode` that finds the gate closed by a
+//!   retirement waits until the entry leaves the map or the gate reopens.
 //! - **Budget**: bytes are reserved (a page size each) before a page is
 //!   inserted; when the total passes the budget the inserting thread runs
 //!   CLOCK: the hand walks (inode, index) order; a page with the ACCESSED
@@ -120,6 +132,8 @@ const WAIT_BUCKETS: usize = 64;
 
 /// One inode's pages.
 pub(crate) struct Inode {
+    /// The inode number (the key of this entry in the inode map).
+    ino: u64,
     pub(crate) pages: RadixTree<PageHandle>,
     /// Insertion gate: `GATE_CLOSED` plus the number of inserters inside.
     gate: AtomicU64,
@@ -128,9 +142,10 @@ pub(crate) struct Inode {
 }
 
 impl Inode {
-    fn new(mode: Mode, domain: Domain) -> Self {
+    fn new(ino: u64, mode: Mode, domain: Domain) -> Self {
         Self {
-            pages: RadixTree::with_domain(mode, domain),
+            ino,
+            pages: RadixTree::with_domain_compact(mode, domain),
             gate: AtomicU64::new(0),
             generation: AtomicU64::new(0),
         }
@@ -178,6 +193,26 @@ impl Inode {
             yield_now();
         }
         true
+    }
+
+    /// Closes the gate if it is open and no inserter is inside; false
+    /// otherwise (an inserter is inside, or another thread closed it).
+    fn gate_try_close_idle(&self) -> bool {
+        // Acquire: pairs with the Release in `gate_exit` (the exit is an RMW
+        // of `gate`, so the value 0 we replace is at or after it in its
+        // modification order), so every insertion that passed the gate is
+        // visible to the emptiness re-check that follows.
+        self.gate
+            .compare_exchange(0, GATE_CLOSED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Reopens a gate closed by `gate_try_close_idle` whose inode turned out
+    /// not to be empty.
+    fn gate_reopen(&self) {
+        // Relaxed: nothing is published; inserters that saw the gate closed
+        // retry from the map lookup.
+        self.gate.fetch_and(!GATE_CLOSED, Ordering::Relaxed);
     }
 
     /// Bumps the generation before an invalidation.
@@ -249,6 +284,14 @@ impl std::fmt::Debug for PageCache {
             .field("config", &self.cfg)
             .field("stats", &self.stats())
             .finish()
+    }
+}
+
+impl Drop for PageCache {
+    fn drop(&mut self) {
+        // Under loom, run the deferred destructors (retired inode entries
+        // own trees on this domain); nothing to do in the normal build.
+        self.domain.drain();
     }
 }
 
@@ -399,7 +442,7 @@ impl PageCache {
                     continue;
                 }
             }
-            let fresh = Arc::new(Inode::new(self.cfg.mode, self.domain.clone()));
+            let fresh = Arc::new(Inode::new(ino, self.cfg.mode, self.domain.clone()));
             if self.inodes.insert(ino, Arc::clone(&fresh)).is_ok() {
                 return fresh;
             }
@@ -554,6 +597,7 @@ impl PageCache {
         // NONEWREFS stays set: the page never gains a reference again.
         if inode.pages.remove_if(index, |h| h.0 == page) {
             self.unreserve();
+            self.retire_if_empty(inode);
             true
         } else {
             // Not reachable while removals hold NONEWREFS; keep it safe.
@@ -561,6 +605,28 @@ impl PageCache {
             unsafe { page.as_ref() }.release_exclusive();
             false
         }
+    }
+
+    /// Takes an inode whose last page is gone out of the inode map, so that
+    /// an inode nobody uses costs no memory. Called after every removal of a
+    /// page. The gate is closed only if no inserter is inside, and the
+    /// emptiness is checked again after closing it: a fill that inserted
+    /// before the close is seen by the re-check (the entry then stays, gate
+    /// reopened), and a fill that comes after it finds the gate closed and
+    /// retries through the map, where it finds no entry (or a new one) once
+    /// this one is gone. So no page is ever inserted into an entry that has
+    /// left the map, and no page is lost with it.
+    fn retire_if_empty(&self, inode: &Inode) {
+        if !inode.pages.is_empty() || !inode.gate_try_close_idle() {
+            return;
+        }
+        if !inode.pages.is_empty() {
+            inode.gate_reopen();
+            return;
+        }
+        // The gate stays closed for good: this entry takes no page again.
+        self.inodes
+            .remove_if(inode.ino, |i| std::ptr::eq(Arc::as_ptr(i), inode));
     }
 
     /// Evicts an unused page (CLOCK): only if the tree's reference is the
@@ -572,6 +638,7 @@ impl PageCache {
         if inode.pages.remove_if(index, |h| h.0 == handle.0) {
             self.unreserve();
             self.evictions.incr();
+            self.retire_if_empty(inode);
             true
         } else {
             handle.page().release_exclusive();
@@ -784,16 +851,23 @@ impl PageCache {
 
     /// Drops every page of `ino` and forgets the inode.
     pub fn drop_inode(&self, ino: u64) -> DropCounts {
-        let Some(inode) = self.inode(ino) else {
-            return DropCounts::default();
-        };
-        if !inode.gate_close() {
-            // Another thread is dropping it; what remains is its to count.
-            return DropCounts::default();
+        loop {
+            let Some(inode) = self.inode(ino) else {
+                return DropCounts::default();
+            };
+            if !inode.gate_close() {
+                // Another drop of this inode, or the retirement of an empty
+                // entry, closed the gate first. The former takes the entry out
+                // of the map before it sweeps (what remains is its to count);
+                // the latter takes it out or reopens the gate. Either way the
+                // wait is short; look again.
+                yield_now();
+                continue;
+            }
+            inode.invalidate();
+            self.inodes.remove_if(ino, |i| Arc::ptr_eq(i, &inode));
+            return self.drop_range_in(&inode, 0, u64::MAX);
         }
-        inode.invalidate();
-        self.inodes.remove_if(ino, |i| Arc::ptr_eq(i, &inode));
-        self.drop_range_in(&inode, 0, u64::MAX)
     }
 
     /// Drops every page of each inode in `inos` (the directory drop).

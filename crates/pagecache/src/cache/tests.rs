@@ -158,3 +158,43 @@ fn metadata_overhead_per_page() {
     assert_eq!(handle, 8);
     println!("Page {page} B + boxed PageHandle {handle} B + leaf node {node} B / {SLOTS} slots");
 }
+
+/// An inode whose pages are all gone leaves the inode map, whichever way
+/// its last page went: CLOCK reclaim, `drop_range`, `truncate` to zero, a
+/// failed fill. Many inodes filled one after another under a budget of
+/// four pages keep the map at most a few entries long.
+#[test]
+fn emptied_inodes_leave_the_map() {
+    for mode in Mode::ALL {
+        let c = cache(mode, 4);
+        for ino in 0..200 {
+            fill(&c, ino, 0, 1, 16);
+            fill(&c, ino, 7, 1, 16);
+            assert!(
+                c.inode_count() <= 5,
+                "{mode:?}: {} inode entries for 4 pages",
+                c.inode_count()
+            );
+        }
+        c.check_invariants().unwrap();
+        let c = cache(mode, 64);
+        fill(&c, 1, 0, 1, 16);
+        fill(&c, 1, 3, 1, 16);
+        fill(&c, 2, 0, 1, 16);
+        fill(&c, 3, 0, 1, 16);
+        assert_eq!(c.inode_count(), 3);
+        assert_eq!(c.drop_range(1, 0, 2).pages, 1);
+        assert_eq!(c.inode_count(), 3, "{mode:?}: inode 1 still has page 3");
+        assert_eq!(c.drop_range(1, 3, 3).pages, 1);
+        assert_eq!(c.inode_count(), 2, "{mode:?}: drop_range emptied inode 1");
+        c.truncate(2, 0);
+        assert_eq!(c.inode_count(), 1, "{mode:?}: truncate to 0 emptied inode 2");
+        assert!(c.get_or_fill(4, 0, |_| Err::<usize, _>("io")).is_err());
+        assert_eq!(c.inode_count(), 1, "{mode:?}: a failed fill leaves no entry");
+        // The inode comes back on the next fill, with its own pages only.
+        assert_eq!(fill(&c, 1, 3, 5, 16), vec![5; 16]);
+        assert!(c.get(1, 0).is_none());
+        assert_eq!(c.inode_count(), 2);
+        c.check_invariants().unwrap();
+    }
+}

@@ -118,7 +118,8 @@ pub struct RadixTree<V: Send + Sync + 'static> {
     /// the single writer lock.
     pub(crate) root_lock: Mutex<()>,
     len: Counter,
-    /// Optimistic starts whose validation under the lock failed.
+    /// Optimistic starts whose validation under the lock failed (rare, so
+    /// one unpadded cell).
     pub(crate) failed_validations: Counter,
     domain: Domain,
     _owns: PhantomData<V>,
@@ -147,12 +148,24 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
     }
 
     pub(crate) fn with_domain(mode: Mode, domain: Domain) -> Self {
+        Self::with_len_counter(mode, domain, Counter::new())
+    }
+
+    /// A tree whose length is one unpadded counter instead of sharded
+    /// cache-padded cells: for the page cache's per-inode trees, of which
+    /// there are many and each is small (2 KiB of padding would be most of
+    /// an inode entry).
+    pub(crate) fn with_domain_compact(mode: Mode, domain: Domain) -> Self {
+        Self::with_len_counter(mode, domain, Counter::single())
+    }
+
+    fn with_len_counter(mode: Mode, domain: Domain, len: Counter) -> Self {
         Self {
             mode,
             root: Atomic::null(),
             root_lock: Mutex::new(()),
-            len: Counter::new(),
-            failed_validations: Counter::new(),
+            len,
+            failed_validations: Counter::single(),
             domain,
             _owns: PhantomData,
         }
