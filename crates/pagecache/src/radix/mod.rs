@@ -2,7 +2,8 @@
 //! and three writer protocols (seed 002, "A Concurrent Pagecache", §2 and §5).
 //!
 //! # Layout
-//! Nodes of [`SLOTS`] slots (64; 4 under loom) consume [`SHIFT`] bits of the
+//! Nodes of [`SLOTS`] slots (64; 4 under loom), held in the node itself,
+//! consume [`SHIFT`] bits of the
 //! index per level. A leaf (height 1) holds items, boxed and owned by the
 //! tree; an inner node holds child nodes. The tree grows at the top when a
 //! larger index arrives (the old root goes to slot 0 of a new root) and
@@ -74,7 +75,7 @@ use crate::sync::epoch::{self, Atomic, Shared};
 use crate::sync::{Domain, Mutex, Ordering};
 
 pub use node::{MAX_HEIGHT, NUM_TAGS, SHIFT, SLOTS};
-use node::{Node, Slots, bit, max_index, slot_of};
+use node::{Node, bit, max_index, slot_of};
 
 /// A tag: an index into the per-node tag bitmaps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -472,27 +473,26 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
                     return Err(format!("tag {t} set on empty slot {s} at height {}", node.height));
                 }
             }
-            match &node.slots {
-                Slots::Leaf(_) => items += usize::from(present),
-                Slots::Inner(_) => {
-                    let child = node.child(s, guard);
-                    // SAFETY: reachable while `guard` is pinned.
-                    if let Some(c) = unsafe { child.as_ref() } {
-                        if c.height + 1 != node.height {
-                            return Err(format!("child height {} under {}", c.height, node.height));
-                        }
-                        for t in 0..NUM_TAGS {
-                            let parent_bit = node.tag_bits(t) & bit(s) != 0;
-                            if parent_bit != c.any_tag(t) {
-                                return Err(format!(
-                                    "tag {t}: parent bit {parent_bit} for slot {s} at height {} but child tagged {}",
-                                    node.height,
-                                    c.any_tag(t)
-                                ));
-                            }
-                        }
-                        items += Self::check_node(c, false, guard)?;
+            if node.is_leaf() {
+                items += usize::from(present);
+            } else {
+                let child = node.child(s, guard);
+                // SAFETY: reachable while `guard` is pinned.
+                if let Some(c) = unsafe { child.as_ref() } {
+                    if c.height + 1 != node.height {
+                        return Err(format!("child height {} under {}", c.height, node.height));
                     }
+                    for t in 0..NUM_TAGS {
+                        let parent_bit = node.tag_bits(t) & bit(s) != 0;
+                        if parent_bit != c.any_tag(t) {
+                            return Err(format!(
+                                "tag {t}: parent bit {parent_bit} for slot {s} at height {} but child tagged {}",
+                                node.height,
+                                c.any_tag(t)
+                            ));
+                        }
+                    }
+                    items += Self::check_node(c, false, guard)?;
                 }
             }
         }
@@ -539,23 +539,18 @@ impl<V: Send + Sync + 'static> Drop for RadixTree<V> {
 unsafe fn free_subtree<V>(node: Shared<'_, Node<V>>, guard: &epoch::Guard) {
     // SAFETY: the caller guarantees exclusive access to a live node.
     let n = unsafe { node.deref() };
-    match &n.slots {
-        Slots::Leaf(items) => {
-            for item in items.iter() {
-                let p = item.load(Ordering::Relaxed, guard);
-                if !p.is_null() {
-                    // SAFETY: the item is owned by this exclusive, live leaf.
-                    drop(unsafe { p.into_owned() });
-                }
+    for s in 0..SLOTS {
+        if n.is_leaf() {
+            let p = n.item(s, guard);
+            if !p.is_null() {
+                // SAFETY: the item is owned by this exclusive, live leaf.
+                drop(unsafe { p.into_owned() });
             }
-        }
-        Slots::Inner(children) => {
-            for c in children.iter() {
-                let p = c.load(Ordering::Relaxed, guard);
-                if !p.is_null() {
-                    // SAFETY: the child is owned by this exclusive, live node.
-                    unsafe { free_subtree(p, guard) };
-                }
+        } else {
+            let p = n.child(s, guard);
+            if !p.is_null() {
+                // SAFETY: the child is owned by this exclusive, live node.
+                unsafe { free_subtree(p, guard) };
             }
         }
     }
