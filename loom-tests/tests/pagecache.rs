@@ -279,3 +279,34 @@ fn retire_empty_inode_vs_fill() {
         assert_eq!(c.inode_count(), 0, "the emptied entry left the map");
     });
 }
+
+/// A ranged read of two pages (consecutive slots of one leaf, the second
+/// read without a new descent) against an in-place write of both: each page
+/// of the result is all old or all new bytes, never a mix, and a page the
+/// reader had to fill comes from the backing store (the new bytes).
+#[test]
+fn read_into_vs_write() {
+    model(|| {
+        let c = small_cache();
+        c.get_or_fill(1, 1, |b| {
+            b.fill(7);
+            Ok::<_, ()>(8)
+        })
+        .unwrap();
+        let c2 = c.clone();
+        let h = thread::spawn(move || c2.write(1, 0, &[9; 16]));
+        let mut buf = [0u8; 16];
+        let n = c
+            .read_into(1, 0, &mut buf, |_, b| {
+                b.fill(9);
+                Ok::<_, ()>(8)
+            })
+            .unwrap();
+        assert_eq!(n, 16);
+        for page in buf.chunks(8) {
+            assert!(page == [7; 8] || page == [9; 8], "torn page {page:?}");
+        }
+        h.join().unwrap();
+        c.check_invariants().unwrap();
+    });
+}

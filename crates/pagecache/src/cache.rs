@@ -10,10 +10,17 @@
 //! # Protocols
 //! - **Lookup** (§3.1.2): under an epoch guard, find the page in the tree,
 //!   take a reference only if the count is non-zero and `NONEWREFS` is clear
-//!   (`Page::try_get`), then re-read the slot; if it no longer holds this
-//!   page, drop the reference and retry. A page whose `NONEWREFS` is set is
-//!   being removed or written: retry until the slot changes or the bit
-//!   clears.
+//!   (`Page::try_get`), then re-read the slot (of the leaf the descent
+//!   found: a leaf never moves and is unlinked only once empty, so this is
+//!   the tree's slot); if it no longer holds this page, drop the reference
+//!   and retry. A page whose `NONEWREFS` is set is being removed or written:
+//!   retry until the slot changes or the bit clears.
+//! - **Ranged reads** (`read_into`): the same speculative reference per page,
+//!   but consecutive pages are taken from consecutive slots of the leaf
+//!   already found (a new descent only at a leaf boundary), under one epoch
+//!   pin, with one statistics update per call. Anything but a filled page in
+//!   the slot (missing, filling, busy) sends that page through
+//!   `get_or_fill`.
 //! - **Removal** (§3.1.3): take the page's `NONEWREFS` (for reclaim, only if
 //!   the tree's reference is the only one), then remove the slot with
 //!   `remove_if` comparing the pointer. `NONEWREFS` stays set on a removed
@@ -68,7 +75,8 @@ use std::ptr::NonNull;
 use crate::Mode;
 use crate::counter::Counter;
 use crate::page::{FAILED, FILLING, NONEWREFS, Page, PageHandle, PageRef};
-use crate::radix::{RadixTree, Tag};
+use crate::radix::node::bit;
+use crate::radix::{RadixTree, SLOTS, Tag};
 use crate::sync::epoch::Guard;
 use crate::sync::{Arc, AtomicU64, Condvar, Domain, Mutex, Ordering, fence, yield_now};
 
@@ -360,45 +368,52 @@ impl PageCache {
             && let Found::Ready(r) = Self::lookup_page(inode, index, &guard)
         {
             self.hits.incr();
-            Self::mark_accessed(inode, index);
             return Some(r);
         }
         self.misses.incr();
         None
     }
 
-    /// Speculative get of the page at `index` (§3.1.2).
+    /// Speculative get of the page at `index` (§3.1.2); a filled page gets
+    /// the ACCESSED tag if it lacks it.
+    ///
+    /// One descent finds the leaf; the accuracy check after the reference is
+    /// taken re-reads the same leaf slot rather than descending again. That is
+    /// the same check: a leaf is unlinked only once all its slots are empty
+    /// and never moves (growing and shrinking add or remove nodes above it),
+    /// so a slot that still holds the item is the tree's slot for `index`.
     fn lookup_page(inode: &Inode, index: u64, guard: &Guard) -> Found {
         loop {
-            let Some(handle) = inode.pages.lookup(index, guard) else {
+            let Some((leaf, s)) = inode.pages.find_leaf(index, guard) else {
                 return Found::Missing;
             };
-            let page = handle.page();
-            match page.try_get() {
+            let item = leaf.item(s, guard);
+            // SAFETY: the item was in the slot while `guard` is pinned; it is
+            // retired only after leaving the slot.
+            let Some(handle) = (unsafe { item.as_ref() }) else {
+                return Found::Missing;
+            };
+            match handle.page().try_get() {
                 Ok(state) => {
                     // SAFETY: `try_get` gave us a reference.
                     let r = unsafe { PageRef::from_raw(handle.0) };
                     // Accuracy: the slot must still hold this page, or the
-                    // page was removed after we loaded it.
-                    let same = inode.pages.lookup(index, guard).is_some_and(|h| h.0 == handle.0);
-                    if !same {
+                    // page was removed after we loaded it. Acquire (in
+                    // `item`): pairs with the Release store of the slot.
+                    if leaf.item(s, guard) != item {
                         continue; // `r` drops our reference.
                     }
-                    return if state & FILLING != 0 {
-                        Found::Filling(r)
-                    } else {
-                        Found::Ready(r)
-                    };
+                    if state & FILLING != 0 {
+                        return Found::Filling(r);
+                    }
+                    // Only if not set, so repeated hits write nothing shared.
+                    if leaf.tag_bits(Tag::ACCESSED.idx()) & bit(s) == 0 {
+                        inode.pages.set_tag(index, Tag::ACCESSED);
+                    }
+                    return Found::Ready(r);
                 }
                 Err(_) => yield_now(), // Being removed or written: retry.
             }
-        }
-    }
-
-    /// Sets ACCESSED on a hit, only if it is not set already.
-    fn mark_accessed(inode: &Inode, index: u64) {
-        if !inode.pages.get_tag(index, Tag::ACCESSED) {
-            inode.pages.set_tag(index, Tag::ACCESSED);
         }
     }
 
@@ -468,13 +483,7 @@ impl PageCache {
             let found = {
                 let guard = self.domain.pin();
                 match self.inodes.lookup(ino, &guard) {
-                    Some(inode) => {
-                        let f = Self::lookup_page(inode, index, &guard);
-                        if let Found::Ready(_) = f {
-                            Self::mark_accessed(inode, index);
-                        }
-                        f
-                    }
+                    Some(inode) => Self::lookup_page(inode, index, &guard),
                     None => Found::Missing,
                 }
             };
@@ -559,6 +568,98 @@ impl PageCache {
                 }
             }
         }
+    }
+
+    /// Copies the cached bytes of `ino` from `offset` into `buf`, filling
+    /// missing pages with `fill(index, page_buf)` (as
+    /// [`get_or_fill`](Self::get_or_fill) does, same contract per page), and
+    /// returns the number of bytes copied: `buf.len()`, or fewer when a page
+    /// shorter than the page size (the end of the file) ends the range.
+    ///
+    /// This is a cached read of several pages with the cost of one: one
+    /// epoch pin and one descent for a run of consecutive cached pages (the
+    /// next page is read from the next slot of the same leaf; the descent is
+    /// repeated only on entering another leaf), one statistics update per
+    /// call, and per page only the speculative reference that keeps the
+    /// bytes stable while they are copied. A page that is missing, being
+    /// filled or being removed or written ends the run and goes through
+    /// `get_or_fill`.
+    pub fn read_into<E>(
+        &self,
+        ino: u64,
+        offset: u64,
+        buf: &mut [u8],
+        mut fill: impl FnMut(u64, &mut [u8]) -> Result<usize, E>,
+    ) -> Result<usize, E> {
+        let ps = self.ps();
+        let mut done = 0usize;
+        let mut index = offset / ps;
+        let mut hits = 0i64;
+        // Copies page `index` (valid bytes `page`) into `buf`; true if the
+        // read is over (buffer full or end of file).
+        let copy = |page: &[u8], index: u64, done: &mut usize, buf: &mut [u8]| -> bool {
+            let at = offset + *done as u64;
+            let from = (at - index * ps) as usize;
+            if from >= page.len() {
+                return true;
+            }
+            let n = (page.len() - from).min(buf.len() - *done);
+            buf[*done..*done + n].copy_from_slice(&page[from..from + n]);
+            *done += n;
+            *done == buf.len() || page.len() < self.cfg.page_size
+        };
+        'read: while done < buf.len() {
+            // The fast path: a run of filled pages, walked leaf by leaf.
+            {
+                let guard = self.domain.pin();
+                if let Some(inode) = self.inodes.lookup(ino, &guard) {
+                    let mut at = inode.pages.find_leaf(index, &guard);
+                    while let Some((leaf, s)) = at {
+                        let item = leaf.item(s, &guard);
+                        // SAFETY: the item was in the slot while `guard` is
+                        // pinned; it is retired only after leaving the slot.
+                        let Some(handle) = (unsafe { item.as_ref() }) else {
+                            break;
+                        };
+                        let Ok(state) = handle.page().try_get() else { break };
+                        // SAFETY: `try_get` gave us a reference.
+                        let r = unsafe { PageRef::from_raw(handle.0) };
+                        // Accuracy, as in `lookup_page`: the same leaf slot
+                        // still holds the page (Acquire in `item`, pairing
+                        // with the Release store of the slot).
+                        if state & FILLING != 0 || leaf.item(s, &guard) != item {
+                            break;
+                        }
+                        if leaf.tag_bits(Tag::ACCESSED.idx()) & bit(s) == 0 {
+                            inode.pages.set_tag(index, Tag::ACCESSED);
+                        }
+                        hits += 1;
+                        let over = copy(&r, index, &mut done, buf);
+                        drop(r);
+                        if over {
+                            break 'read;
+                        }
+                        index += 1;
+                        // The next index is the next slot of this leaf unless
+                        // it starts a new leaf; a leaf unlinked meanwhile has
+                        // only empty slots, which sends us to the slow path.
+                        at = if s + 1 < SLOTS {
+                            Some((leaf, s + 1))
+                        } else {
+                            inode.pages.find_leaf(index, &guard)
+                        };
+                    }
+                }
+            }
+            // The slow path for one page: wait for its fill or fill it.
+            let r = self.get_or_fill(ino, index, |b| fill(index, b))?;
+            if copy(&r, index, &mut done, buf) {
+                break;
+            }
+            index += 1;
+        }
+        self.hits.add(hits);
+        Ok(done)
     }
 
     /// Reserves a page's bytes, reclaiming if over budget.

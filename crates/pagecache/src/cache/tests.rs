@@ -199,3 +199,81 @@ fn emptied_inodes_leave_the_map() {
         c.check_invariants().unwrap();
     }
 }
+
+/// `read_into` returns exactly the file's bytes for any range, whatever is
+/// cached (nothing, some pages, pages evicted by a small budget), stops at
+/// the end of the file, fills only what is missing, and walks across leaf
+/// boundaries (the file spans three leaves).
+#[test]
+fn read_into_matches_the_file() {
+    use crate::radix::SLOTS;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+    const PS: usize = 16;
+    for mode in Mode::ALL {
+        for budget_pages in [4usize, 1024] {
+            let c = PageCache::new(Config {
+                budget_bytes: budget_pages * PS,
+                page_size: PS,
+                mode,
+            });
+            let len = PS * (2 * SLOTS + 9) + 5;
+            let file: Vec<u8> = (0..len).map(|i| (i * 7 + i / PS) as u8).collect();
+            let pages = len.div_ceil(PS) as u64;
+            let read_page = |index: u64, b: &mut [u8]| -> Result<usize, Infallible> {
+                let start = (index as usize * PS).min(len);
+                let end = (start + PS).min(len);
+                b[..end - start].copy_from_slice(&file[start..end]);
+                Ok(end - start)
+            };
+            let mut rng = SmallRng::seed_from_u64(7);
+            for round in 0..300 {
+                if round % 3 == 0 {
+                    let i = rng.random_range(0..pages);
+                    c.get_or_fill(9, i, |b| read_page(i, b)).unwrap();
+                }
+                if round % 17 == 0 {
+                    let i = rng.random_range(0..pages);
+                    c.drop_range(9, i, i + rng.random_range(0..40));
+                }
+                let offset = rng.random_range(0..len as u64 + 20);
+                let want = rng.random_range(0..6 * PS + 3);
+                let mut buf = vec![0xaa; want];
+                let fills = c.stats().fills;
+                let mut filled = Vec::new();
+                let n = c
+                    .read_into(9, offset, &mut buf, |i, b| {
+                        filled.push(i);
+                        read_page(i, b)
+                    })
+                    .unwrap();
+                let lo = (offset as usize).min(len);
+                let hi = (offset as usize + want).min(len);
+                assert_eq!(n, hi - lo, "{mode:?} read {want} at {offset}");
+                assert_eq!(&buf[..n], &file[lo..hi], "{mode:?} read {want} at {offset}");
+                assert!(buf[n..].iter().all(|&b| b == 0xaa), "bytes past the end untouched");
+                assert_eq!(c.stats().fills - fills, filled.len() as u64);
+                let mut sorted = filled.clone();
+                sorted.dedup();
+                assert_eq!(sorted, filled, "{mode:?}: a page filled twice in one read");
+            }
+            // Everything cached (big budget): a read of the whole file fills nothing.
+            if budget_pages == 1024 {
+                let mut buf = vec![0; len];
+                c.read_into(9, 0, &mut buf, |i, b| read_page(i, b)).unwrap();
+                let fills = c.stats().fills;
+                let hits = c.stats().hits;
+                let mut again = vec![0; len];
+                let n = c
+                    .read_into(9, 0, &mut again, |_, _| -> Result<usize, Infallible> {
+                        panic!("a cached read must not fill")
+                    })
+                    .unwrap();
+                assert_eq!((n, &again), (len, &file));
+                assert_eq!(c.stats().fills, fills);
+                assert_eq!(c.stats().hits - hits, pages, "one hit per page");
+            }
+            c.check_invariants().unwrap();
+        }
+    }
+}

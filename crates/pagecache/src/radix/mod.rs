@@ -216,7 +216,8 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
     }
 
     /// The leaf holding `index` and the slot, or None. Lock-free.
-    fn find_leaf<'g>(&self, index: u64, guard: &'g epoch::Guard) -> Option<(&'g Node<V>, usize)> {
+    #[inline]
+    pub(crate) fn find_leaf<'g>(&self, index: u64, guard: &'g epoch::Guard) -> Option<(&'g Node<V>, usize)> {
         // Acquire: the root's initialisation is visible; pairs with the
         // Release stores of the root in write.rs.
         let root = self.root.load(Ordering::Acquire, guard);

@@ -94,6 +94,32 @@ fn read_checked(cache: &PageCache, store: &Store, ino: u64, index: u64) -> PageR
     r
 }
 
+/// A `read_into` of up to `k` whole pages from `index`: every page of the
+/// result is one version's pattern, never older than the last write that
+/// completed before the read began.
+fn read_range_checked(cache: &PageCache, store: &Store, ino: u64, index: u64, k: u64) {
+    let k = k.min(PAGES - index);
+    let floors: Vec<u64> = (index..index + k)
+        .map(|i| store.committed[Store::slot(ino, i)].load(Ordering::Acquire))
+        .collect();
+    let mut buf = vec![0u8; k as usize * PS];
+    let n = cache
+        .read_into(ino, index * PS as u64, &mut buf, |i, b| {
+            Ok::<_, ()>(store.read(ino, i, b))
+        })
+        .unwrap();
+    assert_eq!(n, buf.len());
+    for (j, page) in buf.chunks(PS).enumerate() {
+        let i = index + j as u64;
+        let v = version_of(ino, i, page);
+        assert!(
+            v >= floors[j],
+            "page {ino}/{i}: version {v} after write of {} completed",
+            floors[j]
+        );
+    }
+}
+
 fn stress(mode: Mode) {
     let cache = PageCache::new(Config {
         budget_bytes: 64 * PS,
@@ -124,6 +150,9 @@ fn stress(mode: Mode) {
                         }
                         if let Some(r) = cache.get(ino, index) {
                             version_of(ino, index, &r);
+                        }
+                        if rng.random_range(0..4) == 0 {
+                            read_range_checked(cache, store, ino, index, rng.random_range(1..=4));
                         }
                     }
                 })
