@@ -4,7 +4,8 @@
 //!
 //! # Structure
 //! `inodes` is itself a [`RadixTree`] keyed by inode number, holding an
-//! `Arc<Inode>`; each [`Inode`] holds a `RadixTree<PageHandle>`. Both are
+//! `Arc<Inode>`; each [`Inode`] holds a `RadixTree<Page, PageOwn>` whose
+//! slots point at the pages themselves (a slot is the tree's reference). Both are
 //! read without locks.
 //!
 //! # Protocols
@@ -74,7 +75,7 @@ use std::ptr::NonNull;
 
 use crate::Mode;
 use crate::counter::Counter;
-use crate::page::{FAILED, FILLING, NONEWREFS, Page, PageHandle, PageRef};
+use crate::page::{FAILED, FILLING, NONEWREFS, Page, PageOwn, PageRef, page_item};
 use crate::radix::node::bit;
 use crate::radix::{RadixTree, SLOTS, Tag};
 use crate::sync::epoch::Guard;
@@ -142,7 +143,7 @@ const WAIT_BUCKETS: usize = 64;
 pub(crate) struct Inode {
     /// The inode number (the key of this entry in the inode map).
     ino: u64,
-    pub(crate) pages: RadixTree<PageHandle>,
+    pub(crate) pages: RadixTree<Page, PageOwn>,
     /// Insertion gate: `GATE_CLOSED` plus the number of inserters inside.
     gate: AtomicU64,
     /// Invalidation generation (see the module docs).
@@ -393,10 +394,12 @@ impl PageCache {
             let Some(handle) = (unsafe { item.as_ref() }) else {
                 return Found::Missing;
             };
-            match handle.page().try_get() {
+            match handle.try_get() {
                 Ok(state) => {
-                    // SAFETY: `try_get` gave us a reference.
-                    let r = unsafe { PageRef::from_raw(handle.0) };
+                    // SAFETY: `try_get` gave us a reference. The pointer is the
+                    // slot's (not one derived from `handle`), with the provenance of the
+                    // allocation that the last reference frees.
+                    let r = unsafe { PageRef::from_raw(NonNull::new_unchecked(item.as_raw().cast_mut())) };
                     // Accuracy: the slot must still hold this page, or the
                     // page was removed after we loaded it. Acquire (in
                     // `item`): pairs with the Release store of the slot.
@@ -513,10 +516,11 @@ impl PageCache {
                 continue;
             }
             let page = Page::new_filling(self.cfg.page_size);
-            let inserted = inode.pages.insert(index, PageHandle(page));
+            // The slot takes the tree's reference (one of the two the page
+            // was made with).
+            let inserted = inode.pages.insert_with(index, page, |p, _| page_item(p));
             inode.gate_exit();
-            if let Err(handle) = inserted {
-                std::mem::forget(handle);
+            if inserted.is_err() {
                 // SAFETY: the insert failed, so no other thread saw the page.
                 unsafe { Page::free_unshared(page) };
                 self.unreserve();
@@ -621,9 +625,11 @@ impl PageCache {
                         let Some(handle) = (unsafe { item.as_ref() }) else {
                             break;
                         };
-                        let Ok(state) = handle.page().try_get() else { break };
-                        // SAFETY: `try_get` gave us a reference.
-                        let r = unsafe { PageRef::from_raw(handle.0) };
+                        let Ok(state) = handle.try_get() else { break };
+                        // SAFETY: `try_get` gave us a reference. The pointer is the
+                        // slot's (not one derived from `handle`), with the provenance of the
+                        // allocation that the last reference frees.
+                        let r = unsafe { PageRef::from_raw(NonNull::new_unchecked(item.as_raw().cast_mut())) };
                         // Accuracy, as in `lookup_page`: the same leaf slot
                         // still holds the page (Acquire in `item`, pairing
                         // with the Release store of the slot).
@@ -683,7 +689,12 @@ impl PageCache {
     /// call removed it.
     fn remove_page(&self, inode: &Inode, index: u64, page: NonNull<Page>) -> bool {
         let guard = self.domain.pin();
-        let in_slot = || inode.pages.lookup(index, &guard).is_some_and(|h| h.0 == page);
+        let in_slot = || {
+            inode
+                .pages
+                .lookup(index, &guard)
+                .is_some_and(|h| std::ptr::eq(h, page.as_ptr()))
+        };
         loop {
             if !in_slot() {
                 return false;
@@ -696,7 +707,7 @@ impl PageCache {
             yield_now();
         }
         // NONEWREFS stays set: the page never gains a reference again.
-        if inode.pages.remove_if(index, |h| h.0 == page) {
+        if inode.pages.remove_if(index, |h| std::ptr::eq(h, page.as_ptr())) {
             self.unreserve();
             self.retire_if_empty(inode);
             true
@@ -732,17 +743,17 @@ impl PageCache {
 
     /// Evicts an unused page (CLOCK): only if the tree's reference is the
     /// only one and no flag is set.
-    fn try_evict(&self, inode: &Inode, index: u64, handle: &PageHandle) -> bool {
-        if !handle.page().try_lock_unused() {
+    fn try_evict(&self, inode: &Inode, index: u64, handle: &Page) -> bool {
+        if !handle.try_lock_unused() {
             return false;
         }
-        if inode.pages.remove_if(index, |h| h.0 == handle.0) {
+        if inode.pages.remove_if(index, |h| std::ptr::eq(h, handle)) {
             self.unreserve();
             self.evictions.incr();
             self.retire_if_empty(inode);
             true
         } else {
-            handle.page().release_exclusive();
+            handle.release_exclusive();
             false
         }
     }
@@ -828,7 +839,7 @@ impl PageCache {
                 let lo = offset.max(start);
                 let hi = end.min(start.saturating_add(ps));
                 let src = &data[(lo - offset) as usize..(hi - offset) as usize];
-                let page = handle.page();
+                let page = handle;
                 if page.try_lock_unused() {
                     // SAFETY: we hold NONEWREFS with the tree's reference as the
                     // only one: nobody else reads or writes the buffer.
@@ -839,7 +850,7 @@ impl PageCache {
                     unsafe { page.set_len(page.len().max(at + src.len())) };
                     page.release_exclusive();
                 } else {
-                    self.remove_page(&inode, index, handle.0);
+                    self.remove_page(&inode, index, NonNull::from(handle));
                 }
             }
             if max_seen == u64::MAX {
@@ -865,7 +876,7 @@ impl PageCache {
         if tail != 0 {
             let guard = self.domain.pin();
             if let Some(handle) = inode.pages.lookup(last_full, &guard) {
-                let page = handle.page();
+                let page = handle;
                 if page.try_lock_unused() {
                     // SAFETY: NONEWREFS with only the tree's reference: the
                     // buffer is ours.
@@ -878,7 +889,7 @@ impl PageCache {
                     inode.pages.set_tag(last_full, Tag::PARTIAL);
                     page.release_exclusive();
                 } else {
-                    self.remove_page(&inode, last_full, handle.0);
+                    self.remove_page(&inode, last_full, NonNull::from(handle));
                 }
             }
         }
@@ -900,10 +911,9 @@ impl PageCache {
                 // A page still FILLING or held exclusively may be short: drop it.
                 // Otherwise the length is a hint that can only be stale
                 // towards "short" (lengths grow only under NONEWREFS).
-                let short =
-                    handle.page().state() & (FILLING | NONEWREFS) != 0 || handle.page().len() < self.cfg.page_size;
+                let short = handle.state() & (FILLING | NONEWREFS) != 0 || handle.len() < self.cfg.page_size;
                 if short {
-                    self.remove_page(inode, index, handle.0);
+                    self.remove_page(inode, index, NonNull::from(handle));
                 } else {
                     inode.pages.clear_tag(index, Tag::PARTIAL);
                 }
@@ -928,7 +938,7 @@ impl PageCache {
                 if index > last {
                     return counts;
                 }
-                if self.remove_page(inode, index, handle.0) {
+                if self.remove_page(inode, index, NonNull::from(handle)) {
                     counts.pages += 1;
                     counts.bytes += self.ps();
                 }
@@ -1002,7 +1012,7 @@ impl PageCache {
                     .map_err(|e| format!("inode {ino}: {e}"))?;
                 pages += inode.pages.len() as u64;
                 for (index, handle) in inode.pages.gang(0, usize::MAX, None, &guard) {
-                    let s = handle.page().state();
+                    let s = handle.state();
                     if s & (NONEWREFS | FILLING | FAILED) != 0 {
                         return Err(format!("inode {ino} page {index}: state {s:#x} while quiescent"));
                     }

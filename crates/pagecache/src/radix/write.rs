@@ -26,7 +26,7 @@
 //! whole operation, and node locks are never taken.
 
 use super::node::{MAX_HEIGHT, NUM_TAGS, Node, bit, height_for, max_index, slot_of};
-use super::{RadixTree, Tag};
+use super::{Boxed, Own, RadixTree, Tag};
 use crate::Mode;
 use crate::sync::MutexGuard;
 use crate::sync::Ordering;
@@ -150,7 +150,7 @@ fn is_term<V>(node: &Node<V>, s: usize, op: PathOp, is_root: bool) -> bool {
     }
 }
 
-impl<V: Send + Sync + 'static> RadixTree<V> {
+impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
     fn serial(&self) -> bool {
         self.mode() == Mode::Serial
     }
@@ -210,15 +210,23 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
 
     // ----- insert -------------------------------------------------------
 
-    /// Inserts `value` at `index`; gives it back if the index is occupied.
-    pub fn insert(&self, index: u64, value: V) -> Result<(), V> {
+    /// Inserts the item `make(value)` at `index` (called under the leaf
+    /// lock, only if the index is free); gives `value` back if occupied.
+    /// `make` must return an item that this tree's policy `O` may retire
+    /// and free.
+    pub(crate) fn insert_with<T>(
+        &self,
+        index: u64,
+        value: T,
+        make: impl for<'g> FnOnce(T, &'g Guard) -> Shared<'g, V>,
+    ) -> Result<(), T> {
         let guard = self.raw_pin();
         let mut ctx = LockCtx::new(self.serial());
         if !(self.mode() == Mode::Optimistic && self.optimistic_insert_start(&mut ctx, index, &guard)) {
             let started = self.start_at_root(&mut ctx, index, true, &guard);
             debug_assert!(started, "a growing start always starts");
         }
-        self.insert_from(&mut ctx, index, value, &guard)
+        self.insert_from(&mut ctx, index, value, make, &guard)
     }
 
     /// Lock-free descent to the lowest existing node on the path of `index`,
@@ -251,7 +259,14 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
     }
 
     /// Ladder locking from the context's last node down to the leaf.
-    fn insert_from<'a>(&'a self, ctx: &mut LockCtx<'a, V>, index: u64, value: V, guard: &'a Guard) -> Result<(), V> {
+    fn insert_from<'a, T>(
+        &'a self,
+        ctx: &mut LockCtx<'a, V>,
+        index: u64,
+        value: T,
+        make: impl for<'g> FnOnce(T, &'g Guard) -> Shared<'g, V>,
+        guard: &'a Guard,
+    ) -> Result<(), T> {
         loop {
             let node = ctx.last();
             let s = slot_of(index, node.height);
@@ -259,7 +274,7 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
                 if node.occupied(s, guard) {
                     return Err(value);
                 }
-                node.set_item(s, Owned::new(value).into_shared(guard));
+                node.set_item(s, make(value, guard));
                 node.add_count(1);
                 self.len_counter().incr();
                 return Ok(());
@@ -546,9 +561,9 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
                 bottom.set_item(s, Shared::null());
                 bottom.add_count(-1);
                 self.len_counter().add(-1);
-                // SAFETY: the item is unlinked; readers that loaded it are
-                // pinned, and the destructor runs after they unpin.
-                unsafe { guard.defer_destroy(item) };
+                // SAFETY: the item is unlinked, retired once; the policy
+                // defers its destruction past every pinned reader.
+                unsafe { O::retire(item, guard) };
                 self.walk_up_remove(ctx, index, guard);
                 Some(item)
             }
@@ -635,6 +650,13 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
             r = c;
         }
         drop(held);
+    }
+}
+
+impl<V: Send + Sync + 'static> RadixTree<V, Boxed> {
+    /// Inserts `value` at `index`; gives it back if the index is occupied.
+    pub fn insert(&self, index: u64, value: V) -> Result<(), V> {
+        self.insert_with(index, value, |v, guard| Owned::new(v).into_shared(guard))
     }
 }
 
