@@ -2,7 +2,9 @@
 //! comparisons on a loaded machine: a thread's time on the CPU (from
 //! `/proc/thread-self/schedstat`) does not count the time other processes
 //! hold the core, which wall-time benchmarks do. (Cache and memory-bandwidth
-//! interference still count.)
+//! interference still count.) The kernel updates that figure at scheduler
+//! ticks, so each sample runs long enough (0.2-0.5 s) for a tick to be a
+//! small error.
 //!
 //! Contenders, one thread, same random probes, interleaved in random order
 //! over the rounds, median per contender:
@@ -27,7 +29,10 @@ const KEYS: usize = 1 << 20;
 /// Nanoseconds this thread has run on a CPU.
 fn cpu_ns() -> u64 {
     let s = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
-    s.split_whitespace().next().and_then(|f| f.parse().ok()).expect("schedstat field")
+    s.split_whitespace()
+        .next()
+        .and_then(|f| f.parse().ok())
+        .expect("schedstat field")
 }
 
 /// A xorshift generator: deterministic probes without a dependency.
@@ -98,7 +103,7 @@ fn main() {
     let mut ops: Vec<(&str, usize, Op<'_>)> = vec![
         (
             "radix_dense",
-            200_000,
+            2_000_000,
             Box::new(|i| {
                 let g = dense.pin();
                 black_box(dense.get(probes[i % KEYS] as u64, &g).copied());
@@ -106,7 +111,7 @@ fn main() {
         ),
         (
             "radix_sparse",
-            200_000,
+            2_000_000,
             Box::new(|i| {
                 let g = sparse.pin();
                 black_box(sparse.get(sparse_keys[probes[i % KEYS]], &g).copied());
@@ -114,7 +119,7 @@ fn main() {
         ),
         (
             "pagecache_get_copy",
-            20_000,
+            200_000,
             Box::new(|i| {
                 let (ino, index) = pages[i % total];
                 let p = cache.get(ino, index).expect("cached");
@@ -125,7 +130,7 @@ fn main() {
         ),
         (
             "pagecache_read_into",
-            20_000,
+            200_000,
             Box::new(|i| {
                 let (ino, index) = pages[i % total];
                 let mut b = buf.borrow_mut();
@@ -137,7 +142,7 @@ fn main() {
         ),
         (
             "memcpy",
-            20_000,
+            200_000,
             Box::new(|i| {
                 let (ino, index) = pages[i % total];
                 let mut b = buf.borrow_mut();
@@ -170,6 +175,11 @@ fn main() {
     for (c, (name, _, _)) in ops.iter().enumerate() {
         let v = &mut samples[c];
         v.sort_by(f64::total_cmp);
-        println!("{name:22} median {:8.1} ns/op (min {:.1}, max {:.1})", v[v.len() / 2], v[0], v[v.len() - 1]);
+        println!(
+            "{name:22} median {:8.1} ns/op (min {:.1}, max {:.1})",
+            v[v.len() / 2],
+            v[0],
+            v[v.len() - 1]
+        );
     }
 }
