@@ -6,7 +6,8 @@
 //! taking the per-mount lock off the cached read path; seed 002's lookups run
 //! under RCU. rcufs's `PageCache::get` pins the page with a speculative
 //! reference and takes no lock, so a hit should cost little more than the
-//! copy. The working set is 16,384 pages (64 MiB, twice this machine's 32 MiB
+//! copy. `rcufs_read_into` copies the same pages through
+//! `PageCache::read_into` (one call per page here). The working set is 16,384 pages (64 MiB, twice this machine's 32 MiB
 //! last-level cache) in 16 files, probed in the same random order by both.
 
 use benches::{Routine, Unit, consume, cycle, permutation, run_group, timed_threads};
@@ -54,6 +55,21 @@ fn bench_hits(c: &mut Criterion) {
                     cycle(&probes, off(t, threads), iters, |&(ino, index)| {
                         let page = cache.get(ino, index).expect("every benchmark page is cached");
                         buf[..page.len()].copy_from_slice(&page);
+                        consume(&buf);
+                    })
+                })
+            }),
+        ),
+        (
+            "rcufs_read_into",
+            Box::new(|threads, iters| {
+                timed_threads(threads, iters, |t, iters| {
+                    let mut buf = vec![0u8; PAGE];
+                    cycle(&probes, off(t, threads), iters, |&(ino, index)| {
+                        let n = cache
+                            .read_into(ino, index * PAGE as u64, &mut buf, |_, _| Err::<usize, ()>(()))
+                            .expect("every benchmark page is cached");
+                        assert_eq!(n, PAGE);
                         consume(&buf);
                     })
                 })

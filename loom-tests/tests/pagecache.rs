@@ -4,7 +4,8 @@
 //! growing and shrinking against lock-free lookups, path locking of
 //! set-tag against clear-tag on siblings, an optimistic start whose
 //! validation fails, a gang lookup against a remove, and the page cache's
-//! speculative reference against removal, in-place write and fill-once.
+//! speculative reference against removal, in-place write and fill-once,
+//! and the retirement of an emptied inode entry against a fill.
 //!
 //! Under `rcufs_loom` a node has 4 slots, so small keys build deep trees:
 //! a leaf covers 4 keys, a height-2 tree 16, height 3 64. Each tree or cache
@@ -243,5 +244,69 @@ fn fill_once() {
         assert_eq!(h.join().unwrap(), mine);
         assert_eq!(mine, vec![3u8; 8]);
         assert_eq!(fills.load(Ordering::Relaxed), 1);
+    });
+}
+
+/// The last page of an inode is dropped (which takes the emptied entry out
+/// of the inode map: close the gate if idle, re-check emptiness, unlink)
+/// while another thread fills a second page of the same inode. The fill
+/// must land in an entry that stays in the map, or retry into a new entry,
+/// or (when the drop's invalidation made it stale) leave the cache; never
+/// stay in an entry that left the map, which would leak a page nobody can
+/// find while the byte count still includes it (`check_invariants`
+/// compares the two).
+#[test]
+fn retire_empty_inode_vs_fill() {
+    model(|| {
+        let c = small_cache();
+        let c2 = c.clone();
+        let h = thread::spawn(move || assert_eq!(c2.drop_range(1, 0, 0).pages, 1));
+        let r = c
+            .get_or_fill(1, 1, |b| {
+                b.fill(5);
+                Ok::<_, ()>(8)
+            })
+            .unwrap();
+        assert_eq!(&*r, &[5u8; 8]);
+        h.join().unwrap();
+        c.check_invariants().unwrap();
+        assert!(c.get(1, 0).is_none());
+        let cached = c.get(1, 1).is_some();
+        assert_eq!(c.stats().pages, u64::from(cached));
+        assert_eq!(c.inode_count(), usize::from(cached), "an entry without pages stayed");
+        drop(r);
+        assert_eq!(c.drop_range(1, 1, 1).pages, u64::from(cached));
+        assert_eq!(c.inode_count(), 0, "the emptied entry left the map");
+    });
+}
+
+/// A ranged read of two pages (consecutive slots of one leaf, the second
+/// read without a new descent) against an in-place write of both: each page
+/// of the result is all old or all new bytes, never a mix, and a page the
+/// reader had to fill comes from the backing store (the new bytes).
+#[test]
+fn read_into_vs_write() {
+    model(|| {
+        let c = small_cache();
+        c.get_or_fill(1, 1, |b| {
+            b.fill(7);
+            Ok::<_, ()>(8)
+        })
+        .unwrap();
+        let c2 = c.clone();
+        let h = thread::spawn(move || c2.write(1, 0, &[9; 16]));
+        let mut buf = [0u8; 16];
+        let n = c
+            .read_into(1, 0, &mut buf, |_, b| {
+                b.fill(9);
+                Ok::<_, ()>(8)
+            })
+            .unwrap();
+        assert_eq!(n, 16);
+        for page in buf.chunks(8) {
+            assert!(page == [7; 8] || page == [9; 8], "torn page {page:?}");
+        }
+        h.join().unwrap();
+        c.check_invariants().unwrap();
     });
 }

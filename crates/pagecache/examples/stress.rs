@@ -3,8 +3,8 @@
 //! `valgrind --tool=memcheck --error-exitcode=1 target/debug/examples/stress`.
 //!
 //! Threads insert, tag, untag and remove interleaved keys of a tree in each
-//! mode while a reader gang-looks-up; then threads fill, hit, write and drop
-//! pages of a cache with a budget that forces CLOCK eviction, checking every
+//! mode while a reader gang-looks-up; then threads fill, hit, read ranges
+//! of, write and drop pages of a cache with a budget that forces CLOCK eviction, checking every
 //! page's bytes. Exits non-zero (panics) on any mismatch.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,6 +86,22 @@ fn cache_stress(mode: Mode, rounds: u64) {
                     }
                     if i % 29 == 0 {
                         cache.drop_range(ino, index, index + 3);
+                    }
+                    if i % 5 == 0 {
+                        // A ranged read of three pages, across the fast
+                        // leaf walk and the fill path.
+                        let first = index.min(45);
+                        let mut buf = vec![0u8; 3 * ps];
+                        let n = cache
+                            .read_into(ino, first * ps as u64, &mut buf, |j, b| {
+                                b.copy_from_slice(&page(ino, j, ps));
+                                Ok::<_, ()>(ps)
+                            })
+                            .unwrap();
+                        assert_eq!(n, buf.len());
+                        for (j, chunk) in buf.chunks(ps).enumerate() {
+                            assert_eq!(chunk, &page(ino, first + j as u64, ps)[..]);
+                        }
                     }
                 }
             });

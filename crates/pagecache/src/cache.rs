@@ -4,16 +4,24 @@
 //!
 //! # Structure
 //! `inodes` is itself a [`RadixTree`] keyed by inode number, holding an
-//! `Arc<Inode>`; each [`Inode`] holds a `RadixTree<PageHandle>`. Both are
+//! `Arc<Inode>`; each [`Inode`] holds a `RadixTree<Page, PageOwn>` whose
+//! slots point at the pages themselves (a slot is the tree's reference). Both are
 //! read without locks.
 //!
 //! # Protocols
 //! - **Lookup** (§3.1.2): under an epoch guard, find the page in the tree,
 //!   take a reference only if the count is non-zero and `NONEWREFS` is clear
-//!   (`Page::try_get`), then re-read the slot; if it no longer holds this
-//!   page, drop the reference and retry. A page whose `NONEWREFS` is set is
-//!   being removed or written: retry until the slot changes or the bit
-//!   clears.
+//!   (`Page::try_get`), then re-read the slot (of the leaf the descent
+//!   found: a leaf never moves and is unlinked only once empty, so this is
+//!   the tree's slot); if it no longer holds this page, drop the reference
+//!   and retry. A page whose `NONEWREFS` is set is being removed or written:
+//!   retry until the slot changes or the bit clears.
+//! - **Ranged reads** (`read_into`): the same speculative reference per page,
+//!   but consecutive pages are taken from consecutive slots of the leaf
+//!   already found (a new descent only at a leaf boundary), under one epoch
+//!   pin, with one statistics update per call. Anything but a filled page in
+//!   the slot (missing, filling, busy) sends that page through
+//!   `get_or_fill`.
 //! - **Removal** (§3.1.3): take the page's `NONEWREFS` (for reclaim, only if
 //!   the tree's reference is the only one), then remove the slot with
 //!   `remove_if` comparing the pointer. `NONEWREFS` stays set on a removed
@@ -40,6 +48,18 @@
 //!   once the count drains, the inode leaves the map and its pages are
 //!   removed. A filler that finds the gate closed retries and creates a new
 //!   inode entry once the old one is gone.
+//! - **Retiring an emptied inode**: whoever removes a page (reclaim, a drop,
+//!   a truncate, a write over a held page, a failed or stale fill) then
+//!   checks whether the inode's tree is empty; if so it closes the gate only
+//!   if no inserter is inside (a CAS from 0, Acquire, pairing with the
+//!   Release of `gate_exit`), checks emptiness again, and either unlinks the
+//!   entry from the map (the gate stays closed for good) or reopens the
+//!   gate. An inserter inside the gate makes the CAS fail; one that entered
+//!   and left before it is seen by the re-check; one that comes after finds
+//!   the gate closed and retries through the map. So no page is inserted
+//!   into an entry that left the map, and the budget never counts a page
+//!   nobody can find. `drop_inode` that finds the gate closed by a
+//!   retirement waits until the entry leaves the map or the gate reopens.
 //! - **Budget**: bytes are reserved (a page size each) before a page is
 //!   inserted; when the total passes the budget the inserting thread runs
 //!   CLOCK: the hand walks (inode, index) order; a page with the ACCESSED
@@ -55,8 +75,9 @@ use std::ptr::NonNull;
 
 use crate::Mode;
 use crate::counter::Counter;
-use crate::page::{FAILED, FILLING, NONEWREFS, Page, PageHandle, PageRef};
-use crate::radix::{RadixTree, Tag};
+use crate::page::{FAILED, FILLING, NONEWREFS, Page, PageOwn, PageRef, page_item};
+use crate::radix::node::bit;
+use crate::radix::{RadixTree, SLOTS, Tag};
 use crate::sync::epoch::Guard;
 use crate::sync::{Arc, AtomicU64, Condvar, Domain, Mutex, Ordering, fence, yield_now};
 
@@ -120,7 +141,9 @@ const WAIT_BUCKETS: usize = 64;
 
 /// One inode's pages.
 pub(crate) struct Inode {
-    pub(crate) pages: RadixTree<PageHandle>,
+    /// The inode number (the key of this entry in the inode map).
+    ino: u64,
+    pub(crate) pages: RadixTree<Page, PageOwn>,
     /// Insertion gate: `GATE_CLOSED` plus the number of inserters inside.
     gate: AtomicU64,
     /// Invalidation generation (see the module docs).
@@ -128,9 +151,10 @@ pub(crate) struct Inode {
 }
 
 impl Inode {
-    fn new(mode: Mode, domain: Domain) -> Self {
+    fn new(ino: u64, mode: Mode, domain: Domain) -> Self {
         Self {
-            pages: RadixTree::with_domain(mode, domain),
+            ino,
+            pages: RadixTree::with_domain_compact(mode, domain),
             gate: AtomicU64::new(0),
             generation: AtomicU64::new(0),
         }
@@ -178,6 +202,26 @@ impl Inode {
             yield_now();
         }
         true
+    }
+
+    /// Closes the gate if it is open and no inserter is inside; false
+    /// otherwise (an inserter is inside, or another thread closed it).
+    fn gate_try_close_idle(&self) -> bool {
+        // Acquire: pairs with the Release in `gate_exit` (the exit is an RMW
+        // of `gate`, so the value 0 we replace is at or after it in its
+        // modification order), so every insertion that passed the gate is
+        // visible to the emptiness re-check that follows.
+        self.gate
+            .compare_exchange(0, GATE_CLOSED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Reopens a gate closed by `gate_try_close_idle` whose inode turned out
+    /// not to be empty.
+    fn gate_reopen(&self) {
+        // Relaxed: nothing is published; inserters that saw the gate closed
+        // retry from the map lookup.
+        self.gate.fetch_and(!GATE_CLOSED, Ordering::Relaxed);
     }
 
     /// Bumps the generation before an invalidation.
@@ -252,6 +296,14 @@ impl std::fmt::Debug for PageCache {
     }
 }
 
+impl Drop for PageCache {
+    fn drop(&mut self) {
+        // Under loom, run the deferred destructors (retired inode entries
+        // own trees on this domain); nothing to do in the normal build.
+        self.domain.drain();
+    }
+}
+
 /// How a lookup ended.
 enum Found {
     Ready(PageRef),
@@ -317,45 +369,54 @@ impl PageCache {
             && let Found::Ready(r) = Self::lookup_page(inode, index, &guard)
         {
             self.hits.incr();
-            Self::mark_accessed(inode, index);
             return Some(r);
         }
         self.misses.incr();
         None
     }
 
-    /// Speculative get of the page at `index` (§3.1.2).
+    /// Speculative get of the page at `index` (§3.1.2); a filled page gets
+    /// the ACCESSED tag if it lacks it.
+    ///
+    /// One descent finds the leaf; the accuracy check after the reference is
+    /// taken re-reads the same leaf slot rather than descending again. That is
+    /// the same check: a leaf is unlinked only once all its slots are empty
+    /// and never moves (growing and shrinking add or remove nodes above it),
+    /// so a slot that still holds the item is the tree's slot for `index`.
     fn lookup_page(inode: &Inode, index: u64, guard: &Guard) -> Found {
         loop {
-            let Some(handle) = inode.pages.lookup(index, guard) else {
+            let Some((leaf, s)) = inode.pages.find_leaf(index, guard) else {
                 return Found::Missing;
             };
-            let page = handle.page();
-            match page.try_get() {
+            let item = leaf.item(s, guard);
+            // SAFETY: the item was in the slot while `guard` is pinned; it is
+            // retired only after leaving the slot.
+            let Some(handle) = (unsafe { item.as_ref() }) else {
+                return Found::Missing;
+            };
+            match handle.try_get() {
                 Ok(state) => {
-                    // SAFETY: `try_get` gave us a reference.
-                    let r = unsafe { PageRef::from_raw(handle.0) };
+                    // SAFETY: `try_get` gave us a reference. The pointer is the
+                    // slot's (not one derived from `handle`), with the provenance of the
+                    // allocation that the last reference frees.
+                    let r = unsafe { PageRef::from_raw(NonNull::new_unchecked(item.as_raw().cast_mut())) };
                     // Accuracy: the slot must still hold this page, or the
-                    // page was removed after we loaded it.
-                    let same = inode.pages.lookup(index, guard).is_some_and(|h| h.0 == handle.0);
-                    if !same {
+                    // page was removed after we loaded it. Acquire (in
+                    // `item`): pairs with the Release store of the slot.
+                    if leaf.item(s, guard) != item {
                         continue; // `r` drops our reference.
                     }
-                    return if state & FILLING != 0 {
-                        Found::Filling(r)
-                    } else {
-                        Found::Ready(r)
-                    };
+                    if state & FILLING != 0 {
+                        return Found::Filling(r);
+                    }
+                    // Only if not set, so repeated hits write nothing shared.
+                    if leaf.tag_bits(Tag::ACCESSED.idx()) & bit(s) == 0 {
+                        inode.pages.set_tag(index, Tag::ACCESSED);
+                    }
+                    return Found::Ready(r);
                 }
                 Err(_) => yield_now(), // Being removed or written: retry.
             }
-        }
-    }
-
-    /// Sets ACCESSED on a hit, only if it is not set already.
-    fn mark_accessed(inode: &Inode, index: u64) {
-        if !inode.pages.get_tag(index, Tag::ACCESSED) {
-            inode.pages.set_tag(index, Tag::ACCESSED);
         }
     }
 
@@ -399,7 +460,7 @@ impl PageCache {
                     continue;
                 }
             }
-            let fresh = Arc::new(Inode::new(self.cfg.mode, self.domain.clone()));
+            let fresh = Arc::new(Inode::new(ino, self.cfg.mode, self.domain.clone()));
             if self.inodes.insert(ino, Arc::clone(&fresh)).is_ok() {
                 return fresh;
             }
@@ -425,13 +486,7 @@ impl PageCache {
             let found = {
                 let guard = self.domain.pin();
                 match self.inodes.lookup(ino, &guard) {
-                    Some(inode) => {
-                        let f = Self::lookup_page(inode, index, &guard);
-                        if let Found::Ready(_) = f {
-                            Self::mark_accessed(inode, index);
-                        }
-                        f
-                    }
+                    Some(inode) => Self::lookup_page(inode, index, &guard),
                     None => Found::Missing,
                 }
             };
@@ -461,10 +516,11 @@ impl PageCache {
                 continue;
             }
             let page = Page::new_filling(self.cfg.page_size);
-            let inserted = inode.pages.insert(index, PageHandle(page));
+            // The slot takes the tree's reference (one of the two the page
+            // was made with).
+            let inserted = inode.pages.insert_with(index, page, |p, _| page_item(p));
             inode.gate_exit();
-            if let Err(handle) = inserted {
-                std::mem::forget(handle);
+            if inserted.is_err() {
                 // SAFETY: the insert failed, so no other thread saw the page.
                 unsafe { Page::free_unshared(page) };
                 self.unreserve();
@@ -518,6 +574,100 @@ impl PageCache {
         }
     }
 
+    /// Copies the cached bytes of `ino` from `offset` into `buf`, filling
+    /// missing pages with `fill(index, page_buf)` (as
+    /// [`get_or_fill`](Self::get_or_fill) does, same contract per page), and
+    /// returns the number of bytes copied: `buf.len()`, or fewer when a page
+    /// shorter than the page size (the end of the file) ends the range.
+    ///
+    /// This is a cached read of several pages with the cost of one: one
+    /// epoch pin and one descent for a run of consecutive cached pages (the
+    /// next page is read from the next slot of the same leaf; the descent is
+    /// repeated only on entering another leaf), one statistics update per
+    /// call, and per page only the speculative reference that keeps the
+    /// bytes stable while they are copied. A page that is missing, being
+    /// filled or being removed or written ends the run and goes through
+    /// `get_or_fill`.
+    pub fn read_into<E>(
+        &self,
+        ino: u64,
+        offset: u64,
+        buf: &mut [u8],
+        mut fill: impl FnMut(u64, &mut [u8]) -> Result<usize, E>,
+    ) -> Result<usize, E> {
+        let ps = self.ps();
+        let mut done = 0usize;
+        let mut index = offset / ps;
+        let mut hits = 0i64;
+        // Copies page `index` (valid bytes `page`) into `buf`; true if the
+        // read is over (buffer full or end of file).
+        let copy = |page: &[u8], index: u64, done: &mut usize, buf: &mut [u8]| -> bool {
+            let at = offset + *done as u64;
+            let from = (at - index * ps) as usize;
+            if from >= page.len() {
+                return true;
+            }
+            let n = (page.len() - from).min(buf.len() - *done);
+            buf[*done..*done + n].copy_from_slice(&page[from..from + n]);
+            *done += n;
+            *done == buf.len() || page.len() < self.cfg.page_size
+        };
+        'read: while done < buf.len() {
+            // The fast path: a run of filled pages, walked leaf by leaf.
+            {
+                let guard = self.domain.pin();
+                if let Some(inode) = self.inodes.lookup(ino, &guard) {
+                    let mut at = inode.pages.find_leaf(index, &guard);
+                    while let Some((leaf, s)) = at {
+                        let item = leaf.item(s, &guard);
+                        // SAFETY: the item was in the slot while `guard` is
+                        // pinned; it is retired only after leaving the slot.
+                        let Some(handle) = (unsafe { item.as_ref() }) else {
+                            break;
+                        };
+                        let Ok(state) = handle.try_get() else { break };
+                        // SAFETY: `try_get` gave us a reference. The pointer is the
+                        // slot's (not one derived from `handle`), with the provenance of the
+                        // allocation that the last reference frees.
+                        let r = unsafe { PageRef::from_raw(NonNull::new_unchecked(item.as_raw().cast_mut())) };
+                        // Accuracy, as in `lookup_page`: the same leaf slot
+                        // still holds the page (Acquire in `item`, pairing
+                        // with the Release store of the slot).
+                        if state & FILLING != 0 || leaf.item(s, &guard) != item {
+                            break;
+                        }
+                        if leaf.tag_bits(Tag::ACCESSED.idx()) & bit(s) == 0 {
+                            inode.pages.set_tag(index, Tag::ACCESSED);
+                        }
+                        hits += 1;
+                        let over = copy(&r, index, &mut done, buf);
+                        drop(r);
+                        if over {
+                            break 'read;
+                        }
+                        index += 1;
+                        // The next index is the next slot of this leaf unless
+                        // it starts a new leaf; a leaf unlinked meanwhile has
+                        // only empty slots, which sends us to the slow path.
+                        at = if s + 1 < SLOTS {
+                            Some((leaf, s + 1))
+                        } else {
+                            inode.pages.find_leaf(index, &guard)
+                        };
+                    }
+                }
+            }
+            // The slow path for one page: wait for its fill or fill it.
+            let r = self.get_or_fill(ino, index, |b| fill(index, b))?;
+            if copy(&r, index, &mut done, buf) {
+                break;
+            }
+            index += 1;
+        }
+        self.hits.add(hits);
+        Ok(done)
+    }
+
     /// Reserves a page's bytes, reclaiming if over budget.
     fn reserve(&self) {
         // Relaxed: accounting only; the budget is soft under races.
@@ -539,7 +689,12 @@ impl PageCache {
     /// call removed it.
     fn remove_page(&self, inode: &Inode, index: u64, page: NonNull<Page>) -> bool {
         let guard = self.domain.pin();
-        let in_slot = || inode.pages.lookup(index, &guard).is_some_and(|h| h.0 == page);
+        let in_slot = || {
+            inode
+                .pages
+                .lookup(index, &guard)
+                .is_some_and(|h| std::ptr::eq(h, page.as_ptr()))
+        };
         loop {
             if !in_slot() {
                 return false;
@@ -552,8 +707,9 @@ impl PageCache {
             yield_now();
         }
         // NONEWREFS stays set: the page never gains a reference again.
-        if inode.pages.remove_if(index, |h| h.0 == page) {
+        if inode.pages.remove_if(index, |h| std::ptr::eq(h, page.as_ptr())) {
             self.unreserve();
+            self.retire_if_empty(inode);
             true
         } else {
             // Not reachable while removals hold NONEWREFS; keep it safe.
@@ -563,18 +719,41 @@ impl PageCache {
         }
     }
 
+    /// Takes an inode whose last page is gone out of the inode map, so that
+    /// an inode nobody uses costs no memory. Called after every removal of a
+    /// page. The gate is closed only if no inserter is inside, and the
+    /// emptiness is checked again after closing it: a fill that inserted
+    /// before the close is seen by the re-check (the entry then stays, gate
+    /// reopened), and a fill that comes after it finds the gate closed and
+    /// retries through the map, where it finds no entry (or a new one) once
+    /// this one is gone. So no page is ever inserted into an entry that has
+    /// left the map, and no page is lost with it.
+    fn retire_if_empty(&self, inode: &Inode) {
+        if !inode.pages.is_empty() || !inode.gate_try_close_idle() {
+            return;
+        }
+        if !inode.pages.is_empty() {
+            inode.gate_reopen();
+            return;
+        }
+        // The gate stays closed for good: this entry takes no page again.
+        self.inodes
+            .remove_if(inode.ino, |i| std::ptr::eq(Arc::as_ptr(i), inode));
+    }
+
     /// Evicts an unused page (CLOCK): only if the tree's reference is the
     /// only one and no flag is set.
-    fn try_evict(&self, inode: &Inode, index: u64, handle: &PageHandle) -> bool {
-        if !handle.page().try_lock_unused() {
+    fn try_evict(&self, inode: &Inode, index: u64, handle: &Page) -> bool {
+        if !handle.try_lock_unused() {
             return false;
         }
-        if inode.pages.remove_if(index, |h| h.0 == handle.0) {
+        if inode.pages.remove_if(index, |h| std::ptr::eq(h, handle)) {
             self.unreserve();
             self.evictions.incr();
+            self.retire_if_empty(inode);
             true
         } else {
-            handle.page().release_exclusive();
+            handle.release_exclusive();
             false
         }
     }
@@ -660,7 +839,7 @@ impl PageCache {
                 let lo = offset.max(start);
                 let hi = end.min(start.saturating_add(ps));
                 let src = &data[(lo - offset) as usize..(hi - offset) as usize];
-                let page = handle.page();
+                let page = handle;
                 if page.try_lock_unused() {
                     // SAFETY: we hold NONEWREFS with the tree's reference as the
                     // only one: nobody else reads or writes the buffer.
@@ -671,7 +850,7 @@ impl PageCache {
                     unsafe { page.set_len(page.len().max(at + src.len())) };
                     page.release_exclusive();
                 } else {
-                    self.remove_page(&inode, index, handle.0);
+                    self.remove_page(&inode, index, NonNull::from(handle));
                 }
             }
             if max_seen == u64::MAX {
@@ -697,7 +876,7 @@ impl PageCache {
         if tail != 0 {
             let guard = self.domain.pin();
             if let Some(handle) = inode.pages.lookup(last_full, &guard) {
-                let page = handle.page();
+                let page = handle;
                 if page.try_lock_unused() {
                     // SAFETY: NONEWREFS with only the tree's reference: the
                     // buffer is ours.
@@ -710,7 +889,7 @@ impl PageCache {
                     inode.pages.set_tag(last_full, Tag::PARTIAL);
                     page.release_exclusive();
                 } else {
-                    self.remove_page(&inode, last_full, handle.0);
+                    self.remove_page(&inode, last_full, NonNull::from(handle));
                 }
             }
         }
@@ -732,10 +911,9 @@ impl PageCache {
                 // A page still FILLING or held exclusively may be short: drop it.
                 // Otherwise the length is a hint that can only be stale
                 // towards "short" (lengths grow only under NONEWREFS).
-                let short =
-                    handle.page().state() & (FILLING | NONEWREFS) != 0 || handle.page().len() < self.cfg.page_size;
+                let short = handle.state() & (FILLING | NONEWREFS) != 0 || handle.len() < self.cfg.page_size;
                 if short {
-                    self.remove_page(inode, index, handle.0);
+                    self.remove_page(inode, index, NonNull::from(handle));
                 } else {
                     inode.pages.clear_tag(index, Tag::PARTIAL);
                 }
@@ -760,7 +938,7 @@ impl PageCache {
                 if index > last {
                     return counts;
                 }
-                if self.remove_page(inode, index, handle.0) {
+                if self.remove_page(inode, index, NonNull::from(handle)) {
                     counts.pages += 1;
                     counts.bytes += self.ps();
                 }
@@ -784,16 +962,23 @@ impl PageCache {
 
     /// Drops every page of `ino` and forgets the inode.
     pub fn drop_inode(&self, ino: u64) -> DropCounts {
-        let Some(inode) = self.inode(ino) else {
-            return DropCounts::default();
-        };
-        if !inode.gate_close() {
-            // Another thread is dropping it; what remains is its to count.
-            return DropCounts::default();
+        loop {
+            let Some(inode) = self.inode(ino) else {
+                return DropCounts::default();
+            };
+            if !inode.gate_close() {
+                // Another drop of this inode, or the retirement of an empty
+                // entry, closed the gate first. The former takes the entry out
+                // of the map before it sweeps (what remains is its to count);
+                // the latter takes it out or reopens the gate. Either way the
+                // wait is short; look again.
+                yield_now();
+                continue;
+            }
+            inode.invalidate();
+            self.inodes.remove_if(ino, |i| Arc::ptr_eq(i, &inode));
+            return self.drop_range_in(&inode, 0, u64::MAX);
         }
-        inode.invalidate();
-        self.inodes.remove_if(ino, |i| Arc::ptr_eq(i, &inode));
-        self.drop_range_in(&inode, 0, u64::MAX)
     }
 
     /// Drops every page of each inode in `inos` (the directory drop).
@@ -827,7 +1012,7 @@ impl PageCache {
                     .map_err(|e| format!("inode {ino}: {e}"))?;
                 pages += inode.pages.len() as u64;
                 for (index, handle) in inode.pages.gang(0, usize::MAX, None, &guard) {
-                    let s = handle.page().state();
+                    let s = handle.state();
                     if s & (NONEWREFS | FILLING | FAILED) != 0 {
                         return Err(format!("inode {ino} page {index}: state {s:#x} while quiescent"));
                     }

@@ -17,21 +17,32 @@ const SHARDS: usize = 16; // a power of two
 const SHARDS: usize = 1;
 
 /// A counter that many threads update and few read.
-pub(crate) struct Counter {
-    cells: Box<[CachePadded<AtomicU64>]>,
+pub(crate) enum Counter {
+    /// Cache-padded cells, one picked per thread.
+    Sharded(Box<[CachePadded<AtomicU64>]>),
+    /// One unpadded cell, for the many small structures (a per-inode tree)
+    /// where 16 padded cells would cost more than the structure itself.
+    Single(AtomicU64),
 }
 
 impl Counter {
     pub(crate) fn new() -> Self {
-        Self {
-            cells: (0..SHARDS).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
-        }
+        Counter::Sharded((0..SHARDS).map(|_| CachePadded::new(AtomicU64::new(0))).collect())
+    }
+
+    /// A counter of one unpadded cell.
+    pub(crate) fn single() -> Self {
+        Counter::Single(AtomicU64::new(0))
     }
 
     /// Adds `delta` (two's complement, so negative deltas work).
     pub(crate) fn add(&self, delta: i64) {
+        let cell = match self {
+            Counter::Sharded(cells) => &cells[shard_hint() & (SHARDS - 1)],
+            Counter::Single(cell) => cell,
+        };
         // Relaxed: a statistic; no other memory is published through it.
-        self.cells[shard_hint() & (SHARDS - 1)].fetch_add(delta as u64, Ordering::Relaxed);
+        cell.fetch_add(delta as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn incr(&self) {
@@ -41,10 +52,13 @@ impl Counter {
     /// The sum of the cells, clamped at zero for a momentarily negative sum
     /// (one thread's decrement seen before another's increment).
     pub(crate) fn get(&self) -> u64 {
-        let sum = self
-            .cells
-            .iter()
-            .fold(0u64, |acc, c| acc.wrapping_add(c.load(Ordering::Relaxed)));
+        // Relaxed: a statistic.
+        let sum = match self {
+            Counter::Sharded(cells) => cells
+                .iter()
+                .fold(0u64, |acc, c| acc.wrapping_add(c.load(Ordering::Relaxed))),
+            Counter::Single(cell) => cell.load(Ordering::Relaxed),
+        };
         (sum as i64).max(0) as u64
     }
 }

@@ -30,6 +30,8 @@
 
 use std::ptr::NonNull;
 
+use crate::radix::Own;
+use crate::sync::epoch::{Guard, Shared};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering, UnsafeCell, fence};
 
 const REFS: u64 = (1 << 32) - 1;
@@ -216,9 +218,41 @@ impl Page {
     }
 }
 
-/// The tree's reference to a page (the item type of the per-inode trees).
-/// Dropping it, which the tree does in an epoch destructor after removal,
-/// drops the tree's reference.
+// SAFETY: the shared state is atomic, and the bytes (in the `UnsafeCell`)
+// are read and written only as the exclusion protocol of this module allows
+// (the filler while FILLING, an exclusive writer with `refs == 1` under
+// NONEWREFS, readers holding a reference otherwise).
+unsafe impl Sync for Page {}
+// SAFETY: as above; a page is a heap block with no thread affinity.
+unsafe impl Send for Page {}
+
+/// The item policy of the per-inode trees: a leaf slot points at the page
+/// itself and stands for the tree's reference (no box between slot and
+/// page). Retiring the item drops that reference after the grace period;
+/// a dropped tree drops it at once.
+pub(crate) struct PageOwn;
+
+// SAFETY: `retire` defers the drop of the tree's reference with the epoch
+// guard, so the page stays alive for every reader pinned before it.
+unsafe impl Own<Page> for PageOwn {
+    unsafe fn retire(item: Shared<'_, Page>, guard: &Guard) {
+        let handle = PageHandle(NonNull::new(item.as_raw().cast_mut()).expect("a retired item is non-null"));
+        guard.defer(move || drop(handle));
+    }
+
+    unsafe fn free(item: Shared<'_, Page>) {
+        // SAFETY: per the contract, the slot's reference is ours to drop.
+        unsafe { Page::put(NonNull::new(item.as_raw().cast_mut()).expect("a freed item is non-null")) };
+    }
+}
+
+/// A page pointer in a leaf slot, as the tree stores it.
+pub(crate) fn page_item<'g>(page: NonNull<Page>) -> Shared<'g, Page> {
+    Shared::from(page.as_ptr().cast_const())
+}
+
+/// An owned reference to a page (the tree's, on its way to the epoch
+/// destructor). Dropping it drops the reference.
 pub(crate) struct PageHandle(pub(crate) NonNull<Page>);
 
 // SAFETY: a handle is a counted reference to a page whose shared state is
@@ -226,13 +260,6 @@ pub(crate) struct PageHandle(pub(crate) NonNull<Page>);
 unsafe impl Send for PageHandle {}
 // SAFETY: as above.
 unsafe impl Sync for PageHandle {}
-
-impl PageHandle {
-    pub(crate) fn page(&self) -> &Page {
-        // SAFETY: the handle owns a reference, so the page is alive.
-        unsafe { self.0.as_ref() }
-    }
-}
 
 impl Drop for PageHandle {
     fn drop(&mut self) {

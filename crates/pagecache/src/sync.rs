@@ -111,6 +111,9 @@ mod imp {
         pub(crate) fn pin(&self) -> epoch::Guard {
             epoch::pin()
         }
+
+        /// Nothing to do with the global collector (see the loom build).
+        pub(crate) fn drain(&self) {}
     }
 
     /// A small per-thread number used to pick a counter shard: the address
@@ -252,6 +255,23 @@ mod imp {
             let guard = h.0.pin();
             self.0.handles.lock().expect("domain handles").push((me, h));
             guard
+        }
+
+        /// Runs every deferred destructor of this domain. Called when the
+        /// structure that owns the domain is dropped, so no guard of it is
+        /// held. Needed because retired garbage can hold a clone of the
+        /// domain (a page cache's retired inode entry owns a tree on the
+        /// cache's domain): the collector would keep itself alive through its
+        /// own garbage, and loom reports the cycle as leaked `Arc`s. Dropping
+        /// the handles moves their bags to the collector's queue; pins and
+        /// flushes from a fresh handle then advance the epoch and run them.
+        pub(crate) fn drain(&self) {
+            let handles = std::mem::take(&mut *self.0.handles.lock().expect("domain handles"));
+            drop(handles);
+            let h = self.0.collector.register();
+            for _ in 0..64 {
+                h.pin().flush();
+            }
         }
     }
 

@@ -154,7 +154,126 @@ fn metadata_overhead_per_page() {
     use crate::radix::SLOTS;
     let page = std::mem::size_of::<Page>();
     let handle = std::mem::size_of::<PageHandle>();
-    let node = std::mem::size_of::<crate::radix::node::Node<PageHandle>>() + SLOTS * 8;
+    let node = std::mem::size_of::<crate::radix::node::Node<PageHandle>>();
+    assert!(node >= SLOTS * 8, "the slots are in the node");
     assert_eq!(handle, 8);
     println!("Page {page} B + boxed PageHandle {handle} B + leaf node {node} B / {SLOTS} slots");
+}
+
+/// An inode whose pages are all gone leaves the inode map, whichever way
+/// its last page went: CLOCK reclaim, `drop_range`, `truncate` to zero, a
+/// failed fill. Many inodes filled one after another under a budget of
+/// four pages keep the map at most a few entries long.
+#[test]
+fn emptied_inodes_leave_the_map() {
+    for mode in Mode::ALL {
+        let c = cache(mode, 4);
+        for ino in 0..200 {
+            fill(&c, ino, 0, 1, 16);
+            fill(&c, ino, 7, 1, 16);
+            assert!(
+                c.inode_count() <= 5,
+                "{mode:?}: {} inode entries for 4 pages",
+                c.inode_count()
+            );
+        }
+        c.check_invariants().unwrap();
+        let c = cache(mode, 64);
+        fill(&c, 1, 0, 1, 16);
+        fill(&c, 1, 3, 1, 16);
+        fill(&c, 2, 0, 1, 16);
+        fill(&c, 3, 0, 1, 16);
+        assert_eq!(c.inode_count(), 3);
+        assert_eq!(c.drop_range(1, 0, 2).pages, 1);
+        assert_eq!(c.inode_count(), 3, "{mode:?}: inode 1 still has page 3");
+        assert_eq!(c.drop_range(1, 3, 3).pages, 1);
+        assert_eq!(c.inode_count(), 2, "{mode:?}: drop_range emptied inode 1");
+        c.truncate(2, 0);
+        assert_eq!(c.inode_count(), 1, "{mode:?}: truncate to 0 emptied inode 2");
+        assert!(c.get_or_fill(4, 0, |_| Err::<usize, _>("io")).is_err());
+        assert_eq!(c.inode_count(), 1, "{mode:?}: a failed fill leaves no entry");
+        // The inode comes back on the next fill, with its own pages only.
+        assert_eq!(fill(&c, 1, 3, 5, 16), vec![5; 16]);
+        assert!(c.get(1, 0).is_none());
+        assert_eq!(c.inode_count(), 2);
+        c.check_invariants().unwrap();
+    }
+}
+
+/// `read_into` returns exactly the file's bytes for any range, whatever is
+/// cached (nothing, some pages, pages evicted by a small budget), stops at
+/// the end of the file, fills only what is missing, and walks across leaf
+/// boundaries (the file spans three leaves).
+#[test]
+fn read_into_matches_the_file() {
+    use crate::radix::SLOTS;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+    const PS: usize = 16;
+    for mode in Mode::ALL {
+        for budget_pages in [4usize, 1024] {
+            let c = PageCache::new(Config {
+                budget_bytes: budget_pages * PS,
+                page_size: PS,
+                mode,
+            });
+            let len = PS * (2 * SLOTS + 9) + 5;
+            let file: Vec<u8> = (0..len).map(|i| (i * 7 + i / PS) as u8).collect();
+            let pages = len.div_ceil(PS) as u64;
+            let read_page = |index: u64, b: &mut [u8]| -> Result<usize, Infallible> {
+                let start = (index as usize * PS).min(len);
+                let end = (start + PS).min(len);
+                b[..end - start].copy_from_slice(&file[start..end]);
+                Ok(end - start)
+            };
+            let mut rng = SmallRng::seed_from_u64(7);
+            for round in 0..300 {
+                if round % 3 == 0 {
+                    let i = rng.random_range(0..pages);
+                    c.get_or_fill(9, i, |b| read_page(i, b)).unwrap();
+                }
+                if round % 17 == 0 {
+                    let i = rng.random_range(0..pages);
+                    c.drop_range(9, i, i + rng.random_range(0..40));
+                }
+                let offset = rng.random_range(0..len as u64 + 20);
+                let want = rng.random_range(0..6 * PS + 3);
+                let mut buf = vec![0xaa; want];
+                let fills = c.stats().fills;
+                let mut filled = Vec::new();
+                let n = c
+                    .read_into(9, offset, &mut buf, |i, b| {
+                        filled.push(i);
+                        read_page(i, b)
+                    })
+                    .unwrap();
+                let lo = (offset as usize).min(len);
+                let hi = (offset as usize + want).min(len);
+                assert_eq!(n, hi - lo, "{mode:?} read {want} at {offset}");
+                assert_eq!(&buf[..n], &file[lo..hi], "{mode:?} read {want} at {offset}");
+                assert!(buf[n..].iter().all(|&b| b == 0xaa), "bytes past the end untouched");
+                assert_eq!(c.stats().fills - fills, filled.len() as u64);
+                let mut sorted = filled.clone();
+                sorted.dedup();
+                assert_eq!(sorted, filled, "{mode:?}: a page filled twice in one read");
+            }
+            // Everything cached (big budget): a read of the whole file fills nothing.
+            if budget_pages == 1024 {
+                let mut buf = vec![0; len];
+                c.read_into(9, 0, &mut buf, |i, b| read_page(i, b)).unwrap();
+                let fills = c.stats().fills;
+                let hits = c.stats().hits;
+                let mut again = vec![0; len];
+                let n = c
+                    .read_into(9, 0, &mut again, |_, _| -> Result<usize, Infallible> {
+                        panic!("a cached read must not fill")
+                    })
+                    .unwrap();
+                assert_eq!((n, &again), (len, &file));
+                assert_eq!(c.stats().fills, fills);
+                assert_eq!(c.stats().hits - hits, pages, "one hit per page");
+            }
+            c.check_invariants().unwrap();
+        }
+    }
 }

@@ -2,9 +2,10 @@
 //! and three writer protocols (seed 002, "A Concurrent Pagecache", §2 and §5).
 //!
 //! # Layout
-//! Nodes of [`SLOTS`] slots (64; 4 under loom) consume [`SHIFT`] bits of the
-//! index per level. A leaf (height 1) holds items, boxed and owned by the
-//! tree; an inner node holds child nodes. The tree grows at the top when a
+//! Nodes of [`SLOTS`] slots (64; 4 under loom), held in the node itself,
+//! consume [`SHIFT`] bits of the
+//! index per level. A leaf (height 1) holds items, owned by the tree as
+//! its item policy [`Own`] says (boxed by default); an inner node holds child nodes. The tree grows at the top when a
 //! larger index arrives (the old root goes to slot 0 of a new root) and
 //! shrinks when a removal that holds the root lock leaves the root empty or
 //! with one child at slot 0. Unlinked nodes and removed items are retired to
@@ -74,7 +75,7 @@ use crate::sync::epoch::{self, Atomic, Shared};
 use crate::sync::{Domain, Mutex, Ordering};
 
 pub use node::{MAX_HEIGHT, NUM_TAGS, SHIFT, SLOTS};
-use node::{Node, Slots, bit, max_index, slot_of};
+use node::{Node, bit, max_index, slot_of};
 
 /// A tag: an index into the per-node tag bitmaps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -109,8 +110,53 @@ pub struct Guard {
     pub(crate) inner: epoch::Guard,
 }
 
+/// How a tree owns the items its leaf slots point to: how an item removed
+/// from a slot is retired (after the epoch grace period) and how the items
+/// left in a dropped tree are freed. The default, [`Boxed`], gives each
+/// value its own heap allocation; the page cache stores pages directly,
+/// the slot pointing at the page and standing for one of its references.
+///
+/// # Safety
+/// `retire` must not free or invalidate the item before every guard pinned
+/// at the time of the call is dropped: lock-free readers still dereference
+/// it until then.
+pub unsafe trait Own<V>: 'static {
+    /// Retires an item that has left its slot.
+    ///
+    /// # Safety
+    /// `item` was in a slot of a tree with this policy and is no longer in
+    /// any; it is retired once.
+    unsafe fn retire(item: Shared<'_, V>, guard: &epoch::Guard);
+
+    /// Frees an item of a tree being dropped.
+    ///
+    /// # Safety
+    /// As for `retire`, and no other thread can reach the item.
+    unsafe fn free(item: Shared<'_, V>);
+}
+
+/// The default item policy: each value boxed, freed after the grace period.
+pub struct Boxed;
+
+// SAFETY: `defer_destroy` runs the destructor only after every guard pinned
+// before it is dropped.
+unsafe impl<V: Send + 'static> Own<V> for Boxed {
+    unsafe fn retire(item: Shared<'_, V>, guard: &epoch::Guard) {
+        // SAFETY: per the contract the item is unlinked and retired once;
+        // readers that loaded it are pinned, and the destructor runs after
+        // they unpin.
+        unsafe { guard.defer_destroy(item) };
+    }
+
+    unsafe fn free(item: Shared<'_, V>) {
+        // SAFETY: per the contract the item is exclusively ours, from
+        // `Owned::new` in `insert`.
+        drop(unsafe { item.into_owned() });
+    }
+}
+
 /// A concurrent radix tree from `u64` to `V`. See the module docs.
-pub struct RadixTree<V: Send + Sync + 'static> {
+pub struct RadixTree<V: Send + Sync + 'static, O: Own<V> = Boxed> {
     mode: Mode,
     /// The root node; null for an empty tree. Written under `root_lock`.
     pub(crate) root: Atomic<Node<V>>,
@@ -118,20 +164,21 @@ pub struct RadixTree<V: Send + Sync + 'static> {
     /// the single writer lock.
     pub(crate) root_lock: Mutex<()>,
     len: Counter,
-    /// Optimistic starts whose validation under the lock failed.
+    /// Optimistic starts whose validation under the lock failed (rare, so
+    /// one unpadded cell).
     pub(crate) failed_validations: Counter,
     domain: Domain,
-    _owns: PhantomData<V>,
+    _owns: PhantomData<(V, O)>,
 }
 
-// SAFETY: the tree owns its items (boxed `V`) and hands out `&V` to any
+// SAFETY: the tree owns its items (per its policy `O`) and hands out `&V` to any
 // thread; `V: Send + Sync` makes both sound. Nodes are only reached through
 // the epoch protocol and the node locks.
-unsafe impl<V: Send + Sync + 'static> Send for RadixTree<V> {}
+unsafe impl<V: Send + Sync + 'static, O: Own<V>> Send for RadixTree<V, O> {}
 // SAFETY: as above; every shared mutation goes through atomics and locks.
-unsafe impl<V: Send + Sync + 'static> Sync for RadixTree<V> {}
+unsafe impl<V: Send + Sync + 'static, O: Own<V>> Sync for RadixTree<V, O> {}
 
-impl<V: Send + Sync + 'static> std::fmt::Debug for RadixTree<V> {
+impl<V: Send + Sync + 'static, O: Own<V>> std::fmt::Debug for RadixTree<V, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RadixTree")
             .field("mode", &self.mode)
@@ -145,14 +192,28 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
     pub fn new(mode: Mode) -> Self {
         Self::with_domain(mode, Domain::new())
     }
+}
 
+impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
     pub(crate) fn with_domain(mode: Mode, domain: Domain) -> Self {
+        Self::with_len_counter(mode, domain, Counter::new())
+    }
+
+    /// A tree whose length is one unpadded counter instead of sharded
+    /// cache-padded cells: for the page cache's per-inode trees, of which
+    /// there are many and each is small (2 KiB of padding would be most of
+    /// an inode entry).
+    pub(crate) fn with_domain_compact(mode: Mode, domain: Domain) -> Self {
+        Self::with_len_counter(mode, domain, Counter::single())
+    }
+
+    fn with_len_counter(mode: Mode, domain: Domain, len: Counter) -> Self {
         Self {
             mode,
             root: Atomic::null(),
             root_lock: Mutex::new(()),
-            len: Counter::new(),
-            failed_validations: Counter::new(),
+            len,
+            failed_validations: Counter::single(),
             domain,
             _owns: PhantomData,
         }
@@ -202,7 +263,8 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
     }
 
     /// The leaf holding `index` and the slot, or None. Lock-free.
-    fn find_leaf<'g>(&self, index: u64, guard: &'g epoch::Guard) -> Option<(&'g Node<V>, usize)> {
+    #[inline]
+    pub(crate) fn find_leaf<'g>(&self, index: u64, guard: &'g epoch::Guard) -> Option<(&'g Node<V>, usize)> {
         // Acquire: the root's initialisation is visible; pairs with the
         // Release stores of the root in write.rs.
         let root = self.root.load(Ordering::Acquire, guard);
@@ -459,27 +521,26 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
                     return Err(format!("tag {t} set on empty slot {s} at height {}", node.height));
                 }
             }
-            match &node.slots {
-                Slots::Leaf(_) => items += usize::from(present),
-                Slots::Inner(_) => {
-                    let child = node.child(s, guard);
-                    // SAFETY: reachable while `guard` is pinned.
-                    if let Some(c) = unsafe { child.as_ref() } {
-                        if c.height + 1 != node.height {
-                            return Err(format!("child height {} under {}", c.height, node.height));
-                        }
-                        for t in 0..NUM_TAGS {
-                            let parent_bit = node.tag_bits(t) & bit(s) != 0;
-                            if parent_bit != c.any_tag(t) {
-                                return Err(format!(
-                                    "tag {t}: parent bit {parent_bit} for slot {s} at height {} but child tagged {}",
-                                    node.height,
-                                    c.any_tag(t)
-                                ));
-                            }
-                        }
-                        items += Self::check_node(c, false, guard)?;
+            if node.is_leaf() {
+                items += usize::from(present);
+            } else {
+                let child = node.child(s, guard);
+                // SAFETY: reachable while `guard` is pinned.
+                if let Some(c) = unsafe { child.as_ref() } {
+                    if c.height + 1 != node.height {
+                        return Err(format!("child height {} under {}", c.height, node.height));
                     }
+                    for t in 0..NUM_TAGS {
+                        let parent_bit = node.tag_bits(t) & bit(s) != 0;
+                        if parent_bit != c.any_tag(t) {
+                            return Err(format!(
+                                "tag {t}: parent bit {parent_bit} for slot {s} at height {} but child tagged {}",
+                                node.height,
+                                c.any_tag(t)
+                            ));
+                        }
+                    }
+                    items += Self::check_node(c, false, guard)?;
                 }
             }
         }
@@ -504,7 +565,7 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
     }
 }
 
-impl<V: Send + Sync + 'static> Drop for RadixTree<V> {
+impl<V: Send + Sync + 'static, O: Own<V>> Drop for RadixTree<V, O> {
     fn drop(&mut self) {
         // SAFETY: `&mut self` means no other thread can reach the tree, so
         // no guard is needed and every node and item can be freed now.
@@ -513,7 +574,7 @@ impl<V: Send + Sync + 'static> Drop for RadixTree<V> {
         if !root.is_null() {
             // SAFETY: the tree is exclusively ours (see above) and the root
             // is a live node owned by the tree.
-            unsafe { free_subtree(root, guard) };
+            unsafe { free_subtree::<V, O>(root, guard) };
         }
     }
 }
@@ -523,26 +584,21 @@ impl<V: Send + Sync + 'static> Drop for RadixTree<V> {
 /// # Safety
 /// No other thread may reach `node`, and it must be owned by the tree
 /// (linked, not already retired).
-unsafe fn free_subtree<V>(node: Shared<'_, Node<V>>, guard: &epoch::Guard) {
+unsafe fn free_subtree<V, O: Own<V>>(node: Shared<'_, Node<V>>, guard: &epoch::Guard) {
     // SAFETY: the caller guarantees exclusive access to a live node.
     let n = unsafe { node.deref() };
-    match &n.slots {
-        Slots::Leaf(items) => {
-            for item in items.iter() {
-                let p = item.load(Ordering::Relaxed, guard);
-                if !p.is_null() {
-                    // SAFETY: the item is owned by this exclusive, live leaf.
-                    drop(unsafe { p.into_owned() });
-                }
+    for s in 0..SLOTS {
+        if n.is_leaf() {
+            let p = n.item(s, guard);
+            if !p.is_null() {
+                // SAFETY: the item is owned by this exclusive, live leaf.
+                unsafe { O::free(p) };
             }
-        }
-        Slots::Inner(children) => {
-            for c in children.iter() {
-                let p = c.load(Ordering::Relaxed, guard);
-                if !p.is_null() {
-                    // SAFETY: the child is owned by this exclusive, live node.
-                    unsafe { free_subtree(p, guard) };
-                }
+        } else {
+            let p = n.child(s, guard);
+            if !p.is_null() {
+                // SAFETY: the child is owned by this exclusive, live node.
+                unsafe { free_subtree::<V, O>(p, guard) };
             }
         }
     }

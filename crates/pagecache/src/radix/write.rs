@@ -26,7 +26,7 @@
 //! whole operation, and node locks are never taken.
 
 use super::node::{MAX_HEIGHT, NUM_TAGS, Node, bit, height_for, max_index, slot_of};
-use super::{RadixTree, Tag};
+use super::{Boxed, Own, RadixTree, Tag};
 use crate::Mode;
 use crate::sync::MutexGuard;
 use crate::sync::Ordering;
@@ -37,6 +37,11 @@ use crate::sync::epoch::{Guard, Owned, Shared};
 /// node down; `guards[i]` is `Some` while `path[i]`'s lock is held.
 /// Everything strictly above `top` has been released. `root` holds the
 /// tree's root lock (in `Serial` mode, for the whole operation).
+///
+/// A writer makes one context on its stack and passes it down by `&mut`:
+/// the context is about 200 bytes (two arrays of [`MAX_HEIGHT`] entries),
+/// and moving it through `Option`/`Result` returns cost a `memcpy` per
+/// move, a fifth of the write path's time in seed 002's table.
 pub(crate) struct LockCtx<'a, V> {
     serial: bool,
     root: Option<MutexGuard<'a, ()>>,
@@ -50,16 +55,27 @@ pub(crate) struct LockCtx<'a, V> {
 }
 
 impl<'a, V> LockCtx<'a, V> {
-    fn empty(serial: bool, root: Option<MutexGuard<'a, ()>>) -> Self {
+    fn new(serial: bool) -> Self {
         Self {
             serial,
-            root,
+            root: None,
             at_root: false,
             path: [None; MAX_HEIGHT],
             guards: std::array::from_fn(|_| None),
             depth: 0,
             top: 0,
         }
+    }
+
+    /// Releases every lock (deepest first) and empties the context.
+    fn reset(&mut self) {
+        for g in self.guards[..self.depth].iter_mut().rev() {
+            *g = None;
+        }
+        self.root = None;
+        self.at_root = false;
+        self.depth = 0;
+        self.top = 0;
     }
 
     /// Locks `node` (not in `Serial` mode) and appends it to the path.
@@ -134,7 +150,7 @@ fn is_term<V>(node: &Node<V>, s: usize, op: PathOp, is_root: bool) -> bool {
     }
 }
 
-impl<V: Send + Sync + 'static> RadixTree<V> {
+impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
     fn serial(&self) -> bool {
         self.mode() == Mode::Serial
     }
@@ -143,16 +159,16 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
     /// creates the root to cover `grow_to` if given. Returns None (with
     /// nothing locked) if the tree is empty or too short and `grow_to` is
     /// None.
-    fn start_at_root<'a>(&'a self, index: u64, grow: bool, guard: &'a Guard) -> Option<LockCtx<'a, V>> {
+    fn start_at_root<'a>(&'a self, ctx: &mut LockCtx<'a, V>, index: u64, grow: bool, guard: &'a Guard) -> bool {
+        debug_assert_eq!(ctx.depth, 0, "a root start needs an empty context");
         let serial = self.serial();
         let root_guard = self.root_lock.lock();
-        let mut ctx = LockCtx::empty(serial, Some(root_guard));
         // Acquire: pairs with the Release stores below (made under the same
         // lock by an earlier holder; the lock already orders them).
         let mut root = self.root.load(Ordering::Acquire, guard);
         if root.is_null() {
             if !grow {
-                return None;
+                return false;
             }
             root = Owned::new(Node::new(height_for(index))).into_shared(guard);
             // Release: publishes the new root's initialisation; pairs with
@@ -164,7 +180,7 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
         let mut r = unsafe { root.deref() };
         if index > max_index(r.height) {
             if !grow {
-                return None;
+                return false;
             }
             while index > max_index(r.height) {
                 // Lock the old root so that its tag bitmaps are stable while
@@ -186,34 +202,44 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
                 r = unsafe { root.deref() };
             }
         }
+        ctx.root = Some(root_guard);
         ctx.push(r);
         ctx.at_root = true;
-        Some(ctx)
+        true
     }
 
     // ----- insert -------------------------------------------------------
 
-    /// Inserts `value` at `index`; gives it back if the index is occupied.
-    pub fn insert(&self, index: u64, value: V) -> Result<(), V> {
+    /// Inserts the item `make(value)` at `index` (called under the leaf
+    /// lock, only if the index is free); gives `value` back if occupied.
+    /// `make` must return an item that this tree's policy `O` may retire
+    /// and free.
+    pub(crate) fn insert_with<T>(
+        &self,
+        index: u64,
+        value: T,
+        make: impl for<'g> FnOnce(T, &'g Guard) -> Shared<'g, V>,
+    ) -> Result<(), T> {
         let guard = self.raw_pin();
-        if self.mode() == Mode::Optimistic
-            && let Some(ctx) = self.optimistic_insert_start(index, &guard)
-        {
-            return self.insert_from(ctx, index, value, &guard);
+        let mut ctx = LockCtx::new(self.serial());
+        if !(self.mode() == Mode::Optimistic && self.optimistic_insert_start(&mut ctx, index, &guard)) {
+            let started = self.start_at_root(&mut ctx, index, true, &guard);
+            debug_assert!(started, "a growing start always starts");
         }
-        let ctx = self.start_at_root(index, true, &guard).expect("growing start");
-        self.insert_from(ctx, index, value, &guard)
+        self.insert_from(&mut ctx, index, value, make, &guard)
     }
 
     /// Lock-free descent to the lowest existing node on the path of `index`,
     /// locked and validated (not dead), or None.
-    fn optimistic_insert_start<'a>(&'a self, index: u64, guard: &'a Guard) -> Option<LockCtx<'a, V>> {
+    fn optimistic_insert_start<'a>(&'a self, ctx: &mut LockCtx<'a, V>, index: u64, guard: &'a Guard) -> bool {
         // Acquire: pairs with the Release stores of the root.
         let root = self.root.load(Ordering::Acquire, guard);
         // SAFETY: reachable while `guard` is pinned.
-        let mut node = unsafe { root.as_ref() }?;
+        let Some(mut node) = (unsafe { root.as_ref() }) else {
+            return false;
+        };
         if index > max_index(node.height) {
-            return None;
+            return false;
         }
         while !node.is_leaf() {
             let child = node.child(slot_of(index, node.height), guard);
@@ -226,15 +252,21 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
         let lock = node.lock.lock();
         if node.is_dead() {
             self.failed_validations.incr();
-            return None;
+            return false;
         }
-        let mut ctx = LockCtx::empty(false, None);
         ctx.push_locked(node, Some(lock));
-        Some(ctx)
+        true
     }
 
     /// Ladder locking from the context's last node down to the leaf.
-    fn insert_from<'a>(&'a self, mut ctx: LockCtx<'a, V>, index: u64, value: V, guard: &'a Guard) -> Result<(), V> {
+    fn insert_from<'a, T>(
+        &'a self,
+        ctx: &mut LockCtx<'a, V>,
+        index: u64,
+        value: T,
+        make: impl for<'g> FnOnce(T, &'g Guard) -> Shared<'g, V>,
+        guard: &'a Guard,
+    ) -> Result<(), T> {
         loop {
             let node = ctx.last();
             let s = slot_of(index, node.height);
@@ -242,7 +274,7 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
                 if node.occupied(s, guard) {
                     return Err(value);
                 }
-                node.set_item(s, Owned::new(value).into_shared(guard));
+                node.set_item(s, make(value, guard));
                 node.add_count(1);
                 self.len_counter().incr();
                 return Ok(());
@@ -278,26 +310,26 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
                 }
             }
         }
-        if self.mode() == Mode::Optimistic
-            && let Some(ctx) = self.optimistic_tag_start(index, t, &guard)
-        {
-            return self.set_tag_from(ctx, index, t, &guard);
+        let mut ctx = LockCtx::new(self.serial());
+        let started = (self.mode() == Mode::Optimistic && self.optimistic_tag_start(&mut ctx, index, t, &guard))
+            || self.start_at_root(&mut ctx, index, false, &guard);
+        if !started {
+            return false;
         }
-        match self.start_at_root(index, false, &guard) {
-            Some(ctx) => self.set_tag_from(ctx, index, t, &guard),
-            None => false,
-        }
+        self.set_tag_from(&mut ctx, index, t, &guard)
     }
 
     /// Lock-free descent to the lowest node on the path that already has a
     /// tag-`t` bit, locked and validated (not dead, still tagged), or None.
-    fn optimistic_tag_start<'a>(&'a self, index: u64, t: usize, guard: &'a Guard) -> Option<LockCtx<'a, V>> {
+    fn optimistic_tag_start<'a>(&'a self, ctx: &mut LockCtx<'a, V>, index: u64, t: usize, guard: &'a Guard) -> bool {
         // Acquire: pairs with the Release stores of the root.
         let root = self.root.load(Ordering::Acquire, guard);
         // SAFETY: reachable while `guard` is pinned.
-        let mut node = unsafe { root.as_ref() }?;
+        let Some(mut node) = (unsafe { root.as_ref() }) else {
+            return false;
+        };
         if index > max_index(node.height) {
-            return None;
+            return false;
         }
         let mut best = None;
         loop {
@@ -311,24 +343,23 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
             // SAFETY: reachable while `guard` is pinned.
             match unsafe { child.as_ref() } {
                 Some(c) => node = c,
-                None => return None,
+                None => return false,
             }
         }
-        let node = best?;
+        let Some(node) = best else { return false };
         let lock = node.lock.lock();
         if node.is_dead() || !node.any_tag(t) {
             self.failed_validations.incr();
-            return None;
+            return false;
         }
-        let mut ctx = LockCtx::empty(false, None);
         ctx.push_locked(node, Some(lock));
-        Some(ctx)
+        true
     }
 
     /// Ladder locking down to the leaf, setting the tag-`t` bit of the path
     /// slot in each node top-down (so a tagged child always has its parent's
     /// bit: invariant I1).
-    fn set_tag_from<'a>(&'a self, mut ctx: LockCtx<'a, V>, index: u64, t: usize, guard: &'a Guard) -> bool {
+    fn set_tag_from<'a>(&'a self, ctx: &mut LockCtx<'a, V>, index: u64, t: usize, guard: &'a Guard) -> bool {
         let mut set_above = false;
         loop {
             let node = ctx.last();
@@ -349,13 +380,13 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
             ctx.push(unsafe { child.deref() });
             ctx.release_above_last();
         }
-        drop(ctx);
+        ctx.reset();
         if set_above {
             // The entry vanished after the lock-free check: undo the bits set
             // on the way down that no tagged entry justifies, with a full
             // clear-tag walk from the root (never optimistic: it must run
             // even though the entry is missing).
-            if let Some(ctx) = self.start_at_root(index, false, guard) {
+            if self.start_at_root(ctx, index, false, guard) {
                 self.path_from(ctx, index, PathOp::ClearTag(t), None::<fn(&V) -> bool>, guard);
             }
         }
@@ -412,20 +443,30 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
         pred: Option<impl FnOnce(&V) -> bool>,
         guard: &'a Guard,
     ) -> Option<Shared<'a, V>> {
-        if self.mode() == Mode::Optimistic {
-            match self.optimistic_path_start(index, op, guard) {
-                Ok(ctx) => return self.path_from(ctx, index, op, pred, guard),
+        let mut ctx = LockCtx::new(self.serial());
+        let started = match self.mode() {
+            Mode::Optimistic => match self.optimistic_path_start(&mut ctx, index, op, guard) {
+                Ok(()) => true,
                 Err(Missing) => return None,
-                Err(Fallback) => {}
-            }
+                Err(Fallback) => false,
+            },
+            _ => false,
+        };
+        if !started && !self.start_at_root(&mut ctx, index, false, guard) {
+            return None;
         }
-        let ctx = self.start_at_root(index, false, guard)?;
-        self.path_from(ctx, index, op, pred, guard)
+        self.path_from(&mut ctx, index, op, pred, guard)
     }
 
     /// Lock-free descent that finds the lowest termination point of `op` on
     /// the path of `index`, locks and validates it.
-    fn optimistic_path_start<'a>(&'a self, index: u64, op: PathOp, guard: &'a Guard) -> Result<LockCtx<'a, V>, Start> {
+    fn optimistic_path_start<'a>(
+        &'a self,
+        ctx: &mut LockCtx<'a, V>,
+        index: u64,
+        op: PathOp,
+        guard: &'a Guard,
+    ) -> Result<(), Start> {
         // Acquire: pairs with the Release stores of the root.
         let root = self.root.load(Ordering::Acquire, guard);
         // SAFETY: reachable while `guard` is pinned.
@@ -463,16 +504,15 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
             self.failed_validations.incr();
             return Err(Fallback);
         }
-        let mut ctx = LockCtx::empty(false, None);
         ctx.push_locked(node, Some(lock));
-        Ok(ctx)
+        Ok(())
     }
 
     /// Path locking from the context's last node (the root under the root
     /// lock, or a validated termination point).
     fn path_from<'a>(
         &'a self,
-        mut ctx: LockCtx<'a, V>,
+        ctx: &mut LockCtx<'a, V>,
         index: u64,
         op: PathOp,
         pred: Option<impl FnOnce(&V) -> bool>,
@@ -521,10 +561,10 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
                 bottom.set_item(s, Shared::null());
                 bottom.add_count(-1);
                 self.len_counter().add(-1);
-                // SAFETY: the item is unlinked; readers that loaded it are
-                // pinned, and the destructor runs after they unpin.
-                unsafe { guard.defer_destroy(item) };
-                self.walk_up_remove(&mut ctx, index, guard);
+                // SAFETY: the item is unlinked, retired once; the policy
+                // defers its destruction past every pinned reader.
+                unsafe { O::retire(item, guard) };
+                self.walk_up_remove(ctx, index, guard);
                 Some(item)
             }
             PathOp::ClearTag(t) => {
@@ -610,6 +650,13 @@ impl<V: Send + Sync + 'static> RadixTree<V> {
             r = c;
         }
         drop(held);
+    }
+}
+
+impl<V: Send + Sync + 'static> RadixTree<V, Boxed> {
+    /// Inserts `value` at `index`; gives it back if the index is occupied.
+    pub fn insert(&self, index: u64, value: V) -> Result<(), V> {
+        self.insert_with(index, value, |v, guard| Owned::new(v).into_shared(guard))
     }
 }
 

@@ -94,6 +94,32 @@ fn read_checked(cache: &PageCache, store: &Store, ino: u64, index: u64) -> PageR
     r
 }
 
+/// A `read_into` of up to `k` whole pages from `index`: every page of the
+/// result is one version's pattern, never older than the last write that
+/// completed before the read began.
+fn read_range_checked(cache: &PageCache, store: &Store, ino: u64, index: u64, k: u64) {
+    let k = k.min(PAGES - index);
+    let floors: Vec<u64> = (index..index + k)
+        .map(|i| store.committed[Store::slot(ino, i)].load(Ordering::Acquire))
+        .collect();
+    let mut buf = vec![0u8; k as usize * PS];
+    let n = cache
+        .read_into(ino, index * PS as u64, &mut buf, |i, b| {
+            Ok::<_, ()>(store.read(ino, i, b))
+        })
+        .unwrap();
+    assert_eq!(n, buf.len());
+    for (j, page) in buf.chunks(PS).enumerate() {
+        let i = index + j as u64;
+        let v = version_of(ino, i, page);
+        assert!(
+            v >= floors[j],
+            "page {ino}/{i}: version {v} after write of {} completed",
+            floors[j]
+        );
+    }
+}
+
 fn stress(mode: Mode) {
     let cache = PageCache::new(Config {
         budget_bytes: 64 * PS,
@@ -124,6 +150,9 @@ fn stress(mode: Mode) {
                         }
                         if let Some(r) = cache.get(ino, index) {
                             version_of(ino, index, &r);
+                        }
+                        if rng.random_range(0..4) == 0 {
+                            read_range_checked(cache, store, ino, index, rng.random_range(1..=4));
                         }
                     }
                 })
@@ -450,5 +479,83 @@ fn waiter_of_panicking_fill_fills_itself() {
         assert_eq!(&page[..], &pattern(4, 1, 2)[..]);
         drop(page);
         cache.check_invariants().unwrap();
+    }
+}
+
+/// Fills race with the removal of an emptied inode's entry. Three threads
+/// each own one page index of one shared inode and loop: fill it, drop it
+/// (which may empty the inode and retire its entry, and makes the others'
+/// fills stale). A fourth fills and truncates to zero another inode. Two
+/// more fill pages of 16 inodes under a budget of 8 pages, so that CLOCK
+/// (which does not invalidate) empties entries while they fill: a page they
+/// hold must be findable (one that landed in an entry already out of the
+/// map would not be). At the end the accounting matches the reachable pages
+/// (a page in an unreachable entry would be counted but not found) and
+/// dropping everything leaves no entry and no page.
+fn fills_vs_emptying(mode: Mode) {
+    let cache = PageCache::new(Config {
+        budget_bytes: 8 * PS,
+        page_size: PS,
+        mode,
+    });
+    let rounds = scaled(8_000);
+    let start = Barrier::new(6);
+    let byte = |ino: u64, index: u64| (ino * 7 + index + 1) as u8;
+    let fill_page = |ino: u64, index: u64| {
+        let r = cache
+            .get_or_fill(ino, index, |b| {
+                b.fill(byte(ino, index));
+                Ok::<_, ()>(PS)
+            })
+            .unwrap();
+        assert!(r.iter().all(|&b| b == byte(ino, index)), "page {ino}/{index}");
+        r
+    };
+    std::thread::scope(|s| {
+        for me in 0..3u64 {
+            let (cache, start) = (&cache, &start);
+            s.spawn(move || {
+                start.wait();
+                for _ in 0..rounds {
+                    drop(fill_page(1, me));
+                    cache.drop_range(1, me, me);
+                }
+            });
+        }
+        let (cache, start) = (&cache, &start);
+        s.spawn(move || {
+            start.wait();
+            for i in 0..rounds as u64 {
+                drop(fill_page(2, i % 3));
+                cache.truncate(2, 0);
+            }
+        });
+        for me in 0..2u64 {
+            s.spawn(move || {
+                start.wait();
+                for i in 0..rounds as u64 {
+                    let (ino, index) = (100 + (i + me) % 16, (i * 7 + me) % 3);
+                    let held = fill_page(ino, index);
+                    // Held, so CLOCK cannot evict it, and nothing invalidates
+                    // these inodes: it must be in the map.
+                    let found = cache.get(ino, index).expect("a held page is findable");
+                    assert_eq!(found.to_vec(), held.to_vec());
+                    assert!(cache.inode_count() <= 24, "{} entries for 8 pages", cache.inode_count());
+                }
+            });
+        }
+    });
+    cache.check_invariants().unwrap();
+    let all: Vec<u64> = (0..200).collect();
+    cache.drop_inodes(&all);
+    assert_eq!(cache.inode_count(), 0);
+    assert_eq!(cache.stats().pages, 0);
+    cache.check_invariants().unwrap();
+}
+
+#[test]
+fn stress_fills_vs_emptying() {
+    for mode in Mode::ALL {
+        fills_vs_emptying(mode);
     }
 }
