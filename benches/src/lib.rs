@@ -24,7 +24,7 @@
 //!   does not measure (hit ratios, the seed 002 table) as JSON; `cargo xtask
 //!   bench` sets it to `target/rcufs-bench/raw`.
 //! - `RCUFS_BENCH_CPU_TIME=1`: time each thread's share by the CPU time the
-//!   thread ran (from `/proc/thread-self/schedstat`) instead of wall time,
+//!   thread ran (`CLOCK_THREAD_CPUTIME_ID`) instead of wall time,
 //!   and take the slowest thread's. On a machine with more runnable threads
 //!   than cores the wall time of a burst mostly measures the other tenants;
 //!   the CPU time measures the operation (still inflated by the caches the
@@ -54,13 +54,14 @@ fn cpu_time() -> bool {
     *CPU_TIME.get_or_init(|| std::env::var_os("RCUFS_BENCH_CPU_TIME").is_some_and(|v| v != "0"))
 }
 
-/// The CPU time the calling thread has run, in nanoseconds (the first field
-/// of `/proc/thread-self/schedstat`).
+/// The CPU time the calling thread has run, in nanoseconds.
 fn thread_cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .expect("RCUFS_BENCH_CPU_TIME needs /proc/thread-self/schedstat")
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant
+    // the kernel knows.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Runs `op` and returns how long it took: wall time, or the thread's CPU
