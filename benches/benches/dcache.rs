@@ -5,14 +5,16 @@
 //! measures the same step in user space: hits on `(parent, name)` keys with
 //! realistic names, at 1 and 2 threads, for rcufs's dcache (`lookup_with`: no
 //! reference count; `pin().lookup()`: a guard-bound borrow, one pin per
-//! lookup; `lookup`: a counted handle) and for a global
+//! lookup; `pin_batch`: one pin per 64 lookups, which shows what the
+//! per-lookup pin costs; `lookup`: a counted handle) and for a global
 //! `Mutex<HashMap>` (the single `dcache_lock`), an `RwLock<HashMap>`, dashmap,
 //! papaya and moka's `get`.
 //!
 //! Every contender holds the same 65,536 entries (256 directories of 256
 //! names) and is probed in the same random order; each thread starts at its
 //! own offset. Competitors are keyed by `(parent id, name)` and probed with
-//! borrowed keys, so no contender allocates in the timed loop. The maps use
+//! borrowed keys, so no contender allocates in the timed loop; every
+//! contender reads the same probe bytes, allocated in probe order. The maps use
 //! their default hashers (SipHash-1-3 for std, dashmap and papaya), as a user
 //! would.
 
@@ -82,10 +84,14 @@ fn bench_hits(c: &mut Criterion) {
     for (i, name) in w.names.iter().enumerate() {
         dc.insert(&dirs[i / PER_DIR], name, Some(1000 + i as u64));
     }
+    // The same probe bytes as the competitors' (`probe_keys`, allocated in
+    // probe order): probing with `w.names` instead would make rcufs alone
+    // read each probed name from a random place.
     let ours: Vec<(&Dentry<u64>, &[u8])> = w
         .probes
         .iter()
-        .map(|&p| (&dirs[p as usize / PER_DIR], &*w.names[p as usize]))
+        .zip(&probe_keys)
+        .map(|(&p, k)| (&dirs[p as usize / PER_DIR], &*k.1))
         .collect();
 
     let mutex: Mutex<HashMap<Key, u64>> = Mutex::new(w.keys.iter().cloned().zip(1000..).collect());
@@ -118,6 +124,24 @@ fn bench_hits(c: &mut Criterion) {
                         let pinned = dc.pin();
                         consume(pinned.lookup(parent, name).and_then(|d| d.payload().copied()));
                     })
+                })
+            }),
+        ),
+        (
+            "rcufs_pin_batch",
+            Box::new(|threads, iters| {
+                timed_threads(threads, iters, |t, iters| {
+                    let start = offset(n, t, threads);
+                    let mut done = 0;
+                    while done < iters {
+                        let batch = (iters - done).min(64);
+                        let pinned = dc.pin();
+                        let at = (start + done as usize) % n;
+                        cycle(&ours, at, batch, |(parent, name)| {
+                            consume(pinned.lookup(parent, name).and_then(|d| d.payload().copied()));
+                        });
+                        done += batch;
+                    }
                 })
             }),
         ),

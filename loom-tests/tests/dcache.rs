@@ -2,8 +2,9 @@
 //! loom models of the concurrency protocols of `dcache` (one per protocol of
 //! its issue): lookup against unhash and reclamation; the referenced bit and
 //! reference count against pruning; two racing inserts of one name; rename
-//! against lookup; subtree drop against an insert under the dropped
-//! directory; rename against subtree drop.
+//! against lookup; a rename's in-place key change (under the node's
+//! sequence count) against lookups of torn keys; subtree drop against an
+//! insert under the dropped directory; rename against subtree drop.
 //!
 //! Under `rcufs_loom` the cache has two hash buckets and a fixed hash seed,
 //! and crossbeam-epoch runs on loom with a fresh default collector per
@@ -230,6 +231,40 @@ fn dcache_rename_in_chain_vs_lookup() {
         reader.join().unwrap();
         assert!(matches!(c.lookup(&root, &oldname), Lookup::Miss));
         assert_eq!(payload_of(&c.lookup(&root, &newname)), Some(2));
+    });
+}
+
+/// A rename changes the moved node's key (parent id, name) in place, as one
+/// write section of the node's sequence count, against lookups of the two
+/// keys a torn read of it would give: (new parent, old name) and (old
+/// parent, new name). Neither is ever cached, so both lookups must miss. The
+/// cache hashes every key to its name's length, so both probes reach the
+/// node and agree with it in hash and length: only the sequence count's
+/// re-check keeps a reader from matching fields read half before and half
+/// after the rename. A third lookup of the new key must find the entry once
+/// the old key is gone.
+#[test]
+fn dcache_rename_key_torn_vs_lookup() {
+    loom::model(|| {
+        let c = StdArc::new(Dcache::with_colliding_hashes(small(), P::new(0).0));
+        let root = c.root();
+        let a = c.insert(&root, b"a", Some(P::new(1).0));
+        let b = c.insert(&root, b"b", Some(P::new(2).0));
+        drop(c.insert(&a, b"x", Some(P::new(3).0)));
+        let reader = {
+            let c = c.clone();
+            let (a, b) = (a.clone(), b.clone());
+            thread::spawn(move || {
+                let torn_new_parent = c.lookup_with(&b, b"x", |p| p.map(|p| p.v));
+                assert_eq!(torn_new_parent, None, "(new parent, old name) matched a torn key");
+                let torn_old_parent = c.lookup_with(&a, b"y", |p| p.map(|p| p.v));
+                assert_eq!(torn_old_parent, None, "(old parent, new name) matched a torn key");
+            })
+        };
+        assert!(c.rename(&a, b"x", &b, b"y"));
+        reader.join().unwrap();
+        assert!(matches!(c.lookup(&a, b"x"), Lookup::Miss));
+        assert_eq!(payload_of(&c.lookup(&b, b"y")), Some(3));
     });
 }
 

@@ -102,8 +102,8 @@ fn main() {
         d = c.insert(&d, comp, Some(7));
     }
     drop(d);
-    let (node, key, bucket) = Dcache::<u64>::layout_bytes();
-    println!("layout (T = u64): node {node} B, key {key} B, bucket {bucket} B");
+    let (node, bucket) = Dcache::<u64>::layout_bytes();
+    println!("layout (T = u64): node {node} B, bucket {bucket} B");
     println!(
         "{} buckets, {} entries, {runs} runs of {millis} ms, median Mlookups/s",
         c.buckets(),

@@ -59,11 +59,11 @@ fn main() {
         drop(c.insert(d, format!("file-{i:011}").as_bytes(), Some(i as u64)));
     }
     let (b2, a2) = (BYTES.load(Ordering::Relaxed), ALLOCS.load(Ordering::Relaxed));
-    let (node, key, bucket) = Dcache::<u64>::layout_bytes();
+    let (node, bucket) = Dcache::<u64>::layout_bytes();
     let per = (b2 - b1) as f64 / (n + 100) as f64;
     let table = (b1 - b0) as f64 / (n + 100) as f64;
     println!("entries {}, buckets {}", c.len(), c.buckets());
-    println!("size_of: node {node} B (payload Option<u64> = 16 B of it), key {key} B, bucket {bucket} B");
+    println!("size_of: node {node} B (payload Option<u64> = 16 B of it, name inline), bucket {bucket} B");
     println!(
         "heap per entry: {per:.1} B in entries ({:.2} allocations), {table:.1} B of table and fixed state",
         (a2 - a1) as f64 / (n + 100) as f64

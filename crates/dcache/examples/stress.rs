@@ -6,7 +6,9 @@
 //!
 //! Three threads insert, look up, walk, rename, remove, drop subtrees and
 //! prune under one small cache, checking payloads as they read them; at the
-//! end everything is dropped and the cache must be empty.
+//! end everything is dropped and the cache must be empty. Every third name
+//! is longer than the node's inline name, so renames also replace and free
+//! heap copies of names.
 
 use std::sync::Arc;
 use std::thread;
@@ -14,7 +16,11 @@ use std::thread;
 use dcache::{Config, Dcache, Lookup, Walk};
 
 fn name(i: usize) -> Vec<u8> {
-    format!("n{i}").into_bytes()
+    if i % 3 == 2 {
+        format!("n{i}-a-name-longer-than-what-the-node-keeps-inline").into_bytes()
+    } else {
+        format!("n{i}").into_bytes()
+    }
 }
 
 fn main() {

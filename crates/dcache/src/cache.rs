@@ -24,11 +24,11 @@ use std::ptr::{self, NonNull};
 
 use crate::Config;
 use crate::lru::Lru;
-use crate::node::{COUNT_MASK, DEAD, Node, NodePtr, ON_LRU, UNHASHED};
+use crate::node::{COUNT_MASK, DEAD, Node, NodePtr, ON_LRU, Probe, UNHASHED};
 use crate::stats::{Counters, Event, Stats};
-use crate::sync::epoch::{self, Guard, Owned};
-use crate::sync::{AtomicU64, AtomicUsize, Mutex, Ordering, spin_loop};
-use crate::table::{Table, make_key};
+use crate::sync::epoch::{self, Guard};
+use crate::sync::{AtomicU64, AtomicUsize, CachePadded, Mutex, Ordering, fence, spin_loop};
+use crate::table::Table;
 
 /// After this many restarts caused by concurrent renames, `drop_subtree`
 /// holds the rename lock for its next pass (the kernel's `d_walk` does the
@@ -43,16 +43,21 @@ const RESCANS_AFTER_SKIP: u32 = 2;
 /// thread kills the root node, which can only happen once the `Dcache` is
 /// dropped and no handle is left (every node holds a reference on its
 /// parent, so any live handle keeps the root alive).
+///
+/// Lookups read `table`, `rename_seq`, `counters` and `config`, which only
+/// renames write; what inserts and the LRU write (`lru`, `next_id`,
+/// `entries`, `negatives`) sits on cache lines of its own, so that creating
+/// files does not make every lookup miss on the shared state.
 pub(crate) struct Shared<T> {
     pub(crate) table: Table<T>,
-    pub(crate) lru: Mutex<Lru<T>>,
+    pub(crate) lru: CachePadded<Mutex<Lru<T>>>,
     /// Serialises renames (the writer side of the kernel's `rename_lock`).
     pub(crate) rename_lock: Mutex<()>,
     /// Odd while a rename is moving a node between chains.
     pub(crate) rename_seq: AtomicUsize,
-    pub(crate) next_id: AtomicU64,
-    pub(crate) entries: AtomicUsize,
-    pub(crate) negatives: AtomicUsize,
+    pub(crate) next_id: CachePadded<AtomicU64>,
+    pub(crate) entries: CachePadded<AtomicUsize>,
+    pub(crate) negatives: CachePadded<AtomicUsize>,
     pub(crate) counters: Counters,
     pub(crate) config: Config,
 }
@@ -262,7 +267,7 @@ impl<T: Send + Sync + 'static> Dentry<T> {
     /// The entry's current name (it changes on rename; empty for the root).
     pub fn name(&self) -> Vec<u8> {
         let guard = epoch::pin();
-        self.node().key(&guard).name().to_vec()
+        self.node().name_bytes(&guard)
     }
 
     /// Whether the entry caches "does not exist".
@@ -392,6 +397,20 @@ unsafe impl<T: Send + Sync + 'static> Sync for Dcache<T> {}
 impl<T: Send + Sync + 'static> Dcache<T> {
     /// A cache whose root entry carries `root_payload`.
     pub fn new(config: Config, root_payload: T) -> Self {
+        Self::build(config, root_payload, false)
+    }
+
+    /// A cache in which every key's hash is its name's length, so that keys
+    /// of equal length collide whatever their parents and bytes: for tests
+    /// and loom models of the key protocol, which need lookups to compare
+    /// keys that differ in everything but the hash. Slow; never use it
+    /// otherwise.
+    #[doc(hidden)]
+    pub fn with_colliding_hashes(config: Config, root_payload: T) -> Self {
+        Self::build(config, root_payload, true)
+    }
+
+    fn build(config: Config, root_payload: T, colliding: bool) -> Self {
         let config = config.normalized();
         let buckets = if crate::sync::LOOM {
             2
@@ -406,19 +425,21 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         };
         let root = Box::into_raw(Box::new(Node::new(
             0,
-            make_key(0, u64::MAX, b""),
+            0,
+            u64::MAX,
+            b"",
             ptr::null(),
             Some(root_payload),
             1,
         )));
         let shared = Box::new(Shared {
-            table: Table::new(buckets, seed),
-            lru: Mutex::new(Lru::new()),
+            table: Table::new(buckets, seed, colliding),
+            lru: CachePadded::new(Mutex::new(Lru::new())),
             rename_lock: Mutex::new(()),
             rename_seq: AtomicUsize::new(0),
-            next_id: AtomicU64::new(1),
-            entries: AtomicUsize::new(0),
-            negatives: AtomicUsize::new(0),
+            next_id: CachePadded::new(AtomicU64::new(1)),
+            entries: CachePadded::new(AtomicUsize::new(0)),
+            negatives: CachePadded::new(AtomicUsize::new(0)),
             counters: Counters::new(),
             config,
         });
@@ -471,16 +492,16 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         self.sh().table.len()
     }
 
-    /// Sizes of the per-entry structures, in bytes: the node (with its hash
-    /// and LRU links, hash copy, state word, child-map header and payload),
-    /// the key object (parent id, hash, and the name: inline up to 30 bytes,
-    /// a separate allocation beyond), and one hash bucket (there is one bucket per two entries
-    /// of `max_entries`). For overhead accounting.
+    /// Sizes of the per-entry structures, in bytes: the node (with its key:
+    /// hash bits, parent id and the name inline up to `INLINE_NAME` = 32
+    /// bytes; its hash and LRU links, state word, child-map header and
+    /// payload) and one hash bucket (there is one bucket per two entries of
+    /// `max_entries`). A name longer than 32 bytes also has a heap copy. For
+    /// overhead accounting.
     #[doc(hidden)]
-    pub fn layout_bytes() -> (usize, usize, usize) {
+    pub fn layout_bytes() -> (usize, usize) {
         (
             std::mem::size_of::<Node<T>>(),
-            std::mem::size_of::<crate::node::Key>(),
             std::mem::size_of::<crate::table::Bucket<T>>(),
         )
     }
@@ -512,6 +533,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     fn find_live<'g>(&self, pid: u64, name: &[u8], hash: u64, guard: &'g Guard) -> Option<&'g Node<T>> {
         let sh = self.sh();
         let index = sh.table.index(hash);
+        let probe = Probe::new(name);
         let mut rescans = 0;
         loop {
             // Acquire: pairs with the Release increment that ends a rename, so
@@ -521,7 +543,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 spin_loop();
                 continue;
             }
-            let (found, skipped) = sh.table.scan(index, hash, pid, name, guard);
+            let (found, skipped) = sh.table.scan(index, hash, pid, &probe, guard);
             if let Some(node) = found {
                 return Some(node);
             }
@@ -529,9 +551,14 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 rescans += 1;
                 continue;
             }
-            // Acquire: orders this load after the chain loads above (and pairs
-            // with the rename increments, see the function docs).
-            if sh.rename_seq.load(Ordering::Acquire) == seq {
+            // Acquire: orders the scan's loads before the re-check, and
+            // synchronises with the Release stores and fences of a rename
+            // whose effects the scan read (a moved `next`, a target's
+            // `UNHASHED` bit, a node's odd sequence count or a key field
+            // stored in its write section), all of which come after the
+            // rename made the count odd; so the re-check then sees it changed.
+            fence(Ordering::Acquire);
+            if sh.rename_seq.load(Ordering::Relaxed) == seq {
                 return None;
             }
         }
@@ -660,13 +687,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
             let negative = payload.is_none();
             let initial = if parent_live { 1 } else { 1 | UNHASHED };
-            let node = Box::leak(Box::new(Node::new(
-                id,
-                make_key(hash, pnode.id, name),
-                pnode,
-                payload,
-                initial,
-            )));
+            let node = Box::leak(Box::new(Node::new(id, hash, pnode.id, name, pnode, payload, initial)));
             if parent_live {
                 // SAFETY: we hold the bucket lock, the node is new (alive, in
                 // no chain) and its key hashes to `index`.
@@ -883,21 +904,11 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         }
         // SAFETY: we hold the lock of bucket `oi`, the bucket of x's key.
         unsafe { sh.table.unlink_locked(oi, xn, &guard) };
-        // Release: publishes the new key's bytes; pairs with the Acquire load
-        // in `Node::key`.
-        let old_key = xn.key.swap(
-            Owned::new(make_key(new_hash, npn.id, new_name)),
-            Ordering::Release,
-            &guard,
-        );
-        // SAFETY: the old key is unreachable now; readers pinned before the
-        // swap may still read it, and the collector waits for them.
-        unsafe { guard.defer_destroy(old_key) };
-        // Release: the inline copy of the hash, stored after the new key and
-        // the odd count so that a scan that sees the new copy (Acquire in
-        // `Table::scan`) also sees both. Written only under the locks of the
-        // buckets the node leaves and joins, so locked scans read it exactly.
-        xn.hash.store(new_hash, Ordering::Release);
+        // The new key, as one write section of the node's sequence count
+        // (inside the odd global window, which the protocol needs).
+        // SAFETY: we hold the rename lock, the locks of buckets `oi` and
+        // `ni`, and made the global count odd above.
+        unsafe { xn.set_key(new_hash, npn.id, new_name, &guard) };
         // SAFETY: we hold the lock of bucket `ni`, x is in no chain, and its
         // new key hashes to `ni`.
         unsafe { sh.table.link_locked(ni, xn, &guard) };
@@ -953,7 +964,28 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// a path that existed at one moment.
     pub fn walk<'a>(&self, start: &Dentry<T>, components: impl IntoIterator<Item = &'a [u8]>) -> Walk<T> {
         self.own(start);
-        let comps: Vec<&[u8]> = components.into_iter().collect();
+        // The components are kept for retries: on the stack for paths of
+        // up to `INLINE_COMPONENTS`, so that a walk allocates nothing.
+        const INLINE_COMPONENTS: usize = 32;
+        let mut inline: [&[u8]; INLINE_COMPONENTS] = [&[]; INLINE_COMPONENTS];
+        let mut heap: Vec<&[u8]> = Vec::new();
+        let mut len = 0;
+        for comp in components {
+            if len < INLINE_COMPONENTS {
+                inline[len] = comp;
+            } else {
+                if heap.is_empty() {
+                    heap.extend_from_slice(&inline);
+                }
+                heap.push(comp);
+            }
+            len += 1;
+        }
+        let comps: &[&[u8]] = if len <= INLINE_COMPONENTS {
+            &inline[..len]
+        } else {
+            &heap
+        };
         let sh = self.sh();
         let guard = epoch::pin();
         'retry: loop {
@@ -1404,9 +1436,10 @@ impl<'p, T: Send + Sync + 'static> DentryRef<'p, T> {
         self.node.id
     }
 
-    /// The entry's name as of this pin.
-    pub fn name(&self) -> &'p [u8] {
-        self.node.key(&self.pinned.guard).name()
+    /// The entry's current name (rename changes it in place, so it is
+    /// copied out).
+    pub fn name(&self) -> Vec<u8> {
+        self.node.name_bytes(&self.pinned.guard)
     }
 
     /// Takes a counted handle, unless the entry was unhashed meanwhile.

@@ -32,10 +32,12 @@
 //!   from `max_entries` (a power of two, half as many buckets as entries).
 //!   Each bucket is a singly-linked chain with its own mutex for writers;
 //!   readers walk chains lock-free under a crossbeam-epoch pin (seed 000 §3).
-//!   The key of a node (parent id, name, with short names inline) is one
-//!   heap object swapped as a whole by rename, so a reader never sees a torn
-//!   key; the node keeps a copy of the key's hash next to its chain link, so
-//!   a scan rejects the other nodes of a chain without loading their keys.
+//!   Like the kernel's dentry, a node holds its key itself: the hash's low
+//!   32 bits, the parent's id, and the name (inline up to 32 bytes; a longer
+//!   one also has a heap copy), so a hit costs two dependent cache misses,
+//!   the bucket and the node. Rename changes the key in place inside a
+//!   write section of the node's sequence count (the kernel's `d_seq`),
+//!   which lock-free readers re-check, so a reader never matches a torn key.
 //! - **Nodes** (`node.rs`): one state word holds the reference count and the
 //!   `DEAD`, `UNHASHED` and `ON_LRU` bits (like the kernel's lockref), so that
 //!   every decision about "the last reference" is made on one atomic word.
@@ -63,8 +65,10 @@
 //!   down in batches (a cursor over each child map, which is ordered by id),
 //!   unhashing as it goes, and restarts when a rename interferes; after two
 //!   restarts it holds the rename lock for a pass.
-//! - **Statistics** (`stats.rs`) are per-thread sharded counters.
-//! - **Memory**: nodes and old keys are freed through crossbeam-epoch's
+//! - **Statistics** (`stats.rs`) are per-thread sharded counters; a thread
+//!   that owns its shard adds with a plain load and store (no barrier on the
+//!   hit path).
+//! - **Memory**: nodes and the heap copies of long names are freed through crossbeam-epoch's
 //!   default collector. The `Dcache` owns no collector of its own: the default
 //!   collector's per-thread handles make a pin a thread-local operation, and
 //!   under loom crossbeam builds the default collector per model execution,
@@ -105,12 +109,13 @@
 //!
 //! - *Publication*: a node is fully built before insert stores it at a chain
 //!   head with Release; every chain link is loaded with Acquire, so a reader
-//!   that reaches a node sees its key and payload. A rename publishes a new
-//!   key with a Release swap, read with Acquire, and then the node's inline
-//!   hash copy with a Release store, read with Acquire before the key: a scan
-//!   that sees the new copy sees the new key and the odd rename count, and a
-//!   scan that sees the old copy decides as it would on the old key (the
-//!   argument is in `node.rs`).
+//!   that reaches a node sees its key and payload.
+//! - *Keys* (a seqlock per node, `node.rs`): rename stores the node's odd
+//!   sequence count with Release, then a Release fence, the key fields
+//!   (Relaxed), and the next even count with Release. A reader loads the
+//!   count with Acquire, the fields Relaxed, then an Acquire fence and the
+//!   count again: only an unchanged even count makes a match. A key read
+//!   torn or changing is a non-match, which the miss re-check covers.
 //! - *Reclamation*: unlinking stores the predecessor's link with Release and
 //!   leaves the node's own link alone; the node is handed to
 //!   `defer_destroy` only by its killer, after it left every structure, so a
@@ -122,10 +127,12 @@
 //! - *Rename*: the count is made odd (AcqRel) before a cached target is
 //!   unhashed and before the moved node's links change; the target's
 //!   `UNHASHED` bit and the misleading link a reader could follow are stored
-//!   with Release after that, so a reader that skipped the target or
-//!   followed the link (both Acquire) sees the count changed when it
-//!   re-checks after a miss, and retries: the target name is never missed
-//!   mid-rename.
+//!   with Release after that, as are the moved node's odd sequence count
+//!   and (after a Release fence) its new key fields, so a reader that
+//!   skipped the target, followed the link, or rejected the moved node on
+//!   any of those values issues an Acquire fence before it re-checks the
+//!   count after a miss, sees it changed, and retries: the target name is
+//!   never missed mid-rename.
 //! - *Replacement*: an insert that replaces an entry of the same key links
 //!   the new node (Release) before it sets `UNHASHED` on the old one
 //!   (AcqRel); a scan that skipped the old node (Acquire on the bit) rescans

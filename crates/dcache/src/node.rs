@@ -32,38 +32,43 @@
 //! - `linked` (the node is in a hash chain) changes only under the lock of the
 //!   bucket of its current key.
 //!
-//! # The key and its inline hash
+//! # The key: hash, parent id and name inline, under a sequence count
 //!
-//! The key (parent id, hash, name) is one heap object behind `Node::key`,
-//! swapped as a whole by rename; names up to `INLINE_NAME` bytes are stored
-//! inside it, so a lookup that compares names pays one dependent cache miss
-//! for the key and none more for the bytes. The node also keeps a copy of the
-//! key's hash (`Node::hash`) next to its chain link, so a scan rejects the
-//! other nodes of a chain on the node's own cache line, without touching
-//! their keys (the kernel's dentry keeps `d_name.hash` inline the same way).
+//! Like the kernel's `struct dentry` (`d_name.hash_len`, `d_parent`,
+//! `d_iname`, `d_seq`), the node holds its key itself: the low 32 bits of the
+//! key's hash (`hash`), the parent's id (`parent_id`), the name's length and
+//! its first `INLINE_NAME` bytes as words (`len`, `name`); a name longer than
+//! that also has a heap copy of its own (`long`), which rename replaces and
+//! frees through the epoch collector. A hit thus costs two dependent cache
+//! misses, the bucket and the node, and compares names word by word.
 //!
-//! Why a copy that rename updates separately from the key is safe. Rename
-//! stores, in this order: the odd rename count (AcqRel), the new key (Release
-//! swap), the new hash copy (Release), then links the node into its new
-//! chain (Release). A scan loads the copy with Acquire and, only if it equals
-//! the wanted hash, loads the key (Acquire) and compares it in full. So:
-//! - a scan that sees the *new* copy synchronises with its store and so sees
-//!   the new key and the odd count: it decides on the new key, and if it then
-//!   misses, the re-check of the count in `find_live` makes it retry;
-//! - a scan that sees the *old* copy and skips the node decides exactly as a
-//!   scan that read the old key would (the old hash differs from the wanted
-//!   one, so the old key does too); reading the old key is an outcome the
-//!   key's own protocol already allows, without synchronising with the
-//!   rename;
-//! - a scan that sees the old copy equal to the wanted hash loads the key,
-//!   and whichever key it reads it compares in full, as before.
+//! Rename changes these fields in place, so a lock-free reader could read
+//! them torn (the new parent with the old name). A per-node sequence count
+//! (`seq`, the kernel's `d_seq`) guards them, as a seqlock:
+//! - the writer (rename, which holds the rename lock and the locks of the
+//!   buckets the node leaves and joins) stores the odd count with Release,
+//!   issues a Release fence, stores the fields (Relaxed; the long name with
+//!   Release), and stores the next even count with Release;
+//! - a reader (`Node::key_matches`) loads the count with Acquire, gives up on
+//!   an odd one, loads the fields (Relaxed) and compares them, then issues an
+//!   Acquire fence and re-loads the count: only an unchanged count makes a
+//!   match. A load that read a field stored inside a write section makes the
+//!   fence synchronise with the writer's Release fence, so the re-load sees
+//!   the odd count or a later one, and the torn read is thrown away.
 //!
-//! Every outcome of the scan is thus one a scan without the copy could have
-//! had, and the rename-count argument of `Dcache::find_live` covers misses as
-//! before. Writers that scan under a bucket lock read the copy exactly: it is
-//! written only under the locks of the buckets the node leaves and joins. The
-//! loom model `dcache_rename_in_chain_vs_lookup` (a rename within one chain,
-//! where a stale copy is most likely to mislead) checks this.
+//! A reader that gives up on a node, or rejects it on fields read torn,
+//! treats it as not matching; that is only ever a miss, and misses are
+//! re-checked against the global rename count (`Dcache::find_live`): every
+//! per-node write section lies inside the global odd window, and the odd
+//! per-node count is stored with Release after the global count was made
+//! odd, so a reader that saw any of it (and issues the Acquire fence before
+//! the re-check) sees the global count changed and retries. Writers that
+//! read keys under a bucket lock read them exactly: the fields change only
+//! under the locks of the buckets the node leaves and joins.
+//!
+//! The loom models `dcache_rename_vs_lookup`,
+//! `dcache_rename_in_chain_vs_lookup` and `dcache_rename_key_torn_vs_lookup`
+//! check this protocol.
 //!
 //! The referenced bit lives in a byte of its own (`referenced`): hits set it
 //! with a plain store only if a load shows it clear, so repeated hits write
@@ -72,8 +77,10 @@
 use std::collections::BTreeMap;
 use std::ptr::{self, NonNull};
 
-use crate::sync::epoch::{self, Atomic, Guard};
-use crate::sync::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::sync::epoch::{self, Atomic, Guard, Owned};
+use crate::sync::{
+    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell, fence, spin_loop,
+};
 
 /// The node is being freed; no reference may be taken any more.
 pub(crate) const DEAD: usize = 1 << (usize::BITS - 1);
@@ -84,63 +91,55 @@ pub(crate) const ON_LRU: usize = 1 << (usize::BITS - 3);
 /// The reference count proper.
 pub(crate) const COUNT_MASK: usize = ON_LRU - 1;
 
-/// Names up to this many bytes live inside the key object itself, so that a
-/// lookup reaches them without another dependent cache miss; longer names
-/// (rare in practice) get a heap allocation of their own.
-pub(crate) const INLINE_NAME: usize = 30;
+/// Words of name kept inside the node.
+pub(crate) const NAME_WORDS: usize = 4;
+/// Names up to this many bytes live inside the node itself (the kernel's
+/// `DNAME_INLINE_LEN` is 40 on 64-bit machines); a longer name keeps its
+/// first `INLINE_NAME` bytes there too, and the whole name in a heap copy.
+pub(crate) const INLINE_NAME: usize = NAME_WORDS * 8;
 
-/// The bytes of a name: inline when short, boxed when long.
+/// The first `INLINE_NAME` bytes of `name` as little-endian words, zero
+/// padded, and how many of the words the name uses.
+#[inline]
+fn name_words(name: &[u8]) -> ([u64; NAME_WORDS], usize) {
+    let mut words = [0u64; NAME_WORDS];
+    let inline = &name[..name.len().min(INLINE_NAME)];
+    let mut chunks = inline.chunks_exact(8);
+    let mut i = 0;
+    for c in &mut chunks {
+        words[i] = u64::from_le_bytes(c.try_into().expect("an 8-byte chunk"));
+        i += 1;
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut w = [0u8; 8];
+        w[..rest.len()].copy_from_slice(rest);
+        words[i] = u64::from_le_bytes(w);
+        i += 1;
+    }
+    (words, i)
+}
+
+/// A looked-up name prepared once for comparison with many nodes: its
+/// inline words, as the nodes store them.
+pub(crate) struct Probe<'a> {
+    pub(crate) bytes: &'a [u8],
+    words: [u64; NAME_WORDS],
+    used: usize,
+}
+
+impl<'a> Probe<'a> {
+    #[inline]
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        let (words, used) = name_words(bytes);
+        Self { bytes, words, used }
+    }
+}
+
+/// The heap copy of a name longer than `INLINE_NAME`.
 #[derive(Debug)]
-pub(crate) enum Name {
-    Inline { len: u8, bytes: [u8; INLINE_NAME] },
-    Heap(Box<[u8]>),
-}
-
-impl Name {
-    pub(crate) fn new(name: &[u8]) -> Self {
-        if name.len() <= INLINE_NAME {
-            let mut bytes = [0; INLINE_NAME];
-            bytes[..name.len()].copy_from_slice(name);
-            Self::Inline {
-                len: name.len() as u8,
-                bytes,
-            }
-        } else {
-            Self::Heap(name.into())
-        }
-    }
-
-    #[inline]
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        match self {
-            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            Self::Heap(b) => b,
-        }
-    }
-}
-
-/// The hash key of a node: its parent's id and its name (the name's bytes
-/// inline in the same allocation when short, see `INLINE_NAME`). A rename
-/// replaces the whole key with one pointer swap, so a lookup always reads a
-/// consistent (parent, name) pair.
-#[derive(Debug)]
-pub(crate) struct Key {
-    pub(crate) parent: u64,
-    pub(crate) hash: u64,
-    pub(crate) name: Name,
-}
-
-impl Key {
-    #[inline]
-    pub(crate) fn matches(&self, hash: u64, parent: u64, name: &[u8]) -> bool {
-        self.hash == hash && self.parent == parent && self.name.as_bytes() == name
-    }
-
-    /// The name's bytes.
-    #[inline]
-    pub(crate) fn name(&self) -> &[u8] {
-        self.name.as_bytes()
-    }
+pub(crate) struct LongName {
+    pub(crate) bytes: Box<[u8]>,
 }
 
 /// A raw node pointer that may be stored in the child maps and LRU links.
@@ -168,29 +167,38 @@ pub(crate) struct Link<T> {
 
 /// One cached directory entry.
 ///
-/// `repr(C)` keeps the fields a hit reads (chain link, hash copy, key
-/// pointer, state word, referenced byte, id, payload) at the front, in the
-/// first cache line of the allocation for a small payload.
+/// `repr(C)` keeps the fields a hit reads (chain link, sequence count, hash,
+/// parent id, name length, state word, payload, then the name's words)
+/// together at the front: for a 16-byte name and an 8-byte payload they are
+/// the first 64 bytes.
 #[repr(C)]
 pub(crate) struct Node<T> {
     /// The next node in the hash chain.
     pub(crate) next: Atomic<Node<T>>,
-    /// A copy of `key.hash`, so that a scan rejects the other nodes of a
-    /// chain without loading their keys. Stored (Release) by rename after
-    /// the new key; see the module docs for why a stale copy is harmless.
-    pub(crate) hash: AtomicU64,
-    /// (parent id, name), swapped as a whole by rename.
-    pub(crate) key: Atomic<Key>,
-    /// The state word; see the module docs.
-    pub(crate) count: AtomicUsize,
+    /// The key's sequence count (the kernel's `d_seq`): odd while rename
+    /// changes `hash`, `parent_id`, `len`, `name` and `long`.
+    pub(crate) seq: AtomicU32,
+    /// The low 32 bits of the key's hash (the bucket index is taken from
+    /// them).
+    pub(crate) hash: AtomicU32,
+    /// The parent's id.
+    pub(crate) parent_id: AtomicU64,
+    /// The name's length in bytes.
+    pub(crate) len: AtomicU32,
     /// Set by hits, cleared by the pruner (second chance).
     pub(crate) referenced: AtomicBool,
     /// The node is in the hash chain of its key's bucket (bucket lock).
     pub(crate) linked: AtomicBool,
-    /// Unique for the life of the cache, never reused; children name it.
-    pub(crate) id: u64,
+    /// The state word; see the module docs.
+    pub(crate) count: AtomicUsize,
     /// `None` for a negative entry.
     pub(crate) payload: Option<T>,
+    /// The name's first `INLINE_NAME` bytes, zero padded (see `name_words`).
+    pub(crate) name: [AtomicU64; NAME_WORDS],
+    /// The whole name if it is longer than `INLINE_NAME`, else null.
+    pub(crate) long: Atomic<LongName>,
+    /// Unique for the life of the cache, never reused; children name it.
+    pub(crate) id: u64,
     /// The parent node (null for the root). Changed only by rename, under the
     /// rename lock and both parents' child locks.
     pub(crate) parent: AtomicPtr<Node<T>>,
@@ -206,15 +214,39 @@ unsafe impl<T: Send + Sync> Sync for Node<T> {}
 // SAFETY: the node owns its payload, which is `Send`.
 unsafe impl<T: Send + Sync> Send for Node<T> {}
 
+/// The heap copy for a long name, null for a short one.
+fn long_name(name: &[u8]) -> Atomic<LongName> {
+    if name.len() > INLINE_NAME {
+        Atomic::new(LongName { bytes: name.into() })
+    } else {
+        Atomic::null()
+    }
+}
+
 impl<T> Node<T> {
-    pub(crate) fn new(id: u64, key: Key, parent: *const Node<T>, payload: Option<T>, count: usize) -> Self {
+    /// A node with key (`parent_id`, `name`) whose table hash is `hash`.
+    pub(crate) fn new(
+        id: u64,
+        hash: u64,
+        parent_id: u64,
+        name: &[u8],
+        parent: *const Node<T>,
+        payload: Option<T>,
+        count: usize,
+    ) -> Self {
+        let (words, _) = name_words(name);
         Self {
             next: Atomic::null(),
-            hash: AtomicU64::new(key.hash),
-            key: Atomic::new(key),
-            count: AtomicUsize::new(count),
+            seq: AtomicU32::new(0),
+            hash: AtomicU32::new(hash as u32),
+            parent_id: AtomicU64::new(parent_id),
+            len: AtomicU32::new(name_len(name)),
             referenced: AtomicBool::new(false),
             linked: AtomicBool::new(false),
+            count: AtomicUsize::new(count),
+            payload,
+            name: words.map(AtomicU64::new),
+            long: long_name(name),
             id,
             parent: AtomicPtr::new(parent.cast_mut()),
             lru: UnsafeCell::new(Link {
@@ -222,7 +254,6 @@ impl<T> Node<T> {
                 next: ptr::null(),
             }),
             children: Mutex::new(BTreeMap::new()),
-            payload,
         }
     }
 
@@ -231,16 +262,135 @@ impl<T> Node<T> {
         self.payload.is_none()
     }
 
-    /// Reads the current key.
+    /// Whether the node's key is (`parent`, the probe's name) with table
+    /// hash `hash`, read lock-free under the node's sequence count (see the
+    /// module docs). False also when the key was changing or was read torn:
+    /// the caller treats that as a miss, which `Dcache::find_live` re-checks
+    /// against the global rename count.
     #[inline]
-    pub(crate) fn key<'g>(&self, guard: &'g Guard) -> &'g Key {
-        // Acquire: pairs with the Release swap in rename (and the publication
-        // of the node by insert), so the key's bytes are visible.
-        let key = self.key.load(Ordering::Acquire, guard);
-        // SAFETY: a node always has a key; an old key replaced by rename is
-        // freed through `defer_destroy` after the swap, so it stays valid for
-        // as long as `guard` is pinned.
-        unsafe { key.deref() }
+    pub(crate) fn key_matches(&self, hash: u64, parent: u64, probe: &Probe<'_>, guard: &Guard) -> bool {
+        // Acquire: pairs with the Release store of the even count that ends
+        // a rename's write section, so the fields loaded below are at least
+        // that write's.
+        let s = self.seq.load(Ordering::Acquire);
+        if s & 1 != 0 {
+            return false;
+        }
+        // Relaxed: the sequence count orders these loads (see below).
+        if self.hash.load(Ordering::Relaxed) != hash as u32
+            || self.parent_id.load(Ordering::Relaxed) != parent
+            || self.len.load(Ordering::Relaxed) as usize != probe.bytes.len()
+        {
+            return false;
+        }
+        for i in 0..probe.used {
+            if self.name[i].load(Ordering::Relaxed) != probe.words[i] {
+                return false;
+            }
+        }
+        if probe.bytes.len() > INLINE_NAME {
+            // Acquire: pairs with the Release store of the heap copy (by
+            // rename, or the node's publication), so its bytes are visible.
+            let long = self.long.load(Ordering::Acquire, guard);
+            // SAFETY: a heap copy replaced by rename is freed through
+            // `defer_destroy`, so one read while pinned stays valid.
+            match unsafe { long.as_ref() } {
+                Some(l) if *l.bytes == *probe.bytes => {}
+                _ => return false,
+            }
+        }
+        // Acquire: orders the loads above before the re-load of the count,
+        // and synchronises with the Release fence of a rename whose stores
+        // one of them read, so the re-load then sees the count changed.
+        fence(Ordering::Acquire);
+        self.seq.load(Ordering::Relaxed) == s
+    }
+
+    /// The low 32 bits of the key's hash, for a writer that holds the lock
+    /// of the node's bucket or reads it to pick the bucket to lock (it
+    /// re-checks under the lock).
+    #[inline]
+    pub(crate) fn hash_bits(&self) -> u32 {
+        self.hash.load(Ordering::Relaxed)
+    }
+
+    /// The name as of one moment (a consistent read under the sequence
+    /// count).
+    pub(crate) fn name_bytes(&self, guard: &Guard) -> Vec<u8> {
+        loop {
+            // Acquire: as in `key_matches`.
+            let s = self.seq.load(Ordering::Acquire);
+            if s & 1 != 0 {
+                spin_loop();
+                continue;
+            }
+            let len = self.len.load(Ordering::Relaxed) as usize;
+            let name = if len <= INLINE_NAME {
+                let mut bytes = Vec::with_capacity(INLINE_NAME);
+                for w in &self.name {
+                    bytes.extend_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+                }
+                bytes.truncate(len);
+                Some(bytes)
+            } else {
+                // Acquire: as in `key_matches`.
+                let long = self.long.load(Ordering::Acquire, guard);
+                // SAFETY: as in `key_matches`.
+                unsafe { long.as_ref() }.map(|l| l.bytes.to_vec())
+            };
+            // Acquire: as in `key_matches`; a torn read is retried.
+            fence(Ordering::Acquire);
+            if self.seq.load(Ordering::Relaxed) == s
+                && let Some(name) = name
+            {
+                return name;
+            }
+            spin_loop();
+        }
+    }
+
+    /// Gives the node a new key (rename), as one write section of its
+    /// sequence count.
+    ///
+    /// # Safety
+    /// The caller holds the rename lock (so it is the only writer of `seq`)
+    /// and the locks of the buckets of the old and the new key, has made the
+    /// global rename count odd, and is pinned by `guard`.
+    pub(crate) unsafe fn set_key(&self, hash: u64, parent_id: u64, name: &[u8], guard: &Guard) {
+        let s = self.seq.load(Ordering::Relaxed);
+        debug_assert!(s & 1 == 0);
+        // Release: a reader that loads this odd count (Acquire in
+        // `key_matches`, or Relaxed followed by the Acquire fence in
+        // `Dcache::find_live`) also sees the odd global rename count the
+        // caller stored before.
+        self.seq.store(s.wrapping_add(1), Ordering::Release);
+        // Release: orders the odd count before the field stores below; pairs
+        // with the Acquire fences of `key_matches` and `Dcache::find_live`.
+        fence(Ordering::Release);
+        let (words, _) = name_words(name);
+        self.hash.store(hash as u32, Ordering::Relaxed);
+        self.parent_id.store(parent_id, Ordering::Relaxed);
+        self.len.store(name_len(name), Ordering::Relaxed);
+        for (w, v) in self.name.iter().zip(words) {
+            w.store(v, Ordering::Relaxed);
+        }
+        let long = if name.len() > INLINE_NAME {
+            Owned::new(LongName { bytes: name.into() }).into_shared(guard)
+        } else {
+            epoch::Shared::null()
+        };
+        // Release: publishes the heap copy's bytes; pairs with the Acquire
+        // loads of `long`.
+        let old = self.long.swap(long, Ordering::Release, guard);
+        if !old.is_null() {
+            // SAFETY: the old copy is unreachable from the node now; readers
+            // pinned before the swap may still read it, and the collector
+            // waits for them.
+            unsafe { guard.defer_destroy(old) };
+        }
+        // Release: ends the write section; pairs with the Acquire load that
+        // starts `key_matches`.
+        self.seq.store(s.wrapping_add(2), Ordering::Release);
     }
 
     /// Marks the node referenced for the lazy LRU. Writes only if the bit is
@@ -289,16 +439,22 @@ impl<T> Node<T> {
     }
 }
 
+/// A name's length as stored (names longer than `u32::MAX` bytes are not
+/// names).
+fn name_len(name: &[u8]) -> u32 {
+    u32::try_from(name.len()).expect("dcache: a name longer than 4 GiB")
+}
+
 impl<T> Drop for Node<T> {
     fn drop(&mut self) {
         // SAFETY: the node is being destroyed, so no thread can reach it or its
-        // key any more (it was unlinked from every structure before
-        // `defer_destroy`, and the epoch has passed); the key was allocated by
-        // `Atomic::new` or swapped in from an `Owned`.
+        // heap name any more (it was unlinked from every structure before
+        // `defer_destroy`, and the epoch has passed); the heap name was
+        // allocated by `Atomic::new` or `Owned::new`.
         unsafe {
-            let key = self.key.load(Ordering::Relaxed, epoch::unprotected());
-            if !key.is_null() {
-                drop(key.into_owned());
+            let long = self.long.load(Ordering::Relaxed, epoch::unprotected());
+            if !long.is_null() {
+                drop(long.into_owned());
             }
         }
     }

@@ -4,12 +4,15 @@
 //! Seed 000 ("Scalability of the directory entry cache", §7) shows what one
 //! globally written cache line does to lookups on many CPUs; a statistics
 //! counter bumped by every hit would be exactly such a line. Each thread
-//! counts in one of `SHARDS` cache-padded shards (picked by a per-thread
-//! number, see `sync::thread_shard`), and `Stats` sums them on read. The
-//! counters are Relaxed: they order nothing and a reader may see a sum that
-//! is a few events behind.
+//! counts in a cache-padded shard of its own (see `sync::stats_shard`): a
+//! thread that owns its shard adds with a plain load and store, because a
+//! read-modify-write is a full barrier on x86 and would keep a lookup's
+//! cache misses from overlapping the next one's. Threads beyond
+//! `OWNED_SHARDS` share one more shard and add with `fetch_add`. `Stats`
+//! sums the shards on read. The counters are Relaxed: they order nothing
+//! and a reader may see a sum that is a few events behind.
 
-use crate::sync::{AtomicU64, CachePadded, Ordering, thread_shard};
+use crate::sync::{AtomicU64, CachePadded, OWNED_SHARDS, Ordering, stats_shard};
 
 /// Which counter an event goes to.
 #[derive(Clone, Copy, Debug)]
@@ -23,8 +26,8 @@ pub(crate) enum Event {
 }
 
 const EVENTS: usize = 6;
-/// A power of two.
-const SHARDS: usize = if crate::sync::LOOM { 1 } else { 32 };
+/// The owned shards and the shared one.
+const SHARDS: usize = OWNED_SHARDS + 1;
 
 /// The shards of counters.
 pub(crate) struct Counters {
@@ -45,9 +48,15 @@ impl Counters {
         if n == 0 {
             return;
         }
-        let shard = &self.shards[thread_shard() & (SHARDS - 1)];
+        let (shard, owned) = stats_shard();
+        let cell = &self.shards[shard][event as usize];
         // Relaxed: a statistic; it publishes nothing.
-        shard[event as usize].fetch_add(n, Ordering::Relaxed);
+        if owned {
+            // This thread is the shard's only writer (see `stats_shard`).
+            cell.store(cell.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        } else {
+            cell.fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     /// The sum over shards of one counter.

@@ -24,16 +24,16 @@
 //! - A rename moves a node to another chain by changing `node.next`; a reader
 //!   standing on it can be led into the wrong chain and miss. The global
 //!   rename sequence count catches that (see `Dcache::find_live`).
-//! - A scan compares each node's inline hash copy (Acquire) before it loads
-//!   the node's key; rename stores the copy (Release) after the new key, so a
-//!   stale copy only ever leads to a decision the old key would have led to
-//!   (the argument is in `node.rs`).
+//! - A scan compares each node's key (hash bits, parent id, name), which
+//!   the node holds itself, under the node's sequence count; a rename
+//!   changes the key in place inside a write section of that count, so a
+//!   scan never matches a torn key (the protocol is in `node.rs`).
 //!
 //! Invariant: `node.linked` is true exactly when the node is in the chain of
 //! the bucket of its current key, and it changes only under that bucket's
 //! lock.
 
-use crate::node::{Key, Name, Node, UNHASHED};
+use crate::node::{Node, Probe, UNHASHED};
 use crate::sync::epoch::{Atomic, Guard, Shared};
 use crate::sync::{Mutex, Ordering};
 
@@ -48,6 +48,8 @@ pub(crate) struct Table<T> {
     buckets: Box<[Bucket<T>]>,
     mask: usize,
     seed: u64,
+    /// Every key hashes to its name's length (see `Dcache::with_colliding_hashes`).
+    colliding: bool,
 }
 
 const K1: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -81,8 +83,10 @@ pub(crate) fn hash(seed: u64, parent: u64, name: &[u8]) -> u64 {
 
 impl<T> Table<T> {
     /// A table of `buckets` buckets (a power of two).
-    pub(crate) fn new(buckets: usize, seed: u64) -> Self {
-        debug_assert!(buckets.is_power_of_two());
+    pub(crate) fn new(buckets: usize, seed: u64, colliding: bool) -> Self {
+        // The nodes keep the hash's low 32 bits, from which the index is
+        // taken.
+        debug_assert!(buckets.is_power_of_two() && buckets <= 1 << 32);
         let buckets: Box<[Bucket<T>]> = (0..buckets)
             .map(|_| Bucket {
                 head: Atomic::null(),
@@ -90,11 +94,19 @@ impl<T> Table<T> {
             })
             .collect();
         let mask = buckets.len() - 1;
-        Self { buckets, mask, seed }
+        Self {
+            buckets,
+            mask,
+            seed,
+            colliding,
+        }
     }
 
     #[inline]
     pub(crate) fn hash(&self, parent: u64, name: &[u8]) -> u64 {
+        if self.colliding {
+            return name.len() as u64;
+        }
         hash(self.seed, parent, name)
     }
 
@@ -123,7 +135,7 @@ impl<T> Table<T> {
         index: usize,
         hash: u64,
         parent: u64,
-        name: &[u8],
+        probe: &Probe<'_>,
         guard: &'g Guard,
     ) -> (Option<&'g Node<T>>, bool) {
         let mut skipped = false;
@@ -133,15 +145,10 @@ impl<T> Table<T> {
         // SAFETY: every node reachable from a chain while we are pinned is
         // freed only after an epoch that this guard holds back.
         while let Some(node) = unsafe { cur.as_ref() } {
-            // The inline copy of the hash rejects the other nodes of the
-            // chain without a load of their keys (one dependent cache miss
-            // less per node). Acquire: pairs with the Release store of the
-            // copy in rename, which comes after the new key and the odd
-            // rename count; a scan that sees the new copy therefore also sees
-            // the new key and, on a miss, the changed count. A scan that sees
-            // a stale copy decides as the original scan would on the old key,
-            // which it could equally have read (see the module docs).
-            if node.hash.load(Ordering::Acquire) == hash && node.key(guard).matches(hash, parent, name) {
+            // The key is read under the node's sequence count; a torn or
+            // changing key does not match, and the caller re-checks such a
+            // miss against the global rename count (see `node.rs`).
+            if node.key_matches(hash, parent, probe, guard) {
                 // Acquire: pairs with the AcqRel `fetch_or(UNHASHED)` of a
                 // rename's target or of an entry an insert replaced, so that
                 // a scan that skips it because of the bit sees the odd rename
@@ -168,7 +175,7 @@ impl<T> Table<T> {
         name: &[u8],
         guard: &'g Guard,
     ) -> Option<&'g Node<T>> {
-        self.scan(index, hash, parent, name, guard).0
+        self.scan(index, hash, parent, &Probe::new(name), guard).0
     }
 
     /// Links `node` at the head of bucket `index`.
@@ -224,11 +231,11 @@ impl<T> Table<T> {
     /// Locks the bucket of `node`'s current key and unlinks it.
     pub(crate) fn unlink(&self, node: &Node<T>, guard: &Guard) {
         loop {
-            let index = self.index(node.key(guard).hash);
+            let index = self.index(u64::from(node.hash_bits()));
             let _lock = self.buckets[index].lock.lock();
             // The key may have been changed by a rename while we waited; a
             // rename changes it only under this bucket's lock, so re-check.
-            if self.index(node.key(guard).hash) != index {
+            if self.index(u64::from(node.hash_bits())) != index {
                 continue;
             }
             // SAFETY: we hold the bucket lock of the node's current key and the
@@ -243,14 +250,5 @@ impl<T> Table<T> {
         self.buckets
             .iter()
             .all(|b| b.head.load(Ordering::Relaxed, guard).is_null())
-    }
-}
-
-/// Builds a key.
-pub(crate) fn make_key(table_hash: u64, parent: u64, name: &[u8]) -> Key {
-    Key {
-        parent,
-        hash: table_hash,
-        name: Name::new(name),
     }
 }

@@ -467,3 +467,29 @@ fn short_and_long_names_round_trip_through_insert_and_rename() {
     }
     check_lookup(&c, &root, &twin, Some(Some(99)));
 }
+
+/// A walk of more components than it keeps on the stack resolves them all,
+/// and reports a miss past that point at the right component.
+#[test]
+fn walk_of_a_long_path_resolves_every_component() {
+    let c = cache();
+    let root = c.root();
+    let names: Vec<Vec<u8>> = (0..40).map(|i| format!("d{i}").into_bytes()).collect();
+    let mut d = root.clone();
+    for (i, n) in names.iter().enumerate() {
+        d = c.insert(&d, n, Some(i as u32));
+    }
+    match c.walk(&root, names.iter().map(Vec::as_slice)) {
+        Walk::Found(f) => assert!(Dentry::ptr_eq(&f, &d)),
+        other => panic!("{other:?}"),
+    }
+    let mut broken: Vec<&[u8]> = names.iter().map(Vec::as_slice).collect();
+    broken[35] = b"absent";
+    match c.walk(&root, broken) {
+        Walk::Miss { deepest, consumed } => {
+            assert_eq!(consumed, 35);
+            assert_eq!(deepest.payload(), Some(&34));
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -402,3 +402,71 @@ fn replacing_an_entry_never_misses_the_name() {
     writer.join().unwrap();
     assert_eq!(misses, 0, "the name was missed while an insert replaced its entry");
 }
+
+/// A rename changes the moved node's key (parent id, name) in place, under
+/// the node's sequence count. Readers look up the keys a torn read of it
+/// would give (the other parent with either name; names mixing the words of
+/// the two names) in a cache where every key of one name length has the
+/// same hash, so only the sequence count keeps them from matching: each of
+/// those lookups must miss. The moving entry's `name()` is always one of
+/// its two names, never a mixture. Short (inline) and long names alike.
+#[test]
+fn torn_keys_never_match_while_renames_change_keys_in_place() {
+    fn cat(a: &[u8], b: &[u8]) -> Vec<u8> {
+        a.iter().chain(b).copied().collect()
+    }
+    for (word, rest) in [(8, 8), (8, 32)] {
+        let (upper, lower) = (vec![b'A'; word], vec![b'a'; word]);
+        let (upper_rest, lower_rest) = (vec![b'B'; rest], vec![b'b'; rest]);
+        // The entry moves between (a, n1) and (b, n2).
+        let n1 = cat(&upper, &lower_rest);
+        let n2 = cat(&lower, &upper_rest);
+        let torn_names = [cat(&lower, &lower_rest), cat(&upper, &upper_rest)];
+        let c = Arc::new(Dcache::with_colliding_hashes(Config::default(), Payload::new(0)));
+        let root = c.root();
+        let a = c.insert(&root, b"a", Some(Payload::new(1)));
+        let b = c.insert(&root, b"b", Some(Payload::new(2)));
+        let x = c.insert(&a, &n1, Some(Payload::new(3)));
+        // Probes that must miss: the other parent's name, and the mixtures.
+        let mut probes = vec![(b.clone(), n1.clone()), (a.clone(), n2.clone())];
+        for t in &torn_names {
+            probes.push((a.clone(), t.clone()));
+            probes.push((b.clone(), t.clone()));
+        }
+        let probes = Arc::new(probes);
+        let done = Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (c, probes, done, x) = (c.clone(), probes.clone(), done.clone(), x.clone());
+                let (n1, n2) = (n1.clone(), n2.clone());
+                thread::spawn(move || {
+                    let mut lookups = 0u64;
+                    while !done.load(Ordering::Acquire) {
+                        for (parent, name) in probes.iter() {
+                            let hit = c.lookup_with(parent, name, |p| p.map(Payload::verify));
+                            assert_eq!(hit, None, "a torn key matched: {:?}", String::from_utf8_lossy(name));
+                            lookups += 1;
+                        }
+                        let now = x.name();
+                        assert!(
+                            now == n1 || now == n2,
+                            "a torn name: {:?}",
+                            String::from_utf8_lossy(&now)
+                        );
+                    }
+                    lookups
+                })
+            })
+            .collect();
+        for _ in 0..scaled(20_000) {
+            assert!(c.rename(&a, &n1, &b, &n2));
+            assert!(c.rename(&b, &n2, &a, &n1));
+        }
+        done.store(true, Ordering::Release);
+        for r in readers {
+            assert!(r.join().unwrap() > 0);
+        }
+        assert_eq!(x.name(), n1);
+        assert!(matches!(c.lookup(&a, &n1), Lookup::Positive(_)));
+    }
+}
