@@ -313,6 +313,27 @@ struct Report {
 }
 
 impl Report {
+    /// An empty report of `mode` whose RSS bound is `rss_bound_kib`.
+    fn new(mode: Mode, rss_bound_kib: u64) -> Self {
+        Self {
+            mode,
+            secs: 0.0,
+            ops: BTreeMap::new(),
+            bytes_verified: 0,
+            samples: Vec::new(),
+            fds_end: None,
+            after_drop: None,
+            partial: false,
+            warnings: BTreeMap::new(),
+            failures: Vec::new(),
+            workers_killed: false,
+            late_errors: Vec::new(),
+            rss_bound_kib,
+        }
+    }
+}
+
+impl Report {
     fn show(&self, o: &Opts, out: &Path) -> String {
         let mut s = String::new();
         let verdict = if self.failures.is_empty() { "PASSED" } else { "FAILED" };
@@ -428,21 +449,7 @@ struct Watch {
 }
 
 fn run_mode(o: &Opts, mode: Mode, rcufs: &Path, dir: &Path, out: &Path) -> Report {
-    let mut r = Report {
-        mode,
-        secs: 0.0,
-        ops: BTreeMap::new(),
-        bytes_verified: 0,
-        samples: Vec::new(),
-        fds_end: None,
-        after_drop: None,
-        partial: false,
-        warnings: BTreeMap::new(),
-        failures: Vec::new(),
-        workers_killed: false,
-        late_errors: Vec::new(),
-        rss_bound_kib: o.page_cache_bytes / 1024 + RSS_ALLOWANCE_MIB * 1024,
-    };
+    let mut r = Report::new(mode, o.page_cache_bytes / 1024 + RSS_ALLOWANCE_MIB * 1024);
     if let Err(e) = run_mode_in(o, mode, rcufs, dir, out, &mut r) {
         r.failures.push(format!("{e:#}"));
     }
@@ -868,21 +875,7 @@ mod tests {
     use super::*;
 
     fn report() -> Report {
-        Report {
-            mode: Mode::Default,
-            secs: 0.0,
-            ops: BTreeMap::new(),
-            bytes_verified: 0,
-            samples: Vec::new(),
-            fds_end: None,
-            after_drop: None,
-            partial: false,
-            warnings: BTreeMap::new(),
-            failures: Vec::new(),
-            workers_killed: false,
-            late_errors: Vec::new(),
-            rss_bound_kib: 0,
-        }
+        Report::new(Mode::Default, 0)
     }
 
     #[test]

@@ -322,6 +322,20 @@ fn unexpected_panic(log: &str) -> bool {
     false
 }
 
+/// Whether the test can act as another user (it must be root); otherwise
+/// says why it skips, or panics under `RCUFS_REQUIRE_MOUNT=1`.
+pub fn can_switch_users() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    if std::env::var("RCUFS_REQUIRE_MOUNT").is_ok_and(|v| v == "1") {
+        panic!("RCUFS_REQUIRE_MOUNT=1 but acting as another user needs root");
+    }
+    eprintln!("SKIPPED: acting as another user needs root");
+    false
+}
+
 /// Writes `files` (path relative to `root`, content) creating parent directories.
 pub fn write_tree(root: &Path, files: &[(&str, &[u8])]) {
     for (rel, content) in files {

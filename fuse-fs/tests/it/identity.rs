@@ -16,28 +16,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::Mount;
+use crate::harness::{Mount, can_switch_users};
 use crate::sys::{self, errno};
 
 const NOBODY: u32 = 65534;
 
-/// Whether the test can switch users; otherwise says why it skips (or fails
-/// under `RCUFS_REQUIRE_MOUNT=1`).
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    if std::env::var("RCUFS_REQUIRE_MOUNT").is_ok_and(|v| v == "1") {
-        panic!("the identity tests need root to switch users");
-    }
-    eprintln!("SKIPPED: the identity tests need root to switch users");
-    false
-}
-
 /// Mounts with `-o allow_other` and the given extra arguments.
 fn mount(extra: &[&str], setup: impl FnOnce(&Path)) -> Option<Mount> {
-    if !root() {
+    if !can_switch_users() {
         return None;
     }
     let mut args = vec!["-o", "allow_other"];

@@ -17,22 +17,10 @@ use fuse_fs::protocol::DropMode;
 
 use std::time::Duration;
 
-use crate::harness::{Mount, eventually};
+use crate::harness::{Mount, can_switch_users, eventually};
 use crate::sys;
 
 const NOBODY: u32 = 65534;
-
-fn root_or_skip() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    if std::env::var("RCUFS_REQUIRE_MOUNT").is_ok_and(|v| v == "1") {
-        panic!("this test needs root to switch users");
-    }
-    eprintln!("SKIPPED: this test needs root to switch users");
-    false
-}
 
 /// A field of `/proc/<pid>/status` in kB (e.g. `VmRSS`).
 fn status_kb(pid: i32, field: &str) -> u64 {
@@ -173,7 +161,7 @@ impl Opener {
 
 #[test]
 fn many_opens_of_one_file_by_nobody_share_one_descriptor() {
-    if !root_or_skip() {
+    if !can_switch_users() {
         return;
     }
     const OPENS_EACH: usize = 10_000;
@@ -215,7 +203,7 @@ fn many_opens_of_one_file_by_nobody_share_one_descriptor() {
 
 #[test]
 fn nobody_opening_many_files_is_refused_before_root() {
-    if !root_or_skip() {
+    if !can_switch_users() {
         return;
     }
     const NOFILE: u64 = 1024;
