@@ -15,6 +15,10 @@
 //!   the node id's table-shard lock (when the node id enters or leaves the
 //!   table) and the inode's link lock (when the link changes), in that lock
 //!   order; this index's shard locks are leaves.
+//! - A parent may leave the table while children are listed under it (the
+//!   kernel forgot a directory in which a file stays open through an older
+//!   dentry); `InodeTable` then moves them under the directory's next node
+//!   id when it enters the table, so that a drop of it finds them.
 //! - A parent with no children has no map entry, so the index holds memory
 //!   in proportion to the inodes the kernel knows, not to those ever seen.
 
@@ -69,6 +73,11 @@ impl Children {
             .get(&parent)
             .map(|s| s.iter().copied().collect())
             .unwrap_or_default()
+    }
+
+    /// Whether `parent` has a child listed.
+    pub fn has(&self, parent: u64) -> bool {
+        self.shard(parent).lock().contains_key(&parent)
     }
 
     /// Parents with at least one child listed (for tests and statistics).

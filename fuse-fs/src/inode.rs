@@ -409,6 +409,13 @@ pub struct InodeTable {
     interns: AtomicU64,
     pinned: AtomicU64,
     children: Children,
+    /// Directory key -> the node id of that directory that the kernel
+    /// forgot while inodes it still knows were listed under it (a file kept
+    /// open in a directory whose entry a drop invalidated). When the
+    /// directory comes back under a new node id, those inodes are moved
+    /// under it (`adopt`), so that a drop of the directory finds them.
+    /// Entries whose old node id lists no children are swept with the keys.
+    orphans: Mutex<HashMap<Key, u64>>,
     reaper: Arc<Reaper>,
 }
 
@@ -438,6 +445,7 @@ impl InodeTable {
             interns: AtomicU64::new(0),
             pinned: AtomicU64::new(1),
             children: Children::default(),
+            orphans: Mutex::new(HashMap::new()),
             reaper: Arc::new(Reaper::default()),
         };
         let root = Arc::new(Inode {
@@ -597,6 +605,39 @@ impl InodeTable {
         for shard in self.by_key.iter() {
             shard.lock().retain(|_, w| w.strong_count() > 0);
         }
+        self.orphans.lock().retain(|_, old| self.children.has(*old));
+    }
+
+    /// `dir` has just entered the table: if the kernel forgot an earlier
+    /// node id of the same directory while inodes it still knows were
+    /// listed under that node id, list them (and link them) under `dir`.
+    /// Without this they would stay under a node id no lookup leads to,
+    /// and a drop of the directory would miss them: their pages, in rcufs
+    /// and in the kernel, would outlive the drop.
+    fn adopt(&self, dir: &Inode) {
+        let old = {
+            let mut orphans = self.orphans.lock();
+            match orphans.get(&dir.key) {
+                Some(&old) => {
+                    orphans.remove(&dir.key);
+                    old
+                }
+                None => return,
+            }
+        };
+        if old == dir.ino {
+            return;
+        }
+        for child in self.children.of(old) {
+            let Ok(inode) = self.get(child) else { continue };
+            let mut link = inode.link.lock();
+            if link.indexed == Some(old) {
+                self.children.remove(old, child);
+                self.children.add(dir.ino, child);
+                link.indexed = Some(dir.ino);
+                link.parent = dir.ino;
+            }
+        }
     }
 
     /// Records where `inode` was found, moving it in the children index if
@@ -635,10 +676,18 @@ impl InodeTable {
 
     /// Adds `n` kernel references to `inode`, (re)entering it in the table.
     pub fn remember(&self, inode: &Arc<Inode>, n: u64) {
-        let mut map = self.by_ino[Self::ino_shard(inode.ino)].write();
-        map.entry(inode.ino).or_insert_with(|| inode.clone());
-        self.index(inode);
-        inode.nlookup.fetch_add(n, Ordering::Relaxed);
+        let entered = {
+            let mut map = self.by_ino[Self::ino_shard(inode.ino)].write();
+            let entered = !map.contains_key(&inode.ino);
+            map.entry(inode.ino).or_insert_with(|| inode.clone());
+            self.index(inode);
+            inode.nlookup.fetch_add(n, Ordering::Relaxed);
+            entered
+        };
+        // Outside the shard lock: adopting looks children up in the table.
+        if entered && inode.is_dir() {
+            self.adopt(inode);
+        }
     }
 
     /// Takes `n` kernel references from `ino`; when none are left the inode
@@ -658,6 +707,9 @@ impl InodeTable {
             }
             let removed = map.remove(&ino)?;
             self.unindex(&removed);
+            if removed.is_dir() && self.children.has(ino) {
+                self.orphans.lock().insert(removed.key, ino);
+            }
             // The kernel no longer knows the node id: release its dentry so
             // that the dcache may evict it (and with it the payload's
             // reference). Taken under the shard lock so that a racing LOOKUP

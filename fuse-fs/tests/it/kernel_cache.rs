@@ -266,3 +266,60 @@ fn a_freed_inode_gives_its_page_cache_entry_back() {
         "{left} of {cached} page-cache entries left 10 s after the kernel forgot the files"
     );
 }
+
+#[test]
+fn a_drop_reaches_an_open_file_in_a_directory_the_kernel_forgot() {
+    // A file kept open in a directory whose entry a drop invalidated: the
+    // kernel forgets the directory's node id while the file stays open (the
+    // descriptor holds the dentry it was opened by, not the one a rename
+    // moved), and once the dcache has freed the directory's inode the next
+    // lookup gives it a new node id. A drop of the directory under that new
+    // node id must still reach the file: its pages in rcufs and the kernel.
+    let Some(m) = Mount::with(ARGS, |src| {
+        write_tree(src, &[("d/f", &content(1, 20000)), ("d/sub/keep", b"k")]);
+        for i in 0..300 {
+            write_tree(src, &[(&format!("o/{i}"), b"o")]);
+        }
+    }) else {
+        return;
+    };
+    let open = fs::File::open(m.at("d/f")).unwrap();
+    // The kernel lets go of the name the descriptor was opened by; the
+    // rename then moves a fresh dentry.
+    sys::drop_dir(&m.at(""), DropMode::Dentries).unwrap();
+    fs::rename(m.at("d/f"), m.at("d/sub/g")).unwrap();
+    let mut buf = vec![0; 20000];
+    open.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, content(1, 20000));
+    // Names only: nothing the kernel holds pins `d/sub` now; it forgets it.
+    sys::drop_dir(&m.at(""), DropMode::Dentries).unwrap();
+    let known = |m: &Mount| m.stat("inodes", "known");
+    // Root, d, o and the open file (o/ is not looked up yet).
+    assert!(
+        eventually(Duration::from_secs(5), || known(&m) <= 3),
+        "the kernel did not forget d/sub ({} inodes known)",
+        known(&m)
+    );
+    // Other lookups and drops let the dcache free what it held of `d/sub`.
+    for _ in 0..3 {
+        for i in 0..300 {
+            fs::metadata(m.at(&format!("o/{i}"))).unwrap();
+        }
+        sys::drop_dir(&m.at("o"), DropMode::Dentries).unwrap();
+    }
+    // Rewrite in place in the source, then drop the directory's pages.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(m.src_at("d/sub/g"))
+        .unwrap()
+        .write_all_at(&content(2, 20000), 0)
+        .unwrap();
+    let out = sys::drop_dir(&m.at("d/sub"), DropMode::Pages).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            open.read_exact_at(&mut buf, 0).unwrap();
+            buf == content(2, 20000)
+        }),
+        "the open file still reads its old pages 5 s after a drop of its directory ({out:?})"
+    );
+}
