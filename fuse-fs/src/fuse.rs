@@ -25,9 +25,9 @@
 //! dropped (the session ended). A drop waits, bounded, until its
 //! invalidations have been sent before it answers, so that its caller sees
 //! the kernel's copies gone; the one exception are the entries directly in
-//! the directory of a SETXATTR drop, which are queued after the reply: the
-//! kernel holds that directory's inode lock while the SETXATTR is in flight,
-//! and `inval_entry` in it would wait for that lock. An open that finds the
+//! a directory whose inode lock the kernel holds for a SETXATTR in flight
+//! (`inval_entry` in it would wait for that lock): the queue parks them
+//! until that request is answered (`HeldDir`). An open that finds the
 //! file changed invalidates the kernel's attributes from inside the handler
 //! (that takes no inode lock in the kernel).
 
@@ -53,6 +53,33 @@ pub struct FuseAdapter {
     notifier: Arc<OnceLock<Notifier>>,
 }
 
+/// Kernel-cache mode: marks a directory as locked by the kernel for the
+/// request in flight (a SETXATTR on it) for as long as the guard lives, so
+/// that the invalidation thread parks entries in it instead of blocking on
+/// that lock (which would stall every drop's wait behind it).
+struct HeldDir<'a> {
+    queue: &'a crate::inval::InvalQueue,
+    dir: u64,
+}
+
+impl<'a> HeldDir<'a> {
+    fn new(fs: &'a Fs, dir: u64) -> Option<Self> {
+        fs.config().kernel_cache.then(|| {
+            fs.inval_queue().hold(dir);
+            Self {
+                queue: fs.inval_queue(),
+                dir,
+            }
+        })
+    }
+}
+
+impl Drop for HeldDir<'_> {
+    fn drop(&mut self) {
+        self.queue.release(self.dir);
+    }
+}
+
 /// How long a drop waits for its kernel invalidations before it answers.
 const DROP_INVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -63,32 +90,24 @@ impl FuseAdapter {
         Self { fs, notifier }
     }
 
-    fn send_inval(&self, inval: Vec<Inval>) {
-        if !inval.is_empty() {
-            self.fs.inval_queue().push(inval);
-        }
-    }
-
     /// Queues a drop's invalidations and waits (bounded) until the
     /// invalidation thread has sent them, so that the caller of the drop
     /// sees the kernel's copies gone when its ioctl or setxattr returns.
     /// `held_dir` is the directory whose inode lock the kernel holds for
-    /// this request (SETXATTR on it), if any: entries directly in it can
-    /// only be invalidated after the reply, so they are queued then by
-    /// [`send_inval`](Self::send_inval) and not waited for.
-    fn send_drop_inval(&self, inval: Vec<Inval>, held_dir: Option<u64>) -> Vec<Inval> {
-        let (later, now): (Vec<Inval>, Vec<Inval>) = inval
-            .into_iter()
-            .partition(|i| matches!(i, Inval::Entry { parent, .. } if Some(*parent) == held_dir));
-        if !now.is_empty() {
-            self.fs.inval_queue().push(now);
-            if !self.fs.inval_queue().wait_idle(DROP_INVAL_WAIT) {
-                tracing::warn!(
-                    "a drop's kernel invalidations took longer than {DROP_INVAL_WAIT:?}; answering before they are all sent"
-                );
-            }
+    /// this request (SETXATTR on it), if any: entries directly in it are
+    /// parked by the queue until the request is answered (see
+    /// [`HeldDir`]), and not waited for.
+    fn send_drop_inval(&self, inval: Vec<Inval>, held_dir: Option<u64>) {
+        if inval.is_empty() {
+            return;
         }
-        later
+        let q = self.fs.inval_queue();
+        q.push(inval);
+        if !q.wait_idle(DROP_INVAL_WAIT, held_dir) {
+            tracing::warn!(
+                "a drop's kernel invalidations took longer than {DROP_INVAL_WAIT:?}; answering before they are all sent"
+            );
+        }
     }
 
     /// Kernel-cache mode: an open that found the file changed in the source
@@ -616,14 +635,16 @@ impl Filesystem for FuseAdapter {
                 reply.error(Errno::from_i32(libc::EINVAL));
                 return;
             }
+            // The kernel holds this inode's lock until the reply.
+            let held = HeldDir::new(&self.fs, ino.0);
             match self.fs.setxattr(ino.0, name.as_bytes(), value, flags, caller(req)) {
                 Ok(inval) => {
-                    let later = self.send_drop_inval(inval, Some(ino.0));
+                    self.send_drop_inval(inval, Some(ino.0));
                     reply.ok();
-                    self.send_inval(later);
                 }
                 Err(e) => reply.error(xattr_errno(e)),
             }
+            drop(held);
         });
     }
 
@@ -708,10 +729,9 @@ impl Filesystem for FuseAdapter {
             match self.fs.ioctl(ino.0, cmd, in_data, caller(req)) {
                 Ok((out, inval)) => {
                     // The kernel holds no inode lock during an ioctl.
-                    let later = self.send_drop_inval(inval, None);
+                    self.send_drop_inval(inval, None);
                     let n = out.len().min(out_size as usize);
                     reply.ioctl(0, &out[..n]);
-                    self.send_inval(later);
                 }
                 Err(e) => reply.error(errno(e)),
             }

@@ -58,6 +58,15 @@ struct State {
     queued: HashMap<Key, i64>,
     /// Popped and not yet reported [`InvalQueue::done`].
     in_flight: usize,
+    /// The entry being sent (the consumer is one thread).
+    current: Option<Key>,
+    /// Directories whose inode lock the kernel holds for a request in
+    /// flight (a SETXATTR on them), with a count: `inval_entry` of a name in
+    /// one would wait for that request, so such entries are parked.
+    held: HashMap<u64, usize>,
+    /// Entries taken out of `order` because their directory is held; they
+    /// go back to the front when it is released.
+    parked: Vec<Key>,
     closed: bool,
 }
 
@@ -124,7 +133,7 @@ impl InvalQueue {
                         *queued = offset;
                     }
                     self.coalesced.fetch_add(1, Ordering::Relaxed);
-                } else if st.order.len() >= self.bound {
+                } else if st.order.len() + st.parked.len() >= self.bound {
                     self.overflows.fetch_add(1, Ordering::Relaxed);
                 } else {
                     st.queued.insert(key.clone(), offset);
@@ -138,19 +147,29 @@ impl InvalQueue {
         }
     }
 
-    /// Takes the oldest invalidation, waiting for one; `None` once the queue
-    /// is closed and empty.
+    /// Takes the oldest invalidation that can be sent now (entries in a held
+    /// directory are parked until it is released), waiting for one; `None`
+    /// once the queue is closed and empty. Report each with
+    /// [`done`](Self::done) once it has been sent.
     pub fn pop(&self) -> Option<Inval> {
         let mut st = self.state.lock();
         loop {
-            if let Some(key) = st.order.pop_front() {
+            while let Some(key) = st.order.pop_front() {
+                if let Key::Entry(parent, _) = &key
+                    && st.held.contains_key(parent)
+                {
+                    st.parked.push(key);
+                    continue;
+                }
                 let offset = st.queued.remove(&key).unwrap_or(0);
                 st.in_flight += 1;
+                st.current = Some(key.clone());
                 return Some(match key {
                     Key::Entry(parent, name) => Inval::Entry { parent, name },
                     Key::Inode(ino) => Inval::Inode { ino, offset },
                 });
             }
+            self.idle.notify_all();
             if st.closed {
                 return None;
             }
@@ -163,9 +182,45 @@ impl InvalQueue {
     pub fn done(&self) {
         let mut st = self.state.lock();
         st.in_flight = st.in_flight.saturating_sub(1);
+        st.current = None;
         if st.in_flight == 0 && st.order.is_empty() {
             self.idle.notify_all();
         }
+    }
+
+    /// Marks directory `dir` as locked by the kernel for a request in
+    /// flight: entries in it are parked, not sent, until
+    /// [`release`](Self::release).
+    pub fn hold(&self, dir: u64) {
+        *self.state.lock().held.entry(dir).or_insert(0) += 1;
+    }
+
+    /// Ends one [`hold`](Self::hold) of `dir`; with the last one, its
+    /// parked entries go back to the front of the queue.
+    pub fn release(&self, dir: u64) {
+        let mut st = self.state.lock();
+        let last = match st.held.get_mut(&dir) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => true,
+            None => return,
+        };
+        if !last {
+            return;
+        }
+        st.held.remove(&dir);
+        let parked = std::mem::take(&mut st.parked);
+        let (back, keep): (Vec<Key>, Vec<Key>) = parked
+            .into_iter()
+            .partition(|k| matches!(k, Key::Entry(p, _) if *p == dir));
+        st.parked = keep;
+        for key in back.into_iter().rev() {
+            st.order.push_front(key);
+        }
+        drop(st);
+        self.ready.notify_one();
     }
 
     /// Waits until everything queued so far has been sent (the queue is
@@ -173,13 +228,25 @@ impl InvalQueue {
     /// got there. A drop waits here before it answers, so that its caller
     /// sees the kernel's copies gone; the bound keeps a worker from waiting
     /// forever if the invalidation thread is stuck on a kernel lock whose
-    /// holder waits for a FUSE reply.
-    pub fn wait_idle(&self, timeout: std::time::Duration) -> bool {
+    /// holder waits for a FUSE reply. A waiter that holds a directory
+    /// (`holding`: its own SETXATTR) does not wait for parked entries (they
+    /// wait for held directories, perhaps its own, and are sent once those
+    /// requests are answered) nor for an entry in its own directory already
+    /// in flight (the kernel sends it once this request is answered).
+    pub fn wait_idle(&self, timeout: std::time::Duration, holding: Option<u64>) -> bool {
         let deadline = std::time::Instant::now() + timeout;
         let mut st = self.state.lock();
-        while !(st.order.is_empty() && st.in_flight == 0) {
+        let idle = |st: &State| {
+            let in_flight_ok =
+                st.in_flight == 0 || matches!((&st.current, holding), (Some(Key::Entry(p, _)), Some(h)) if *p == h);
+            // A holder does not wait for entries in held directories, queued
+            // or parked: they go once those requests are answered.
+            let waits_for = |k: &Key| holding.is_none() || !matches!(k, Key::Entry(p, _) if st.held.contains_key(p));
+            in_flight_ok && !st.order.iter().any(waits_for) && !st.parked.iter().any(waits_for)
+        };
+        while !idle(&st) {
             if st.closed || self.idle.wait_until(&mut st, deadline).timed_out() {
-                return st.order.is_empty() && st.in_flight == 0;
+                return idle(&st);
             }
         }
         true
@@ -196,7 +263,10 @@ impl InvalQueue {
     /// The counters.
     pub fn stats(&self) -> InvalStats {
         InvalStats {
-            queued: self.state.lock().order.len() as u64,
+            queued: {
+                let st = self.state.lock();
+                (st.order.len() + st.parked.len()) as u64
+            },
             pushed: self.pushed.load(Ordering::Relaxed),
             coalesced: self.coalesced.load(Ordering::Relaxed),
             overflows: self.overflows.load(Ordering::Relaxed),
@@ -266,9 +336,9 @@ mod tests {
     #[test]
     fn wait_idle_returns_once_everything_popped_is_done() {
         let q = std::sync::Arc::new(InvalQueue::new(8));
-        assert!(q.wait_idle(std::time::Duration::ZERO), "an empty queue is idle");
+        assert!(q.wait_idle(std::time::Duration::ZERO, None), "an empty queue is idle");
         q.push([entry(1, "x"), inode(2, 0)]);
-        assert!(!q.wait_idle(std::time::Duration::from_millis(10)), "two queued");
+        assert!(!q.wait_idle(std::time::Duration::from_millis(10), None), "two queued");
         let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let consumer = {
             let (q, sent) = (q.clone(), sent.clone());
@@ -280,11 +350,28 @@ mod tests {
                 }
             })
         };
-        assert!(q.wait_idle(std::time::Duration::from_secs(10)));
+        assert!(q.wait_idle(std::time::Duration::from_secs(10), None));
         // Idle means sent, not merely popped.
         assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 2);
         q.close();
         consumer.join().unwrap();
+    }
+
+    #[test]
+    fn entries_in_a_held_directory_wait_for_its_release() {
+        let q = InvalQueue::new(8);
+        q.hold(7);
+        q.push([entry(7, "a"), inode(7, 0), entry(8, "b"), entry(7, "c")]);
+        assert_eq!(q.pop(), Some(inode(7, 0)));
+        q.done();
+        assert_eq!(q.pop(), Some(entry(8, "b")));
+        q.done();
+        // The holder does not wait for the parked entries; anyone else does.
+        assert!(q.wait_idle(std::time::Duration::ZERO, Some(7)));
+        assert!(!q.wait_idle(std::time::Duration::from_millis(10), None));
+        assert_eq!(q.stats().queued, 2);
+        q.release(7);
+        assert_eq!(drain(&q), [entry(7, "a"), entry(7, "c")]);
     }
 
     #[test]
