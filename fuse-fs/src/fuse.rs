@@ -102,8 +102,8 @@ impl FuseAdapter {
             return;
         }
         let q = self.fs.inval_queue();
-        q.push(inval);
-        if !q.wait_idle(DROP_INVAL_WAIT, held_dir) {
+        let ticket = q.push(inval);
+        if !q.wait_sent(ticket, DROP_INVAL_WAIT, held_dir) {
             tracing::warn!(
                 "a drop's kernel invalidations took longer than {DROP_INVAL_WAIT:?}; answering before they are all sent"
             );

@@ -54,12 +54,16 @@ enum Key {
 #[derive(Debug, Default)]
 struct State {
     order: VecDeque<Key>,
-    /// Queued keys; for an inode, the offset to send.
-    queued: HashMap<Key, i64>,
+    /// Queued keys: for an inode, the offset to send; and the key's
+    /// sequence number (the order it was first queued in).
+    queued: HashMap<Key, (i64, u64)>,
+    /// The next sequence number.
+    next_seq: u64,
     /// Popped and not yet reported [`InvalQueue::done`].
     in_flight: usize,
-    /// The entry being sent (the consumer is one thread).
-    current: Option<Key>,
+    /// The invalidation being sent and its sequence number (the consumer
+    /// is one thread).
+    current: Option<(Key, u64)>,
     /// Directories whose inode lock the kernel holds for a request in
     /// flight (a SETXATTR on them), with a count: `inval_entry` of a name in
     /// one would wait for that request, so such entries are parked.
@@ -112,13 +116,17 @@ impl InvalQueue {
         }
     }
 
-    /// Queues `items`; never waits for the consumer.
-    pub fn push(&self, items: impl IntoIterator<Item = Inval>) {
+    /// Queues `items`; never waits for the consumer. Returns the ticket to
+    /// wait for them with ([`wait_sent`](Self::wait_sent)): the highest
+    /// sequence number among their keys (a coalesced item counts with the
+    /// key it merged into).
+    pub fn push(&self, items: impl IntoIterator<Item = Inval>) -> u64 {
         let mut added = false;
+        let mut ticket = 0;
         {
             let mut st = self.state.lock();
             if st.closed {
-                return;
+                return 0;
             }
             for item in items {
                 self.pushed.fetch_add(1, Ordering::Relaxed);
@@ -126,17 +134,21 @@ impl InvalQueue {
                     Inval::Entry { parent, name } => (Key::Entry(parent, name), 0),
                     Inval::Inode { ino, offset } => (Key::Inode(ino), offset),
                 };
-                if let Some(queued) = st.queued.get_mut(&key) {
+                if let Some((queued, seq)) = st.queued.get_mut(&key) {
                     // Offset 0 covers the pages and the attributes; a
                     // positive offset covers the pages from there on.
                     if offset >= 0 && (*queued < 0 || offset < *queued) {
                         *queued = offset;
                     }
+                    ticket = ticket.max(*seq);
                     self.coalesced.fetch_add(1, Ordering::Relaxed);
                 } else if st.order.len() + st.parked.len() >= self.bound {
                     self.overflows.fetch_add(1, Ordering::Relaxed);
                 } else {
-                    st.queued.insert(key.clone(), offset);
+                    st.next_seq += 1;
+                    let seq = st.next_seq;
+                    ticket = ticket.max(seq);
+                    st.queued.insert(key.clone(), (offset, seq));
                     st.order.push_back(key);
                     added = true;
                 }
@@ -145,6 +157,7 @@ impl InvalQueue {
         if added {
             self.ready.notify_one();
         }
+        ticket
     }
 
     /// Takes the oldest invalidation that can be sent now (entries in a held
@@ -161,9 +174,9 @@ impl InvalQueue {
                     st.parked.push(key);
                     continue;
                 }
-                let offset = st.queued.remove(&key).unwrap_or(0);
+                let (offset, seq) = st.queued.remove(&key).unwrap_or((0, 0));
                 st.in_flight += 1;
-                st.current = Some(key.clone());
+                st.current = Some((key.clone(), seq));
                 return Some(match key {
                     Key::Entry(parent, name) => Inval::Entry { parent, name },
                     Key::Inode(ino) => Inval::Inode { ino, offset },
@@ -183,9 +196,9 @@ impl InvalQueue {
         let mut st = self.state.lock();
         st.in_flight = st.in_flight.saturating_sub(1);
         st.current = None;
-        if st.in_flight == 0 && st.order.is_empty() {
-            self.idle.notify_all();
-        }
+        drop(st);
+        // Waiters check their own tickets.
+        self.idle.notify_all();
     }
 
     /// Marks directory `dir` as locked by the kernel for a request in
@@ -223,30 +236,34 @@ impl InvalQueue {
         self.ready.notify_one();
     }
 
-    /// Waits until everything queued so far has been sent (the queue is
-    /// empty and nothing is in flight), at most `timeout`; returns whether it
-    /// got there. A drop waits here before it answers, so that its caller
-    /// sees the kernel's copies gone; the bound keeps a worker from waiting
-    /// forever if the invalidation thread is stuck on a kernel lock whose
-    /// holder waits for a FUSE reply. A waiter that holds a directory
-    /// (`holding`: its own SETXATTR) does not wait for parked entries (they
-    /// wait for held directories, perhaps its own, and are sent once those
-    /// requests are answered) nor for an entry in its own directory already
-    /// in flight (the kernel sends it once this request is answered).
-    pub fn wait_idle(&self, timeout: std::time::Duration, holding: Option<u64>) -> bool {
+    /// Waits until every invalidation with a sequence number up to `ticket`
+    /// (what one [`push`](Self::push) returned) has been sent, at most
+    /// `timeout`; returns whether it got there. Later pushes do not delay
+    /// it. A drop waits here before it answers, so that its caller sees the
+    /// kernel's copies gone; the bound keeps a worker from waiting forever
+    /// if the invalidation thread is stuck on a kernel lock whose holder
+    /// waits for a FUSE reply. A waiter that holds a directory (`holding`:
+    /// its own SETXATTR) does not wait for entries in held directories,
+    /// queued, parked or in flight: they go once those requests are answered.
+    pub fn wait_sent(&self, ticket: u64, timeout: std::time::Duration, holding: Option<u64>) -> bool {
         let deadline = std::time::Instant::now() + timeout;
         let mut st = self.state.lock();
-        let idle = |st: &State| {
-            let in_flight_ok =
-                st.in_flight == 0 || matches!((&st.current, holding), (Some(Key::Entry(p, _)), Some(h)) if *p == h);
-            // A holder does not wait for entries in held directories, queued
-            // or parked: they go once those requests are answered.
-            let waits_for = |k: &Key| holding.is_none() || !matches!(k, Key::Entry(p, _) if st.held.contains_key(p));
+        let sent = |st: &State| {
+            let waits_for = |k: &Key| {
+                let exempt = holding.is_some() && matches!(k, Key::Entry(p, _) if st.held.contains_key(p));
+                !exempt && st.queued.get(k).is_some_and(|&(_, seq)| seq <= ticket)
+            };
+            let in_flight_ok = match &st.current {
+                Some((k, seq)) if st.in_flight > 0 && *seq <= ticket => {
+                    holding.is_some() && matches!(k, Key::Entry(p, _) if st.held.contains_key(p))
+                }
+                _ => true,
+            };
             in_flight_ok && !st.order.iter().any(waits_for) && !st.parked.iter().any(waits_for)
         };
-        while !idle(&st) {
+        while !sent(&st) {
             if st.closed || self.idle.wait_until(&mut st, deadline).timed_out() {
-                return idle(&st);
+                return sent(&st);
             }
         }
         true
@@ -336,9 +353,15 @@ mod tests {
     #[test]
     fn wait_idle_returns_once_everything_popped_is_done() {
         let q = std::sync::Arc::new(InvalQueue::new(8));
-        assert!(q.wait_idle(std::time::Duration::ZERO, None), "an empty queue is idle");
-        q.push([entry(1, "x"), inode(2, 0)]);
-        assert!(!q.wait_idle(std::time::Duration::from_millis(10), None), "two queued");
+        assert!(
+            q.wait_sent(u64::MAX, std::time::Duration::ZERO, None),
+            "an empty queue is idle"
+        );
+        let t = q.push([entry(1, "x"), inode(2, 0)]);
+        assert!(
+            !q.wait_sent(t, std::time::Duration::from_millis(10), None),
+            "two queued"
+        );
         let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let consumer = {
             let (q, sent) = (q.clone(), sent.clone());
@@ -350,11 +373,40 @@ mod tests {
                 }
             })
         };
-        assert!(q.wait_idle(std::time::Duration::from_secs(10), None));
+        assert!(q.wait_sent(t, std::time::Duration::from_secs(10), None));
         // Idle means sent, not merely popped.
         assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 2);
         q.close();
         consumer.join().unwrap();
+    }
+
+    #[test]
+    fn a_ticket_waits_for_its_own_pushes_not_later_ones() {
+        let q = InvalQueue::new(8);
+        let first = q.push([inode(1, 0), entry(1, "a")]);
+        let second = q.push([inode(2, 0), entry(1, "a")]);
+        // The coalesced entry counts with the key it merged into.
+        assert!(second > first);
+        assert_eq!(q.pop(), Some(inode(1, 0)));
+        assert!(
+            !q.wait_sent(first, std::time::Duration::ZERO, None),
+            "popped is not sent"
+        );
+        q.done();
+        assert!(
+            !q.wait_sent(first, std::time::Duration::ZERO, None),
+            "entry a is still queued"
+        );
+        assert_eq!(q.pop(), Some(entry(1, "a")));
+        q.done();
+        assert!(
+            q.wait_sent(first, std::time::Duration::ZERO, None),
+            "later pushes do not count"
+        );
+        assert!(!q.wait_sent(second, std::time::Duration::ZERO, None));
+        assert_eq!(q.pop(), Some(inode(2, 0)));
+        q.done();
+        assert!(q.wait_sent(second, std::time::Duration::ZERO, None));
     }
 
     #[test]
@@ -367,8 +419,8 @@ mod tests {
         assert_eq!(q.pop(), Some(entry(8, "b")));
         q.done();
         // The holder does not wait for the parked entries; anyone else does.
-        assert!(q.wait_idle(std::time::Duration::ZERO, Some(7)));
-        assert!(!q.wait_idle(std::time::Duration::from_millis(10), None));
+        assert!(q.wait_sent(u64::MAX, std::time::Duration::ZERO, Some(7)));
+        assert!(!q.wait_sent(u64::MAX, std::time::Duration::from_millis(10), None));
         assert_eq!(q.stats().queued, 2);
         q.release(7);
         assert_eq!(drain(&q), [entry(7, "a"), entry(7, "c")]);

@@ -711,8 +711,9 @@ fn final_drop(rcufs: &Path, mnt: &Path, pid: u32, r: &mut Report) -> Result<()> 
         bail!(
             "UNREACHABLE PAGES: after the workers exited and a drop of everything (mode 3 on the mount root, as \
              root), the page cache still holds {pages} pages ({bytes} bytes) that the drop did not reach ({} \
-             inodes known); pages of files the kernel has forgotten are never freed",
-            v["inodes"]["known"]
+             inodes known); pages of files the kernel has forgotten are never freed; the stats: {}",
+            v["inodes"]["known"],
+            v
         );
     }
     Ok(())

@@ -546,3 +546,34 @@ fn metadata_churn_concurrent_with_drops_stays_coherent() {
         }
     }
 }
+
+/// After a pages drop, reads through a descriptor that stayed open fill the
+/// page cache again; a later change of the file in the source must still be
+/// seen at the next open. (Before, the drop cleared the file's data stamp,
+/// the refilled pages had none to be checked against, and the next open
+/// served them stale.)
+#[test]
+fn pages_refilled_after_a_drop_are_checked_at_the_next_open() {
+    let Some(m) = Mount::with(SLOW_REVALIDATE, |src| {
+        write_tree(src, &[("d/f", &content(1, 10_000))]);
+    }) else {
+        return;
+    };
+    let held = File::open(m.at("d/f")).unwrap();
+    let mut buf = vec![0u8; 10_000];
+    held.read_exact_at(&mut buf, 0).unwrap();
+    sys::setxattr(&m.at("d"), XATTR_DROP, b"pages", 0).unwrap();
+    // Refills the page cache through the descriptor that stayed open.
+    held.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, content(1, 10_000));
+    let new = content(2, 7_000);
+    let f = OpenOptions::new().write(true).open(m.src_at("d/f")).unwrap();
+    f.write_all_at(&new, 0).unwrap();
+    f.set_len(new.len() as u64).unwrap();
+    drop(f);
+    assert_eq!(
+        fs::read(m.at("d/f")).unwrap(),
+        new,
+        "the next open served the refilled pages"
+    );
+}

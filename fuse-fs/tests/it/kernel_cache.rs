@@ -323,3 +323,72 @@ fn a_drop_reaches_an_open_file_in_a_directory_the_kernel_forgot() {
         "the open file still reads its old pages 5 s after a drop of its directory ({out:?})"
     );
 }
+
+/// Writes `data` over the source file in place (same inode), truncating to
+/// its length, as another program on the source would.
+fn rewrite_in_place(path: &std::path::Path, data: &[u8]) {
+    let f = fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(data, 0).unwrap();
+    f.set_len(data.len() as u64).unwrap();
+}
+
+/// Reads all of `f` from offset 0 with a buffer larger than the file.
+fn read_whole(f: &fs::File, max: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; max];
+    let mut n = 0;
+    loop {
+        let m = f.read_at(&mut buf[n..], n as u64).unwrap();
+        if m == 0 {
+            break;
+        }
+        n += m;
+    }
+    buf.truncate(n);
+    buf
+}
+
+/// A drop answers only once the kernel's copies are invalidated: a read
+/// through a descriptor that stayed open, right after the drop returns,
+/// sees what the source holds, never the kernel's old pages (before, the
+/// invalidations went out after the reply, and such reads returned the old
+/// bytes most of the time), and a file that shrank in the source is not
+/// padded with zeros to its old size.
+#[test]
+fn a_read_right_after_a_drop_sees_the_source() {
+    let Some(m) = Mount::with(ARGS, tree) else { return };
+    let f = fs::File::open(m.at("d/f1")).unwrap();
+    for round in 0..20usize {
+        assert!(read_whole(&f, 20_000).len() >= 100, "round {round}");
+        // Same size in even rounds, shorter in odd ones.
+        let len = if round % 2 == 0 { 9000 } else { 4000 + round };
+        let new = content(100 + round, len);
+        rewrite_in_place(&m.src_at("d/f1"), &new);
+        sys::drop_dir(&m.at("d"), if round % 4 < 2 { DropMode::Pages } else { DropMode::All }).unwrap();
+        let got = read_whole(&f, 20_000);
+        assert!(
+            got == new,
+            "round {round}: read {} bytes right after the drop, the source holds {} (first bytes {:?} vs {:?})",
+            got.len(),
+            new.len(),
+            &got[..got.len().min(8)],
+            &new[..8]
+        );
+    }
+}
+
+/// A fresh open of a file that grew in the source reads it to its new end
+/// (before, the kernel kept the old size until its attribute timeout).
+#[test]
+fn a_fresh_open_after_the_source_grew_reads_the_new_end() {
+    let Some(m) = Mount::with(ARGS, tree) else { return };
+    for round in 0..10usize {
+        let old = fs::read(m.at("d/f2")).unwrap();
+        let mut new = old.clone();
+        new.extend_from_slice(&content(200 + round, 5000));
+        rewrite_in_place(&m.src_at("d/f2"), &new);
+        let f = fs::File::open(m.at("d/f2")).unwrap();
+        let got = read_whole(&f, new.len() + 4096);
+        assert_eq!(got.len(), new.len(), "round {round}: a fresh open read the old size");
+        assert!(got == new, "round {round}: wrong bytes");
+    }
+}
