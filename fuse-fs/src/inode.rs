@@ -220,9 +220,20 @@ impl Inode {
         *self.attr.lock()
     }
 
-    /// Replaces the cached attributes with a fresh `stat`.
+    /// Replaces the cached attributes with a fresh `stat`, unless the cached
+    /// ones are newer (a later ctime): two threads can take `stat`s in one
+    /// order and store them in the other, and an older `stat` stored last
+    /// would serve attributes from before a change for up to the
+    /// revalidation interval (seen as a stale size after a change in the
+    /// source). Only attributes stored within the last second win so (the
+    /// race is that short), so a clock stepped back cannot pin old ones.
+    /// The time of the check moves forward either way.
     pub fn set_attr(&self, st: libc::stat) {
-        *self.attr.lock() = AttrState { st, at: Instant::now() };
+        let mut a = self.attr.lock();
+        let newer = (a.st.st_ctime, a.st.st_ctime_nsec) > (st.st_ctime, st.st_ctime_nsec)
+            && a.at.elapsed() < std::time::Duration::from_secs(1);
+        let st = if newer && a.st.st_ino == st.st_ino { a.st } else { st };
+        *a = AttrState { st, at: Instant::now() };
     }
 
     /// The directory (node id) and name this inode was last found under.
