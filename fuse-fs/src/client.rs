@@ -17,92 +17,12 @@ use std::fmt::Write as _;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, anyhow, bail};
 use fuse_fs::protocol::{DropArgs, DropMode, IOC_DROP, XATTR_STATS};
 
-/// The filesystem type rcufs mounts show in mountinfo.
-pub const FSTYPE: &str = "fuse.rcufs";
-
-/// Whether a mount is an rcufs mount: type `fuse.rcufs`, or type `fuse` with
-/// the mount source `rcufs` (what a FUSE library shows when it mounts with
-/// mount(2) directly and passes the subtype only as the source name).
-pub fn is_rcufs(m: &MountEntry) -> bool {
-    m.fstype == FSTYPE || (m.fstype == "fuse" && m.source == "rcufs")
-}
-
-/// One line of `/proc/self/mountinfo`, the fields rcufs needs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MountEntry {
-    /// The device number, `(major, minor)`.
-    pub dev: (u32, u32),
-    /// The directory of the mounted filesystem that is mounted (`/` unless a bind mount).
-    pub root: PathBuf,
-    /// Where it is mounted, unescaped.
-    pub mount_point: PathBuf,
-    /// The filesystem type, for example `fuse.rcufs` or `ext4`.
-    pub fstype: String,
-    /// The mount source, for example the rcufs source directory.
-    pub source: String,
-}
-
-/// Parses mountinfo text (see proc(5)); malformed lines are skipped.
-pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
-    text.lines().filter_map(parse_mountinfo_line).collect()
-}
-
-fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
-    // 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
-    let (left, right) = line.split_once(" - ")?;
-    let mut l = left.split(' ');
-    let _id = l.next()?;
-    let _parent = l.next()?;
-    let (major, minor) = l.next()?.split_once(':')?;
-    let root = unescape(l.next()?);
-    let mount_point = unescape(l.next()?);
-    let mut r = right.split(' ');
-    let fstype = r.next()?.to_string();
-    let source = String::from_utf8_lossy(&unescape_bytes(r.next().unwrap_or(""))).into_owned();
-    Some(MountEntry {
-        dev: (major.parse().ok()?, minor.parse().ok()?),
-        root,
-        mount_point,
-        fstype,
-        source,
-    })
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`, `\134`).
-fn unescape_bytes(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            let v = (b[i + 1] - b'0') as u32 * 64 + (b[i + 2] - b'0') as u32 * 8 + (b[i + 3] - b'0') as u32;
-            if let Ok(byte) = u8::try_from(v) {
-                out.push(byte);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    out
-}
-
-fn unescape(s: &str) -> PathBuf {
-    use std::os::unix::ffi::OsStringExt;
-    PathBuf::from(std::ffi::OsString::from_vec(unescape_bytes(s)))
-}
-
-/// Reads and parses this process's mount table.
-pub fn mounts() -> Result<Vec<MountEntry>> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").context("cannot read /proc/self/mountinfo")?;
-    Ok(parse_mountinfo(&text))
-}
+use fuse_fs::mountinfo::{MountEntry, is_rcufs, mounts};
 
 /// Splits a `dev_t` into major and minor as glibc's `gnu_dev_major`/`minor` do.
 fn split_dev(dev: u64) -> (u32, u32) {

@@ -36,13 +36,14 @@
 //! - The process umask is 0; a creating operation uses the caller's umask
 //!   on its own thread only (see `creds.rs`).
 
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
 
 use crate::creds::Creds;
 use crate::data::Data;
@@ -917,7 +918,7 @@ impl Fs {
         let st = sys::fstat(fd.as_fd())?;
         inode.set_attr(st);
         let now = Stamp::of(&st);
-        let (keep, changed) = {
+        let same = {
             let mut stamp = inode.data_stamp.lock();
             let same = *stamp == Some(now);
             if !same {
@@ -931,17 +932,16 @@ impl Fs {
                     self.stale_opens.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            let changed = !same;
             *stamp = Some(now);
-            (same, changed)
+            same
         };
         let append = flags & libc::O_APPEND != 0;
         let fh = self.files.insert(OpenFile { inode, fd, append });
         Ok(Opened {
             fh,
             direct_io: !self.cfg.kernel_cache,
-            keep_cache: self.cfg.kernel_cache && keep,
-            changed,
+            keep_cache: self.cfg.kernel_cache && same,
+            changed: !same,
         })
     }
 

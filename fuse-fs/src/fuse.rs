@@ -135,14 +135,19 @@ impl Drop for FuseAdapter {
 /// Sends kernel invalidations until the queue closes (run on its own thread).
 pub fn inval_worker(fs: Arc<Fs>, notifier: Arc<OnceLock<Notifier>>) {
     while let Some(inval) = fs.inval_queue().pop() {
-        let Some(n) = notifier.get() else { continue };
-        let r = match &inval {
-            Inval::Entry { parent, name } => n.inval_entry(INodeNo(*parent), OsStr::from_bytes(name)),
-            Inval::Inode { ino, offset } => n.inval_inode(INodeNo(*ino), *offset, 0),
-        };
-        if let Err(e) = r {
-            tracing::debug!(?inval, error = %e, "kernel invalidation not applied");
+        // No notifier yet: the session is still starting, the kernel has
+        // nothing cached to invalidate.
+        if let Some(n) = notifier.get() {
+            let r = match &inval {
+                Inval::Entry { parent, name } => n.inval_entry(INodeNo(*parent), OsStr::from_bytes(name)),
+                Inval::Inode { ino, offset } => n.inval_inode(INodeNo(*ino), *offset, 0),
+            };
+            if let Err(e) = r {
+                tracing::debug!(?inval, error = %e, "kernel invalidation not applied");
+            }
         }
+        // Every popped invalidation is reported, or drops waiting for it
+        // would wait out their bound.
         fs.inval_queue().done();
     }
 }
@@ -803,9 +808,9 @@ pub mod session {
     pub struct Running {
         session: fuser::BackgroundSession,
         /// Set when rcufs mounted the filesystem itself (and so unmounts it):
-        /// the mount point and the mount's device number (`major:minor` in
-        /// mountinfo), which tells this mount from anything mounted there later.
-        own_mount: Option<(PathBuf, String)>,
+        /// the mount point and the mount's device number (if mountinfo
+        /// showed it), which tells this mount from anything mounted there later.
+        own_mount: Option<(PathBuf, Option<(u32, u32)>)>,
     }
 
     /// The mount options rcufs understands.
@@ -918,7 +923,7 @@ pub mod session {
         sys::mount(c"rcufs", &target, c"fuse.rcufs", flags, &data)?;
         let canon = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
         // Read from mountinfo, not by stat: the mount cannot answer yet.
-        let mount_id = mount_dev(&canon).unwrap_or_default();
+        let mount_id = mount_dev(&canon);
         let acl = cfg.acl;
         let session = match fuser::Session::from_fd(adapter, dev, acl, cfg) {
             Ok(s) => s,
@@ -960,9 +965,8 @@ pub mod session {
     /// connected").
     pub fn wait(r: Running) -> std::io::Result<()> {
         let result = r.session.join();
-        if let Some((mp, dev)) = &r.own_mount
-            && !dev.is_empty()
-            && mount_dev(mp).as_deref() == Some(dev.as_str())
+        if let Some((mp, Some(dev))) = &r.own_mount
+            && mount_dev(mp) == Some(*dev)
         {
             match &result {
                 Err(e) => {
@@ -980,33 +984,14 @@ pub mod session {
         result
     }
 
-    /// The device number (`major:minor`) of the topmost mount at `mp`, from
-    /// `/proc/self/mountinfo` (which never asks the mounted filesystem).
-    fn mount_dev(mp: &Path) -> Option<String> {
-        let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-        let want = mp.as_os_str().as_bytes();
-        text.lines().rev().find_map(|line| {
-            let mut f = line.split(' ');
-            let dev = f.nth(2)?;
-            let at = f.nth(1)?;
-            // mountinfo escapes space, tab, newline and backslash as octal.
-            (unescape(at) == want).then(|| dev.to_string())
-        })
-    }
-
-    fn unescape(s: &str) -> Vec<u8> {
-        let b = s.as_bytes();
-        let mut out = Vec::with_capacity(b.len());
-        let mut i = 0;
-        while i < b.len() {
-            if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-                out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-                i += 4;
-            } else {
-                out.push(b[i]);
-                i += 1;
-            }
-        }
-        out
+    /// The device number of the topmost mount at `mp` (from mountinfo,
+    /// which never asks the mounted filesystem).
+    fn mount_dev(mp: &Path) -> Option<(u32, u32)> {
+        crate::mountinfo::mounts()
+            .ok()?
+            .into_iter()
+            .rev()
+            .find(|m| m.mount_point == mp)
+            .map(|m| m.dev)
     }
 }

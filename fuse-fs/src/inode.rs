@@ -47,12 +47,13 @@
 //!   subtree rather than every inode. Lock order: node-id table shard →
 //!   `Inode::link` → children-index shard.
 
-use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
+
+use parking_lot::{Mutex, RwLock};
 
 use crate::children::Children;
 use crate::error::{FsError, FsResult};

@@ -59,10 +59,8 @@ struct State {
     queued: HashMap<Key, (i64, u64)>,
     /// The next sequence number.
     next_seq: u64,
-    /// Popped and not yet reported [`InvalQueue::done`].
-    in_flight: usize,
-    /// The invalidation being sent and its sequence number (the consumer
-    /// is one thread).
+    /// The invalidation popped and not yet reported [`InvalQueue::done`],
+    /// with its sequence number (the consumer is one thread).
     current: Option<(Key, u64)>,
     /// Directories whose inode lock the kernel holds for a request in
     /// flight (a SETXATTR on them), with a count: `inval_entry` of a name in
@@ -175,14 +173,12 @@ impl InvalQueue {
                     continue;
                 }
                 let (offset, seq) = st.queued.remove(&key).unwrap_or((0, 0));
-                st.in_flight += 1;
                 st.current = Some((key.clone(), seq));
                 return Some(match key {
                     Key::Entry(parent, name) => Inval::Entry { parent, name },
                     Key::Inode(ino) => Inval::Inode { ino, offset },
                 });
             }
-            self.idle.notify_all();
             if st.closed {
                 return None;
             }
@@ -194,7 +190,6 @@ impl InvalQueue {
     /// sent to the kernel (or failed).
     pub fn done(&self) {
         let mut st = self.state.lock();
-        st.in_flight = st.in_flight.saturating_sub(1);
         st.current = None;
         drop(st);
         // Waiters check their own tickets.
@@ -249,17 +244,12 @@ impl InvalQueue {
         let deadline = std::time::Instant::now() + timeout;
         let mut st = self.state.lock();
         let sent = |st: &State| {
-            let waits_for = |k: &Key| {
-                let exempt = holding.is_some() && matches!(k, Key::Entry(p, _) if st.held.contains_key(p));
-                !exempt && st.queued.get(k).is_some_and(|&(_, seq)| seq <= ticket)
-            };
-            let in_flight_ok = match &st.current {
-                Some((k, seq)) if st.in_flight > 0 && *seq <= ticket => {
-                    holding.is_some() && matches!(k, Key::Entry(p, _) if st.held.contains_key(p))
-                }
-                _ => true,
-            };
-            in_flight_ok && !st.order.iter().any(waits_for) && !st.parked.iter().any(waits_for)
+            let exempt = |k: &Key| holding.is_some() && matches!(k, Key::Entry(p, _) if st.held.contains_key(p));
+            let waits_for = |k: &Key, seq: u64| seq <= ticket && !exempt(k);
+            let pending = |k: &Key| st.queued.get(k).is_some_and(|&(_, seq)| waits_for(k, seq));
+            !st.current.as_ref().is_some_and(|(k, seq)| waits_for(k, *seq))
+                && !st.order.iter().any(pending)
+                && !st.parked.iter().any(pending)
         };
         while !sent(&st) {
             if st.closed || self.idle.wait_until(&mut st, deadline).timed_out() {

@@ -47,6 +47,7 @@ mod fuse;
 pub mod inode;
 pub mod inval;
 mod mount;
+pub mod mountinfo;
 pub mod names;
 pub mod open_files;
 pub mod protocol;

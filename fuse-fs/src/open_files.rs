@@ -7,7 +7,7 @@
 //! offsets), but the descriptor behind it is shared by every handle of the
 //! same inode opened with the same [`ShareKey`]: the access mode and the
 //! file status flags that change what a read or write on the descriptor
-//! does (`O_APPEND`, `O_DIRECT`, `O_SYNC`/`O_DSYNC`, `O_NOATIME`,
+//! does (`O_APPEND`, `O_SYNC`/`O_DSYNC`, `O_NOATIME`,
 //! `O_NONBLOCK`, `O_ASYNC`, `O_PATH`). All I/O on a shared descriptor is
 //! positional (`pread`/`pwrite`), so the descriptor's own offset is never
 //! used. The daemon thus holds one descriptor per open inode and mode, not
@@ -46,12 +46,13 @@
 //! - The shard locks are leaves: nothing is opened, closed or checked while
 //!   one is held.
 
-use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
 
 use crate::error::{FsError, FsResult};
 use crate::inode::Inode;
@@ -130,10 +131,10 @@ impl<T> Handles<T> {
     }
 }
 
-/// The open flags that make two descriptors of one inode behave differently.
+/// The open flags that make two descriptors of one inode behave differently
+/// (`O_DIRECT` is not one: it never reaches the source, see `fs.rs`).
 const SHARE_FLAGS: i32 = libc::O_ACCMODE
     | libc::O_APPEND
-    | libc::O_DIRECT
     | libc::O_SYNC
     | libc::O_DSYNC
     | libc::O_NOATIME

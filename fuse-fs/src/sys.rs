@@ -492,14 +492,7 @@ pub fn read_dir_batch(fd: BorrowedFd<'_>, offset: i64, buf: &mut [u8]) -> FsResu
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the new soft limit.
 pub fn raise_nofile_limit() -> u64 {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `rl` is writable.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
-        return 1024;
-    }
+    let Some(rl) = nofile_rlimit() else { return 1024 };
     if rl.rlim_cur < rl.rlim_max {
         let want = libc::rlimit {
             rlim_cur: rl.rlim_max,
@@ -595,15 +588,17 @@ pub fn lowest_free_fd(fd: BorrowedFd<'_>) -> FsResult<RawFd> {
 
 /// The soft `RLIMIT_NOFILE` (1024 if it cannot be read).
 pub fn nofile_limit() -> u64 {
+    nofile_rlimit().map_or(1024, |rl| rl.rlim_cur)
+}
+
+/// `getrlimit(RLIMIT_NOFILE)`.
+fn nofile_rlimit() -> Option<libc::rlimit> {
     let mut rl = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: `rl` is writable.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
-        return 1024;
-    }
-    rl.rlim_cur
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0).then_some(rl)
 }
 
 /// Sets the calling thread's filesystem uid (the raw system call, which

@@ -964,28 +964,8 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// a path that existed at one moment.
     pub fn walk<'a>(&self, start: &Dentry<T>, components: impl IntoIterator<Item = &'a [u8]>) -> Walk<T> {
         self.own(start);
-        // The components are kept for retries: on the stack for paths of
-        // up to `INLINE_COMPONENTS`, so that a walk allocates nothing.
-        const INLINE_COMPONENTS: usize = 32;
-        let mut inline: [&[u8]; INLINE_COMPONENTS] = [&[]; INLINE_COMPONENTS];
-        let mut heap: Vec<&[u8]> = Vec::new();
-        let mut len = 0;
-        for comp in components {
-            if len < INLINE_COMPONENTS {
-                inline[len] = comp;
-            } else {
-                if heap.is_empty() {
-                    heap.extend_from_slice(&inline);
-                }
-                heap.push(comp);
-            }
-            len += 1;
-        }
-        let comps: &[&[u8]] = if len <= INLINE_COMPONENTS {
-            &inline[..len]
-        } else {
-            &heap
-        };
+        // Kept for retries.
+        let comps: Vec<&[u8]> = components.into_iter().collect();
         let sh = self.sh();
         let guard = epoch::pin();
         'retry: loop {

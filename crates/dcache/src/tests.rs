@@ -468,8 +468,8 @@ fn short_and_long_names_round_trip_through_insert_and_rename() {
     check_lookup(&c, &root, &twin, Some(Some(99)));
 }
 
-/// A walk of more components than it keeps on the stack resolves them all,
-/// and reports a miss past that point at the right component.
+/// A walk of a long path (40 components) resolves them all, and reports a
+/// miss past that point at the right component.
 #[test]
 fn walk_of_a_long_path_resolves_every_component() {
     let c = cache();

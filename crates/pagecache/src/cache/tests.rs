@@ -157,7 +157,8 @@ fn metadata_overhead_per_page() {
     let node = std::mem::size_of::<crate::radix::node::Node<PageHandle>>();
     assert!(node >= SLOTS * 8, "the slots are in the node");
     assert_eq!(handle, 8);
-    println!("Page {page} B + boxed PageHandle {handle} B + leaf node {node} B / {SLOTS} slots");
+    // A page-tree slot points at its `Page` (no box in between).
+    println!("per page: Page {page} B + leaf node {node} B / {SLOTS} slots (a slot is a {handle}-byte pointer)");
 }
 
 /// An inode whose pages are all gone leaves the inode map, whichever way
