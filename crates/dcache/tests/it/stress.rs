@@ -435,12 +435,16 @@ fn torn_keys_never_match_while_renames_change_keys_in_place() {
         }
         let probes = Arc::new(probes);
         let done = Arc::new(AtomicBool::new(false));
+        // The renames start once both readers run (on two busy cores the
+        // writer could otherwise finish before a reader's first lookup).
+        let running = Arc::new(std::sync::Barrier::new(3));
         let readers: Vec<_> = (0..2)
             .map(|_| {
                 let (c, probes, done, x) = (c.clone(), probes.clone(), done.clone(), x.clone());
-                let (n1, n2) = (n1.clone(), n2.clone());
+                let (n1, n2, running) = (n1.clone(), n2.clone(), running.clone());
                 thread::spawn(move || {
                     let mut lookups = 0u64;
+                    running.wait();
                     while !done.load(Ordering::Acquire) {
                         for (parent, name) in probes.iter() {
                             let hit = c.lookup_with(parent, name, |p| p.map(Payload::verify));
@@ -458,6 +462,7 @@ fn torn_keys_never_match_while_renames_change_keys_in_place() {
                 })
             })
             .collect();
+        running.wait();
         for _ in 0..scaled(20_000) {
             assert!(c.rename(&a, &n1, &b, &n2));
             assert!(c.rename(&b, &n2, &a, &n1));
