@@ -1515,8 +1515,12 @@ impl Fs {
                 continue;
             }
             let known = inode.nlookup() > 0;
+            // Either mode re-reads the source: the attributes too (a pages
+            // drop that kept them would hand the kernel the old size with
+            // the next LOOKUP or READDIRPLUS, after its own copy was
+            // invalidated).
+            inode.expire_attr();
             if mode.drops_dentries() {
-                inode.expire_attr();
                 if known {
                     let (parent, name) = inode.link();
                     out.inval.push(Inval::Entry {
@@ -1620,6 +1624,7 @@ impl Fs {
                 "pushed": inval.pushed,
                 "coalesced": inval.coalesced,
                 "overflows": inval.overflows,
+                "timeouts": inval.timeouts,
             },
         })
     }

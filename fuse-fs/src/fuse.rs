@@ -20,16 +20,20 @@
 //! [`Fs`] as a [`Caller`].
 //!
 //! Kernel cache invalidations (kernel-cache mode, after a drop) go onto the
-//! filesystem's bounded queue (`inval.rs`) and a dedicated thread sends
-//! them; the push never blocks, and the queue closes when the adapter is
-//! dropped (the session ended). A drop waits, bounded, until its
-//! invalidations have been sent before it answers, so that its caller sees
-//! the kernel's copies gone; the one exception are the entries directly in
-//! a directory whose inode lock the kernel holds for a SETXATTR in flight
-//! (`inval_entry` in it would wait for that lock): the queue parks them
-//! until that request is answered (`HeldDir`). An open that finds the
-//! file changed invalidates the kernel's attributes from inside the handler
-//! (that takes no inode lock in the kernel).
+//! filesystem's bounded queue (`inval.rs`) and two dedicated threads send
+//! them (entries and inodes, so that an entry waiting for a directory lock
+//! never delays a page invalidation); the push never blocks, and the queue
+//! closes when the adapter is dropped (the session ended). A drop is
+//! answered only once its invalidations have been sent (bounded), so that
+//! its caller sees the kernel's copies gone; its reply is kept by the queue
+//! and sent by the queue's answering thread, so that no FUSE worker waits
+//! (the requests the invalidations wait for in the kernel need one). The
+//! one exception are the entries directly in a directory whose inode lock
+//! the kernel holds for a SETXATTR in flight (`inval_entry` in it would
+//! wait for that lock): the queue parks them until that request is
+//! answered (`HeldDir`). An open that finds the file changed invalidates
+//! the kernel's attributes from inside the handler (that takes no inode
+//! lock in the kernel).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -45,6 +49,7 @@ use fuser::{
 
 use crate::error::{FsError, FsResult};
 use crate::fs::{Attr, Caller, Fs, Inval, Kind, Opened, SetAttr, XattrReply};
+use crate::inval::{Lane, Outcome};
 use crate::ratelog::RateLimit;
 
 /// The adapter between fuser and [`Fs`].
@@ -54,33 +59,30 @@ pub struct FuseAdapter {
 }
 
 /// Kernel-cache mode: marks a directory as locked by the kernel for the
-/// request in flight (a SETXATTR on it) for as long as the guard lives, so
-/// that the invalidation thread parks entries in it instead of blocking on
-/// that lock (which would stall every drop's wait behind it).
-struct HeldDir<'a> {
-    queue: &'a crate::inval::InvalQueue,
+/// request in flight (a SETXATTR on it) until the guard is dropped, after
+/// the reply, so that the invalidation thread parks entries in it instead
+/// of blocking on that lock.
+struct HeldDir {
+    fs: Arc<Fs>,
     dir: u64,
 }
 
-impl<'a> HeldDir<'a> {
-    fn new(fs: &'a Fs, dir: u64) -> Option<Self> {
+impl HeldDir {
+    fn new(fs: &Arc<Fs>, dir: u64) -> Option<Self> {
         fs.config().kernel_cache.then(|| {
             fs.inval_queue().hold(dir);
-            Self {
-                queue: fs.inval_queue(),
-                dir,
-            }
+            Self { fs: fs.clone(), dir }
         })
     }
 }
 
-impl Drop for HeldDir<'_> {
+impl Drop for HeldDir {
     fn drop(&mut self) {
-        self.queue.release(self.dir);
+        self.fs.inval_queue().release(self.dir);
     }
 }
 
-/// How long a drop waits for its kernel invalidations before it answers.
+/// How long a drop's answer waits for its kernel invalidations.
 const DROP_INVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl FuseAdapter {
@@ -90,24 +92,39 @@ impl FuseAdapter {
         Self { fs, notifier }
     }
 
-    /// Queues a drop's invalidations and waits (bounded) until the
-    /// invalidation thread has sent them, so that the caller of the drop
-    /// sees the kernel's copies gone when its ioctl or setxattr returns.
-    /// `held_dir` is the directory whose inode lock the kernel holds for
-    /// this request (SETXATTR on it), if any: entries directly in it are
-    /// parked by the queue until the request is answered (see
-    /// [`HeldDir`]), and not waited for.
-    fn send_drop_inval(&self, inval: Vec<Inval>, held_dir: Option<u64>) {
+    /// Queues a drop's invalidations and runs `answer` (which replies to
+    /// the drop) once the invalidation threads have sent them (bounded by
+    /// [`DROP_INVAL_WAIT`]), so that the caller of the drop sees the
+    /// kernel's copies gone when its ioctl or setxattr returns; at once if
+    /// there are none. The answer runs on the queue's answering thread:
+    /// this worker goes back to serving requests. `held` is the directory
+    /// whose inode lock the kernel holds for this request (SETXATTR on
+    /// it), if any: entries directly in it are parked by the queue until
+    /// the request is answered (the guard is dropped after `answer`), and
+    /// not waited for.
+    fn answer_after_inval(&self, inval: Vec<Inval>, held: Option<HeldDir>, answer: impl FnOnce() + Send + 'static) {
         if inval.is_empty() {
+            answer();
+            drop(held);
             return;
         }
         let q = self.fs.inval_queue();
         let ticket = q.push(inval);
-        if !q.wait_sent(ticket, DROP_INVAL_WAIT, held_dir) {
-            tracing::warn!(
-                "a drop's kernel invalidations took longer than {DROP_INVAL_WAIT:?}; answering before they are all sent"
-            );
-        }
+        let holding = held.as_ref().map(|h| h.dir);
+        q.answer_when_sent(
+            ticket,
+            DROP_INVAL_WAIT,
+            holding,
+            Box::new(move |outcome| {
+                if outcome == Outcome::TimedOut {
+                    tracing::warn!(
+                        "a drop's kernel invalidations took longer than {DROP_INVAL_WAIT:?}; answering before they are all sent"
+                    );
+                }
+                answer();
+                drop(held);
+            }),
+        );
     }
 
     /// Kernel-cache mode: an open that found the file changed in the source
@@ -132,9 +149,10 @@ impl Drop for FuseAdapter {
     }
 }
 
-/// Sends kernel invalidations until the queue closes (run on its own thread).
-pub fn inval_worker(fs: Arc<Fs>, notifier: Arc<OnceLock<Notifier>>) {
-    while let Some(inval) = fs.inval_queue().pop() {
+/// Sends the kernel invalidations of `lane` until the queue closes (run on
+/// its own thread, one per lane).
+pub fn inval_worker(fs: Arc<Fs>, notifier: Arc<OnceLock<Notifier>>, lane: Lane) {
+    while let Some(inval) = fs.inval_queue().pop(lane) {
         // No notifier yet: the session is still starting, the kernel has
         // nothing cached to invalidate.
         if let Some(n) = notifier.get() {
@@ -146,9 +164,9 @@ pub fn inval_worker(fs: Arc<Fs>, notifier: Arc<OnceLock<Notifier>>) {
                 tracing::debug!(?inval, error = %e, "kernel invalidation not applied");
             }
         }
-        // Every popped invalidation is reported, or drops waiting for it
+        // Every popped invalidation is reported, or answers waiting for it
         // would wait out their bound.
-        fs.inval_queue().done();
+        fs.inval_queue().done(lane);
     }
 }
 
@@ -643,13 +661,12 @@ impl Filesystem for FuseAdapter {
             // The kernel holds this inode's lock until the reply.
             let held = HeldDir::new(&self.fs, ino.0);
             match self.fs.setxattr(ino.0, name.as_bytes(), value, flags, caller(req)) {
-                Ok(inval) => {
-                    self.send_drop_inval(inval, Some(ino.0));
-                    reply.ok();
+                Ok(inval) => self.answer_after_inval(inval, held, move || reply.ok()),
+                Err(e) => {
+                    reply.error(xattr_errno(e));
+                    drop(held);
                 }
-                Err(e) => reply.error(xattr_errno(e)),
             }
-            drop(held);
         });
     }
 
@@ -734,9 +751,10 @@ impl Filesystem for FuseAdapter {
             match self.fs.ioctl(ino.0, cmd, in_data, caller(req)) {
                 Ok((out, inval)) => {
                     // The kernel holds no inode lock during an ioctl.
-                    self.send_drop_inval(inval, None);
-                    let n = out.len().min(out_size as usize);
-                    reply.ioctl(0, &out[..n]);
+                    self.answer_after_inval(inval, None, move || {
+                        let n = out.len().min(out_size as usize);
+                        reply.ioctl(0, &out[..n]);
+                    });
                 }
                 Err(e) => reply.error(errno(e)),
             }

@@ -1,27 +1,51 @@
-//! The kernel-invalidation queue (kernel-cache mode): bounded and coalescing.
+//! The kernel-invalidation queue (kernel-cache mode): bounded, coalescing,
+//! in two lanes, with answers deferred until a drop's invalidations are sent.
 //!
 //! # Design
-//! Request handlers hand invalidations to `fuse.rs` after their reply; it
-//! pushes them here and the invalidation thread pops them and tells the
-//! kernel. The queue is keyed by what is invalidated: an entry by
-//! `(parent, name)`, an inode by node id. Pushing a key that is already
-//! queued merges into the queued one (for an inode, the widest range wins:
-//! offset 0 = attributes and every page, -1 = attributes only) and keeps its
-//! place, so repeated drops of one directory cost nothing more.
+//! Request handlers hand invalidations to `fuse.rs`, which pushes them here;
+//! two invalidation threads pop them and tell the kernel, one per [`Lane`]:
+//! entries (`inval_entry`, which takes the parent directory's inode lock in
+//! the kernel) and inodes (`inval_inode`, which takes no inode lock but
+//! waits for the locked and under-writeback pages it invalidates). The
+//! lanes are separate so that an entry waiting for a directory lock held
+//! by some request in flight never delays the attribute and page
+//! invalidations a drop's caller needs to see. The queue is keyed by what
+//! is invalidated: an entry by `(parent, name)`, an inode by node id.
+//! Pushing a key that is already queued merges into the queued one (for an
+//! inode, the widest range wins: offset 0 = attributes and every page, -1 =
+//! attributes only) and keeps its place, so repeated drops of one
+//! directory cost nothing more.
+//!
+//! A drop is answered only once its invalidations are sent, so that its
+//! caller sees the kernel's copies gone: [`answer_when_sent`]
+//! (InvalQueue::answer_when_sent) keeps the answer (a closure holding the
+//! FUSE reply) and the answering thread ([`answer_worker`]) runs it when
+//! they are, or after a bound. No FUSE worker thread waits meanwhile: a
+//! worker that did would be one fewer to answer the very requests (a LOOKUP
+//! under a directory lock, a WRITE of a page under writeback) whose
+//! completion the invalidation threads may be waiting for in the kernel;
+//! with every worker waiting that way the mount stalled until the bound.
 //!
 //! # Invariants
 //! - The queue never holds more than `bound` keys; a push beyond that is
 //!   dropped and counted in `overflows` (the kernel then keeps its copy until
 //!   the entry and attribute timeouts, as with any lost notification).
-//! - `push` never blocks on the consumer: it takes one leaf lock for a few
-//!   map operations. A FUSE worker that blocked here while the invalidation
-//!   thread waits for a kernel inode lock held by that worker's request
-//!   could deadlock.
-//! - Keys come out in the order they were first queued (drops queue theirs
-//!   bottom-up, as the kernel wants them).
+//! - `push` never blocks on the consumers: it takes one leaf lock for a few
+//!   map operations.
+//! - Keys of one lane come out in the order they were first queued (drops
+//!   queue theirs bottom-up, as the kernel wants them).
+//! - A directory whose inode lock the kernel holds for a SETXATTR in flight
+//!   ([`hold`](InvalQueue::hold)) gets no `inval_entry` until that request
+//!   is answered: its entries are parked. Its holder's answer does not wait
+//!   for entries in held directories, nor for any entry while the entry
+//!   lane is sending one in a held directory (it may be blocked on that
+//!   very lock, taken by the kernel before the hold was registered).
+//! - Every kept answer runs exactly once: when its invalidations are sent,
+//!   at its deadline, or when the queue closes.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -45,23 +69,63 @@ pub enum Inval {
     },
 }
 
+/// Which invalidation thread sends a kind of invalidation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// `inval_entry` (may wait for a directory's inode lock).
+    Entries = 0,
+    /// `inval_inode` (may wait for locked pages and writeback).
+    Inodes = 1,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Key {
     Entry(u64, Vec<u8>),
     Inode(u64),
 }
 
-#[derive(Debug, Default)]
+impl Key {
+    fn lane(&self) -> Lane {
+        match self {
+            Key::Entry(..) => Lane::Entries,
+            Key::Inode(_) => Lane::Inodes,
+        }
+    }
+}
+
+/// How a kept answer ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything it waited for was sent.
+    Sent,
+    /// Its deadline passed first.
+    TimedOut,
+    /// The queue closed (the session ended).
+    Closed,
+}
+
+/// A kept answer.
+type Answer = Box<dyn FnOnce(Outcome) + Send>;
+
+struct Waiter {
+    ticket: u64,
+    holding: Option<u64>,
+    deadline: Instant,
+    answer: Answer,
+}
+
+#[derive(Default)]
 struct State {
-    order: VecDeque<Key>,
+    /// Keys queued in each lane, in first-queued order.
+    order: [VecDeque<Key>; 2],
     /// Queued keys: for an inode, the offset to send; and the key's
     /// sequence number (the order it was first queued in).
     queued: HashMap<Key, (i64, u64)>,
     /// The next sequence number.
     next_seq: u64,
-    /// The invalidation popped and not yet reported [`InvalQueue::done`],
-    /// with its sequence number (the consumer is one thread).
-    current: Option<(Key, u64)>,
+    /// Per lane, the invalidation popped and not yet reported
+    /// [`InvalQueue::done`], with its sequence number.
+    current: [Option<(Key, u64)>; 2],
     /// Directories whose inode lock the kernel holds for a request in
     /// flight (a SETXATTR on them), with a count: `inval_entry` of a name in
     /// one would wait for that request, so such entries are parked.
@@ -69,19 +133,52 @@ struct State {
     /// Entries taken out of `order` because their directory is held; they
     /// go back to the front when it is released.
     parked: Vec<Key>,
+    /// Answers kept until their invalidations are sent.
+    waiters: Vec<Waiter>,
     closed: bool,
 }
 
+impl State {
+    /// Whether everything with a sequence number up to `ticket` was sent,
+    /// for a waiter holding `holding` (see the module's invariants).
+    fn sent(&self, ticket: u64, holding: Option<u64>) -> bool {
+        let in_held = |k: &Key| matches!(k, Key::Entry(p, _) if self.held.contains_key(p));
+        // The entry lane may be blocked on a held directory's lock: a
+        // holder's answer must not wait for it (or for what queues behind).
+        let entries_blocked = self.current[Lane::Entries as usize]
+            .as_ref()
+            .is_some_and(|(k, _)| in_held(k));
+        let exempt = |k: &Key| holding.is_some() && (in_held(k) || (entries_blocked && k.lane() == Lane::Entries));
+        let waits_for = |k: &Key, seq: u64| seq <= ticket && !exempt(k);
+        let pending = |k: &Key| self.queued.get(k).is_some_and(|&(_, seq)| waits_for(k, seq));
+        !self.current.iter().flatten().any(|(k, seq)| waits_for(k, *seq))
+            && !self.order.iter().flatten().any(pending)
+            && !self.parked.iter().any(pending)
+    }
+
+    fn len(&self) -> usize {
+        self.order[0].len() + self.order[1].len() + self.parked.len()
+    }
+}
+
 /// The bounded, coalescing queue.
-#[derive(Debug)]
 pub struct InvalQueue {
     state: Mutex<State>,
+    /// Signalled when a lane has something to pop (or the queue closed).
     ready: Condvar,
+    /// Signalled when what the waiters wait for may have changed.
     idle: Condvar,
     bound: usize,
     pushed: AtomicU64,
     coalesced: AtomicU64,
     overflows: AtomicU64,
+    timeouts: AtomicU64,
+}
+
+impl std::fmt::Debug for InvalQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InvalQueue").field("stats", &self.stats()).finish()
+    }
 }
 
 /// The queue's counters.
@@ -95,6 +192,8 @@ pub struct InvalStats {
     pub coalesced: u64,
     /// Pushes dropped because the queue was full.
     pub overflows: u64,
+    /// Answers given at their deadline, before their invalidations were sent.
+    pub timeouts: u64,
 }
 
 /// Most invalidations queued by default.
@@ -111,13 +210,15 @@ impl InvalQueue {
             pushed: AtomicU64::new(0),
             coalesced: AtomicU64::new(0),
             overflows: AtomicU64::new(0),
+            timeouts: AtomicU64::new(0),
         }
     }
 
-    /// Queues `items`; never waits for the consumer. Returns the ticket to
-    /// wait for them with ([`wait_sent`](Self::wait_sent)): the highest
-    /// sequence number among their keys (a coalesced item counts with the
-    /// key it merged into).
+    /// Queues `items`; never waits for the consumers. Returns the ticket to
+    /// wait for them with ([`wait_sent`](Self::wait_sent),
+    /// [`answer_when_sent`](Self::answer_when_sent)): the highest sequence
+    /// number among their keys (a coalesced item counts with the key it
+    /// merged into).
     pub fn push(&self, items: impl IntoIterator<Item = Inval>) -> u64 {
         let mut added = false;
         let mut ticket = 0;
@@ -133,39 +234,37 @@ impl InvalQueue {
                     Inval::Inode { ino, offset } => (Key::Inode(ino), offset),
                 };
                 if let Some((queued, seq)) = st.queued.get_mut(&key) {
-                    // Offset 0 covers the pages and the attributes; a
-                    // positive offset covers the pages from there on.
                     if offset >= 0 && (*queued < 0 || offset < *queued) {
                         *queued = offset;
                     }
                     ticket = ticket.max(*seq);
                     self.coalesced.fetch_add(1, Ordering::Relaxed);
-                } else if st.order.len() + st.parked.len() >= self.bound {
+                } else if st.len() >= self.bound {
                     self.overflows.fetch_add(1, Ordering::Relaxed);
                 } else {
                     st.next_seq += 1;
                     let seq = st.next_seq;
                     ticket = ticket.max(seq);
                     st.queued.insert(key.clone(), (offset, seq));
-                    st.order.push_back(key);
+                    st.order[key.lane() as usize].push_back(key);
                     added = true;
                 }
             }
         }
         if added {
-            self.ready.notify_one();
+            // Both lanes' threads wait on one condition variable.
+            self.ready.notify_all();
         }
         ticket
     }
 
-    /// Takes the oldest invalidation that can be sent now (entries in a held
-    /// directory are parked until it is released), waiting for one; `None`
-    /// once the queue is closed and empty. Report each with
-    /// [`done`](Self::done) once it has been sent.
-    pub fn pop(&self) -> Option<Inval> {
+    /// The next invalidation of `lane` to send, waiting for one; `None` once
+    /// the queue is closed and the lane empty. Entries in a held directory
+    /// are parked instead. Report each with [`done`](Self::done) once sent.
+    pub fn pop(&self, lane: Lane) -> Option<Inval> {
         let mut st = self.state.lock();
         loop {
-            while let Some(key) = st.order.pop_front() {
+            while let Some(key) = st.order[lane as usize].pop_front() {
                 if let Key::Entry(parent, _) = &key
                     && st.held.contains_key(parent)
                 {
@@ -173,7 +272,11 @@ impl InvalQueue {
                     continue;
                 }
                 let (offset, seq) = st.queued.remove(&key).unwrap_or((0, 0));
-                st.current = Some((key.clone(), seq));
+                st.current[lane as usize] = Some((key.clone(), seq));
+                drop(st);
+                // What the answers wait for changed (the entry lane may now
+                // be sending in a held directory).
+                self.idle.notify_all();
                 return Some(match key {
                     Key::Entry(parent, name) => Inval::Entry { parent, name },
                     Key::Inode(ino) => Inval::Inode { ino, offset },
@@ -186,17 +289,13 @@ impl InvalQueue {
         }
     }
 
-    /// Reports that an invalidation taken with [`pop`](Self::pop) has been
-    /// sent to the kernel (or failed).
-    pub fn done(&self) {
-        let mut st = self.state.lock();
-        st.current = None;
-        drop(st);
-        // Waiters check their own tickets.
+    /// Reports the invalidation last popped from `lane` as sent.
+    pub fn done(&self, lane: Lane) {
+        self.state.lock().current[lane as usize] = None;
         self.idle.notify_all();
     }
 
-    /// Marks directory `dir` as locked by the kernel for a request in
+    /// Marks `dir` as locked by the kernel for a request (SETXATTR) in
     /// flight: entries in it are parked, not sent, until
     /// [`release`](Self::release).
     pub fn hold(&self, dir: u64) {
@@ -204,7 +303,7 @@ impl InvalQueue {
     }
 
     /// Ends one [`hold`](Self::hold) of `dir`; with the last one, its
-    /// parked entries go back to the front of the queue.
+    /// parked entries go back to the front of the entry lane.
     pub fn release(&self, dir: u64) {
         let mut st = self.state.lock();
         let last = match st.held.get_mut(&dir) {
@@ -225,42 +324,116 @@ impl InvalQueue {
             .partition(|k| matches!(k, Key::Entry(p, _) if *p == dir));
         st.parked = keep;
         for key in back.into_iter().rev() {
-            st.order.push_front(key);
+            st.order[Lane::Entries as usize].push_front(key);
         }
         drop(st);
-        self.ready.notify_one();
+        self.ready.notify_all();
+        self.idle.notify_all();
     }
 
     /// Waits until every invalidation with a sequence number up to `ticket`
     /// (what one [`push`](Self::push) returned) has been sent, at most
     /// `timeout`; returns whether it got there. Later pushes do not delay
-    /// it. A drop waits here before it answers, so that its caller sees the
-    /// kernel's copies gone; the bound keeps a worker from waiting forever
-    /// if the invalidation thread is stuck on a kernel lock whose holder
-    /// waits for a FUSE reply. A waiter that holds a directory (`holding`:
-    /// its own SETXATTR) does not wait for entries in held directories,
-    /// queued, parked or in flight: they go once those requests are answered.
-    pub fn wait_sent(&self, ticket: u64, timeout: std::time::Duration, holding: Option<u64>) -> bool {
-        let deadline = std::time::Instant::now() + timeout;
+    /// it. A waiter that holds a directory (`holding`: its own SETXATTR)
+    /// does not wait for entries in held directories, queued, parked or in
+    /// flight, nor for entries while the entry lane sends one in a held
+    /// directory: they go once those requests are answered.
+    pub fn wait_sent(&self, ticket: u64, timeout: Duration, holding: Option<u64>) -> bool {
+        let deadline = Instant::now() + timeout;
         let mut st = self.state.lock();
-        let sent = |st: &State| {
-            let exempt = |k: &Key| holding.is_some() && matches!(k, Key::Entry(p, _) if st.held.contains_key(p));
-            let waits_for = |k: &Key, seq: u64| seq <= ticket && !exempt(k);
-            let pending = |k: &Key| st.queued.get(k).is_some_and(|&(_, seq)| waits_for(k, seq));
-            !st.current.as_ref().is_some_and(|(k, seq)| waits_for(k, *seq))
-                && !st.order.iter().any(pending)
-                && !st.parked.iter().any(pending)
-        };
-        while !sent(&st) {
+        while !st.sent(ticket, holding) {
             if st.closed || self.idle.wait_until(&mut st, deadline).timed_out() {
-                return sent(&st);
+                return st.sent(ticket, holding);
             }
         }
         true
     }
 
-    /// Ends the queue: pushes are ignored, and `pop` returns `None` once
-    /// what is queued has been taken.
+    /// Keeps `answer` until everything up to `ticket` was sent (with the
+    /// exemptions of [`wait_sent`](Self::wait_sent) for a `holding` waiter)
+    /// or `timeout` passed; [`answer_worker`] then runs it, on its own
+    /// thread, with how it ended. Runs it at once, on this thread, if that
+    /// is already so (or the queue is closed).
+    pub fn answer_when_sent(&self, ticket: u64, timeout: Duration, holding: Option<u64>, answer: Answer) {
+        let mut st = self.state.lock();
+        let now = if st.closed {
+            Some(Outcome::Closed)
+        } else if st.sent(ticket, holding) {
+            Some(Outcome::Sent)
+        } else {
+            None
+        };
+        match now {
+            Some(outcome) => {
+                drop(st);
+                answer(outcome);
+            }
+            None => {
+                st.waiters.push(Waiter {
+                    ticket,
+                    holding,
+                    deadline: Instant::now() + timeout,
+                    answer,
+                });
+                drop(st);
+                self.idle.notify_all();
+            }
+        }
+    }
+
+    /// Runs the kept answers whose time has come; returns false once the
+    /// queue is closed and every answer ran. Waits (until the earliest
+    /// deadline) if none is ready.
+    fn answer_ready(&self) -> bool {
+        let mut st = self.state.lock();
+        loop {
+            let now = Instant::now();
+            let closed = st.closed;
+            let (ready, keep): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut st.waiters)
+                .into_iter()
+                .partition(|w| closed || w.deadline <= now || st.sent(w.ticket, w.holding));
+            st.waiters = keep;
+            if !ready.is_empty() {
+                let outcomes: Vec<Outcome> = ready
+                    .iter()
+                    .map(|w| {
+                        if st.sent(w.ticket, w.holding) {
+                            Outcome::Sent
+                        } else if closed {
+                            Outcome::Closed
+                        } else {
+                            Outcome::TimedOut
+                        }
+                    })
+                    .collect();
+                drop(st);
+                for (w, outcome) in ready.into_iter().zip(outcomes) {
+                    if outcome == Outcome::TimedOut {
+                        self.timeouts.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // A panicking answer must not end this thread: every
+                    // later drop would then wait for an answer forever.
+                    let answer = w.answer;
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| answer(outcome))).is_err() {
+                        tracing::error!("a drop's answer panicked");
+                    }
+                }
+                return true;
+            }
+            if closed {
+                return false;
+            }
+            match st.waiters.iter().map(|w| w.deadline).min() {
+                Some(d) => {
+                    self.idle.wait_until(&mut st, d);
+                }
+                None => self.idle.wait(&mut st),
+            }
+        }
+    }
+
+    /// Ends the queue: pushes are ignored, `pop` returns `None` once what
+    /// is queued has been taken, and kept answers run.
     pub fn close(&self) {
         self.state.lock().closed = true;
         self.ready.notify_all();
@@ -270,13 +443,11 @@ impl InvalQueue {
     /// The counters.
     pub fn stats(&self) -> InvalStats {
         InvalStats {
-            queued: {
-                let st = self.state.lock();
-                (st.order.len() + st.parked.len()) as u64
-            },
+            queued: self.state.lock().len() as u64,
             pushed: self.pushed.load(Ordering::Relaxed),
             coalesced: self.coalesced.load(Ordering::Relaxed),
             overflows: self.overflows.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
         }
     }
 }
@@ -287,8 +458,17 @@ impl Default for InvalQueue {
     }
 }
 
+/// Runs kept answers as their invalidations are sent, until the queue
+/// closes and none is left (run on its own thread).
+pub fn answer_worker(queue: &InvalQueue) {
+    while queue.answer_ready() {}
+}
+
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+
     use super::*;
 
     fn entry(parent: u64, name: &str) -> Inval {
@@ -302,9 +482,12 @@ mod tests {
         Inval::Inode { ino, offset }
     }
 
+    /// Closes the queue and pops the entry lane, then the inode lane.
     fn drain(q: &InvalQueue) -> Vec<Inval> {
         q.close();
-        std::iter::from_fn(|| q.pop()).collect()
+        let mut out: Vec<Inval> = std::iter::from_fn(|| q.pop(Lane::Entries)).collect();
+        out.extend(std::iter::from_fn(|| q.pop(Lane::Inodes)));
+        out
     }
 
     #[test]
@@ -318,7 +501,7 @@ mod tests {
         assert_eq!((s.queued, s.pushed, s.coalesced, s.overflows), (5, 9, 4, 0));
         assert_eq!(
             drain(&q),
-            [entry(1, "a"), inode(5, 0), entry(1, "b"), inode(6, -1), entry(2, "a")]
+            [entry(1, "a"), entry(1, "b"), entry(2, "a"), inode(5, 0), inode(6, -1)]
         );
     }
 
@@ -331,43 +514,44 @@ mod tests {
         let s = q.stats();
         assert_eq!((s.queued, s.overflows, s.coalesced), (3, 7, 2));
         assert_eq!(drain(&q), [inode(0, 0), inode(1, 0), inode(2, 0)]);
-        // Popped keys make room again.
+        // Popped keys make room again; the bound covers both lanes.
         let q = InvalQueue::new(2);
-        q.push([inode(1, 0), inode(2, 0)]);
-        assert_eq!(q.pop(), Some(inode(1, 0)));
+        q.push([inode(1, 0), entry(2, "x")]);
         q.push([inode(3, 0)]);
-        assert_eq!(q.stats().overflows, 0);
-        assert_eq!(drain(&q), [inode(2, 0), inode(3, 0)]);
+        assert_eq!(q.stats().overflows, 1);
+        assert_eq!(q.pop(Lane::Inodes), Some(inode(1, 0)));
+        q.push([inode(3, 0)]);
+        assert_eq!(q.stats().overflows, 1);
+        assert_eq!(drain(&q), [entry(2, "x"), inode(3, 0)]);
     }
 
     #[test]
-    fn wait_idle_returns_once_everything_popped_is_done() {
-        let q = std::sync::Arc::new(InvalQueue::new(8));
-        assert!(
-            q.wait_sent(u64::MAX, std::time::Duration::ZERO, None),
-            "an empty queue is idle"
-        );
+    fn wait_sent_returns_once_everything_popped_is_done() {
+        let q = Arc::new(InvalQueue::new(8));
+        assert!(q.wait_sent(u64::MAX, Duration::ZERO, None), "an empty queue is idle");
         let t = q.push([entry(1, "x"), inode(2, 0)]);
-        assert!(
-            !q.wait_sent(t, std::time::Duration::from_millis(10), None),
-            "two queued"
-        );
-        let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let consumer = {
-            let (q, sent) = (q.clone(), sent.clone());
-            std::thread::spawn(move || {
-                while q.pop().is_some() {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                    sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    q.done();
-                }
+        assert!(!q.wait_sent(t, Duration::from_millis(10), None), "two queued");
+        let sent = Arc::new(AtomicUsize::new(0));
+        let consumers: Vec<_> = [Lane::Entries, Lane::Inodes]
+            .into_iter()
+            .map(|lane| {
+                let (q, sent) = (q.clone(), sent.clone());
+                std::thread::spawn(move || {
+                    while q.pop(lane).is_some() {
+                        std::thread::sleep(Duration::from_millis(20));
+                        sent.fetch_add(1, Ordering::SeqCst);
+                        q.done(lane);
+                    }
+                })
             })
-        };
-        assert!(q.wait_sent(t, std::time::Duration::from_secs(10), None));
-        // Idle means sent, not merely popped.
-        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 2);
+            .collect();
+        assert!(q.wait_sent(t, Duration::from_secs(10), None));
+        // Sent, not merely popped.
+        assert_eq!(sent.load(Ordering::SeqCst), 2);
         q.close();
-        consumer.join().unwrap();
+        for c in consumers {
+            c.join().unwrap();
+        }
     }
 
     #[test]
@@ -377,26 +561,17 @@ mod tests {
         let second = q.push([inode(2, 0), entry(1, "a")]);
         // The coalesced entry counts with the key it merged into.
         assert!(second > first);
-        assert_eq!(q.pop(), Some(inode(1, 0)));
-        assert!(
-            !q.wait_sent(first, std::time::Duration::ZERO, None),
-            "popped is not sent"
-        );
-        q.done();
-        assert!(
-            !q.wait_sent(first, std::time::Duration::ZERO, None),
-            "entry a is still queued"
-        );
-        assert_eq!(q.pop(), Some(entry(1, "a")));
-        q.done();
-        assert!(
-            q.wait_sent(first, std::time::Duration::ZERO, None),
-            "later pushes do not count"
-        );
-        assert!(!q.wait_sent(second, std::time::Duration::ZERO, None));
-        assert_eq!(q.pop(), Some(inode(2, 0)));
-        q.done();
-        assert!(q.wait_sent(second, std::time::Duration::ZERO, None));
+        assert_eq!(q.pop(Lane::Inodes), Some(inode(1, 0)));
+        assert!(!q.wait_sent(first, Duration::ZERO, None), "popped is not sent");
+        q.done(Lane::Inodes);
+        assert!(!q.wait_sent(first, Duration::ZERO, None), "entry a is still queued");
+        assert_eq!(q.pop(Lane::Entries), Some(entry(1, "a")));
+        q.done(Lane::Entries);
+        assert!(q.wait_sent(first, Duration::ZERO, None), "later pushes do not count");
+        assert!(!q.wait_sent(second, Duration::ZERO, None));
+        assert_eq!(q.pop(Lane::Inodes), Some(inode(2, 0)));
+        q.done(Lane::Inodes);
+        assert!(q.wait_sent(second, Duration::ZERO, None));
     }
 
     #[test]
@@ -404,32 +579,103 @@ mod tests {
         let q = InvalQueue::new(8);
         q.hold(7);
         q.push([entry(7, "a"), inode(7, 0), entry(8, "b"), entry(7, "c")]);
-        assert_eq!(q.pop(), Some(inode(7, 0)));
-        q.done();
-        assert_eq!(q.pop(), Some(entry(8, "b")));
-        q.done();
+        assert_eq!(q.pop(Lane::Inodes), Some(inode(7, 0)));
+        q.done(Lane::Inodes);
+        assert_eq!(q.pop(Lane::Entries), Some(entry(8, "b")));
+        q.done(Lane::Entries);
         // The holder does not wait for the parked entries; anyone else does.
-        assert!(q.wait_sent(u64::MAX, std::time::Duration::ZERO, Some(7)));
-        assert!(!q.wait_sent(u64::MAX, std::time::Duration::from_millis(10), None));
+        assert!(q.wait_sent(u64::MAX, Duration::ZERO, Some(7)));
+        assert!(!q.wait_sent(u64::MAX, Duration::from_millis(10), None));
         assert_eq!(q.stats().queued, 2);
         q.release(7);
         assert_eq!(drain(&q), [entry(7, "a"), entry(7, "c")]);
     }
 
+    /// The kernel may take a directory's lock for a SETXATTR before its
+    /// handler registers the hold, and the entry lane may already be
+    /// blocked on that lock: the holder's answer must then not wait for
+    /// entries (its own answer is what unblocks them), but still for its
+    /// inodes, which the other lane sends meanwhile.
+    #[test]
+    fn a_holder_does_not_wait_behind_an_entry_sent_in_a_held_directory() {
+        let q = InvalQueue::new(8);
+        q.push([entry(7, "early")]);
+        assert_eq!(q.pop(Lane::Entries), Some(entry(7, "early")));
+        // Blocked in the kernel on directory 7's lock from here on.
+        q.hold(7);
+        let t = q.push([entry(9, "sub"), inode(10, 0)]);
+        assert!(!q.wait_sent(t, Duration::ZERO, Some(7)), "the inode is not sent yet");
+        assert!(!q.wait_sent(t, Duration::ZERO, None));
+        assert_eq!(q.pop(Lane::Inodes), Some(inode(10, 0)));
+        q.done(Lane::Inodes);
+        assert!(q.wait_sent(t, Duration::ZERO, Some(7)));
+        assert!(!q.wait_sent(t, Duration::ZERO, None), "others wait for every entry");
+        q.release(7);
+        q.done(Lane::Entries);
+        assert_eq!(q.pop(Lane::Entries), Some(entry(9, "sub")));
+        q.done(Lane::Entries);
+        assert!(q.wait_sent(t, Duration::ZERO, None));
+    }
+
+    #[test]
+    fn a_kept_answer_runs_once_when_sent_at_its_deadline_or_at_close() {
+        let q = Arc::new(InvalQueue::new(8));
+        let answers = {
+            let q = q.clone();
+            std::thread::spawn(move || answer_worker(&q))
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let keep = |ticket: u64, timeout: Duration, tag: &'static str| {
+            let tx = tx.clone();
+            q.answer_when_sent(ticket, timeout, None, Box::new(move |o| tx.send((tag, o)).unwrap()));
+        };
+        // Nothing queued: answered at once.
+        keep(0, Duration::from_secs(60), "empty");
+        assert_eq!(rx.try_recv().unwrap(), ("empty", Outcome::Sent));
+        // Answered when the lane reports it sent, not before.
+        let t = q.push([inode(1, 0)]);
+        keep(t, Duration::from_secs(60), "sent");
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+        assert_eq!(q.pop(Lane::Inodes), Some(inode(1, 0)));
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "popped is not sent");
+        q.done(Lane::Inodes);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), ("sent", Outcome::Sent));
+        // Never sent: answered at the deadline, and counted.
+        let t = q.push([entry(2, "stuck")]);
+        keep(t, Duration::from_millis(30), "late");
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+            ("late", Outcome::TimedOut)
+        );
+        assert_eq!(q.stats().timeouts, 1);
+        // Still waiting at close: answered then.
+        let t = q.push([entry(3, "never")]);
+        keep(t, Duration::from_secs(60), "closed");
+        q.close();
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+            ("closed", Outcome::Closed)
+        );
+        answers.join().unwrap();
+        assert!(rx.try_recv().is_err(), "each answer runs once");
+    }
+
     #[test]
     fn pop_waits_for_a_push_and_ends_at_close() {
-        let q = std::sync::Arc::new(InvalQueue::new(8));
-        let consumer = {
+        let q = Arc::new(InvalQueue::new(8));
+        let consumer = |lane| {
             let q = q.clone();
-            std::thread::spawn(move || std::iter::from_fn(|| q.pop()).collect::<Vec<_>>())
+            std::thread::spawn(move || std::iter::from_fn(|| q.pop(lane)).collect::<Vec<_>>())
         };
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        let (entries, inodes) = (consumer(Lane::Entries), consumer(Lane::Inodes));
+        std::thread::sleep(Duration::from_millis(20));
         q.push([entry(1, "x")]);
         q.push([inode(2, 0)]);
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(20));
         q.close();
         // Pushes after close are ignored.
         q.push([inode(3, 0)]);
-        assert_eq!(consumer.join().unwrap(), [entry(1, "x"), inode(2, 0)]);
+        assert_eq!(entries.join().unwrap(), [entry(1, "x")]);
+        assert_eq!(inodes.join().unwrap(), [inode(2, 0)]);
     }
 }

@@ -16,6 +16,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::{self, FuseAdapter};
+use crate::inval::Lane;
 use crate::sys;
 
 /// How to mount.
@@ -66,7 +67,7 @@ impl Default for MountOptions {
 pub struct Mounted {
     mountpoint: PathBuf,
     running: Option<fuse::session::Running>,
-    worker: Option<JoinHandle<()>>,
+    workers: Vec<JoinHandle<()>>,
     fs: Arc<Fs>,
 }
 
@@ -104,9 +105,9 @@ impl Mounted {
     }
 
     fn join_worker(&mut self) {
-        if let Some(w) = self.worker.take() {
-            // The adapter closed the invalidation queue when the session
-            // dropped it, so the worker's loop has ended or is about to.
+        // The adapter closed the invalidation queue when the session
+        // dropped it, so the threads' loops have ended or are about to.
+        for w in self.workers.drain(..) {
             let _ = w.join();
         }
     }
@@ -216,14 +217,27 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         Fs::new(&opts.source, cfg).map_err(|e| anyhow::anyhow!("opening source {}: {e}", opts.source.display()))?,
     );
     let notifier = Arc::new(OnceLock::new());
-    let worker = {
-        let notifier = notifier.clone();
+    // The invalidation threads (one per lane) and the thread that answers
+    // drops once their invalidations are sent (`inval.rs`).
+    let mut workers = Vec::new();
+    for (name, lane) in [("rcufs-inval-e", Lane::Entries), ("rcufs-inval-i", Lane::Inodes)] {
+        let (notifier, fs) = (notifier.clone(), fs.clone());
+        workers.push(
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || fuse::inval_worker(fs, notifier, lane))
+                .context("starting an invalidation thread")?,
+        );
+    }
+    {
         let fs = fs.clone();
-        std::thread::Builder::new()
-            .name("rcufs-inval".into())
-            .spawn(move || fuse::inval_worker(fs, notifier))
-            .context("starting the invalidation thread")?
-    };
+        workers.push(
+            std::thread::Builder::new()
+                .name("rcufs-answers".into())
+                .spawn(move || crate::inval::answer_worker(fs.inval_queue()))
+                .context("starting the drop-answer thread")?,
+        );
+    }
     let options: Vec<String> = opts
         .fuse_options
         .iter()
@@ -233,7 +247,11 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     let running = match fuse::session::start(adapter, &opts.mountpoint, opts.threads, &options, &notifier) {
         Ok(r) => r,
         Err(e) => {
-            let _ = worker.join();
+            // The adapter was dropped with the failed session, closing the queue.
+            fs.inval_queue().close();
+            for w in workers {
+                let _ = w.join();
+            }
             return Err(anyhow::Error::new(e).context(format!("mounting on {}", opts.mountpoint.display())));
         }
     };
@@ -241,7 +259,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     Ok(Mounted {
         mountpoint: opts.mountpoint,
         running: Some(running),
-        worker: Some(worker),
+        workers,
         fs,
     })
 }
