@@ -526,6 +526,11 @@ fn run_mode_in(o: &Opts, mode: Mode, rcufs: &Path, dir: &Path, out: &Path, r: &m
             .args(["--max-ops", &o.max_ops.to_string(), "--skip", &o.skip.join(",")])
             .arg("--stats")
             .arg(stats_path(out, mode, i))
+            .args(match mode {
+                // See `worker::SrcLock`.
+                Mode::KernelCache => vec!["--src-lock".into(), out.join("kernel-cache.lock").into_os_string()],
+                Mode::Default => Vec::new(),
+            })
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)

@@ -151,6 +151,8 @@ struct Args {
     max_ops: u64,
     skip: BTreeSet<String>,
     stats: PathBuf,
+    /// `--src-lock`: see [`SrcLock`].
+    src_lock: Option<PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<Args> {
@@ -164,6 +166,7 @@ fn parse(args: &[String]) -> Result<Args> {
         max_ops: u64::MAX,
         skip: BTreeSet::new(),
         stats: PathBuf::new(),
+        src_lock: None,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -177,6 +180,7 @@ fn parse(args: &[String]) -> Result<Args> {
             "--until-ms" => a.until_ms = value.parse()?,
             "--max-ops" => a.max_ops = value.parse()?,
             "--stats" => a.stats = value.into(),
+            "--src-lock" => a.src_lock = Some(value.into()),
             "--skip" => a.skip = value.split(',').filter(|s| !s.is_empty()).map(String::from).collect(),
             _ => bail!("soak-worker: unknown argument {flag}"),
         }
@@ -252,6 +256,45 @@ struct Worker {
     enabled: Vec<&'static str>,
     /// Where the counts go (see `write_stats`).
     stats: PathBuf,
+    src_lock: Option<SrcLock>,
+}
+
+/// `--kernel-cache` only: keeps other workers' drops (of the mount root or
+/// of another worker's root, which cover this worker's files) from running
+/// while this worker makes a change in the source visible and reads it back
+/// (the `src-reopen` and `src-drop` sequences), by an `flock` on a file
+/// outside the mount: exclusive for the sequence, shared for such a drop.
+///
+/// Why: in the kernel, a read refreshes the file's invalidated attributes
+/// with a GETATTR (`fuse_update_attributes`), and if another invalidation of
+/// that inode lands while the GETATTR is in flight, the kernel discards the
+/// reply as possibly stale (`fuse_change_attributes`: `fi->attr_version`
+/// moved) and the read goes on with the size it had: after the file shrank
+/// in the source, it reads past the new end (zeros). rcufs cannot prevent
+/// that from user space; `fuse-fs/SEMANTICS.md` ("Limits") documents it.
+/// Without the lock the soak finds it every 10-20 s (4 workers); with the
+/// other workers' drops skipped instead, 600,000 operations in 2 minutes
+/// passed.
+struct SrcLock(File);
+
+impl SrcLock {
+    fn lock(&self, exclusive: bool) -> Result<SrcLockGuard<'_>> {
+        let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(self.0.as_raw_fd(), op) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("flock of the soak's source-change lock");
+        }
+        Ok(SrcLockGuard(self))
+    }
+}
+
+struct SrcLockGuard<'a>(&'a SrcLock);
+
+impl Drop for SrcLockGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: as in `lock`.
+        unsafe { libc::flock(self.0.0.as_raw_fd(), libc::LOCK_UN) };
+    }
 }
 
 fn parent(rel: &str) -> &str {
@@ -302,7 +345,21 @@ impl Worker {
             bytes_verified: 0,
             enabled: KINDS.iter().copied().filter(|k| !skipped.contains(k)).collect(),
             stats: a.stats.clone(),
+            src_lock: a.src_lock.as_ref().map(|p| {
+                OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(p)
+                    .map(SrcLock)
+                    .unwrap_or_else(|e| panic!("opening the source-change lock {}: {e}", p.display()))
+            }),
         }
+    }
+
+    /// Takes the source-change lock, if there is one (see [`SrcLock`]).
+    fn src_lock(&self, exclusive: bool) -> Result<Option<SrcLockGuard<'_>>> {
+        self.src_lock.as_ref().map(|l| l.lock(exclusive)).transpose()
     }
 
     fn below(&mut self, n: usize) -> usize {
@@ -1062,6 +1119,12 @@ impl Worker {
             if xattr { "xattr" } else { "ioctl" },
             dir.display()
         ));
+        // The mount root and other workers' roots cover their files.
+        let _shared = if dir.starts_with(&self.mnt_root) {
+            None
+        } else {
+            self.src_lock(false)?
+        };
         drop_dir(&dir, mode, xattr)
     }
 
@@ -1071,6 +1134,15 @@ impl Worker {
     /// from the old one, made visible by opening the file again (SEMANTICS.md:
     /// "file data (size, mtime or ctime moves): at the next open").
     fn op_src_reopen(&mut self) -> Result<()> {
+        let lock = self.src_lock.take();
+        let _excl = lock.as_ref().map(|l| l.lock(true)).transpose()?;
+        let r = self.src_reopen();
+        drop(_excl);
+        self.src_lock = lock;
+        r
+    }
+
+    fn src_reopen(&mut self) -> Result<()> {
         let i = self.below(self.files.len());
         let old = self.files[i].data.len();
         let mut new = self.below(MAX_FILE / 2);
@@ -1111,6 +1183,15 @@ impl Worker {
     /// ioctl or xattr); then read through the descriptors already open and
     /// through a fresh open.
     fn op_src_drop(&mut self) -> Result<()> {
+        let lock = self.src_lock.take();
+        let _excl = lock.as_ref().map(|l| l.lock(true)).transpose()?;
+        let r = self.src_drop();
+        drop(_excl);
+        self.src_lock = lock;
+        r
+    }
+
+    fn src_drop(&mut self) -> Result<()> {
         let i = self.below(self.files.len());
         let old = self.files[i].data.len();
         let new = if self.chance(60) { old } else { self.below(MAX_FILE / 2) };
