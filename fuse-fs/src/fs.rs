@@ -1520,14 +1520,12 @@ impl Fs {
             // the next LOOKUP or READDIRPLUS, after its own copy was
             // invalidated).
             inode.expire_attr();
-            if mode.drops_dentries() {
-                if known {
-                    let (parent, name) = inode.link();
-                    out.inval.push(Inval::Entry {
-                        parent,
-                        name: name.into_vec(),
-                    });
-                }
+            if mode.drops_dentries() && known {
+                let (parent, name) = inode.link();
+                out.inval.push(Inval::Entry {
+                    parent,
+                    name: name.into_vec(),
+                });
             }
             // Dropping an inode frees its pages, as evicting an inode does in Linux.
             if mode.drops_pages() || !known {

@@ -637,9 +637,15 @@ mod tests {
         keep(t, Duration::from_secs(60), "sent");
         assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
         assert_eq!(q.pop(Lane::Inodes), Some(inode(1, 0)));
-        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err(), "popped is not sent");
+        assert!(
+            rx.recv_timeout(Duration::from_millis(50)).is_err(),
+            "popped is not sent"
+        );
         q.done(Lane::Inodes);
-        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), ("sent", Outcome::Sent));
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+            ("sent", Outcome::Sent)
+        );
         // Never sent: answered at the deadline, and counted.
         let t = q.push([entry(2, "stuck")]);
         keep(t, Duration::from_millis(30), "late");

@@ -415,7 +415,11 @@ fn concurrent_drops_and_creates_in_the_dropped_directory_never_stall() {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     // Each drop also makes the kernel forget the names, so the
                     // creator's next lookups reach the daemon again.
-                    let mode = if (n + t) % 2 == 0 { DropMode::All } else { DropMode::Dentries };
+                    let mode = if (n + t).is_multiple_of(2) {
+                        DropMode::All
+                    } else {
+                        DropMode::Dentries
+                    };
                     sys::drop_dir(&m.at("d"), mode).unwrap();
                     n += 1;
                 }
@@ -428,7 +432,7 @@ fn concurrent_drops_and_creates_in_the_dropped_directory_never_stall() {
             let _ = fs::create_dir(&sub);
             let f = m.at(&format!("d/n{}", made % 13));
             fs::write(&f, b"x").unwrap();
-            if made % 3 == 0 {
+            if made.is_multiple_of(3) {
                 fs::remove_file(&f).unwrap();
                 let _ = fs::remove_dir(&sub);
             }
