@@ -570,6 +570,7 @@ impl InodeTable {
             }
         };
         if !same {
+            tracing::debug!(ino = inode.ino, name = %new.name.to_string_lossy(), "inode marked stale: the name is another object now");
             inode.stale.store(true, Ordering::Relaxed);
         }
         same
@@ -773,6 +774,7 @@ impl InodeTable {
                 let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
                 sys::open_by_handle_at(mount_fd.as_fd(), handle, flags).inspect_err(|e| {
                     if e.errno() == libc::ESTALE {
+                        tracing::debug!(ino = inode.ino, "inode marked stale: its handle no longer opens");
                         inode.stale.store(true, Ordering::Relaxed);
                     }
                 })

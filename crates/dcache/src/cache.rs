@@ -27,7 +27,7 @@ use crate::lru::Lru;
 use crate::node::{COUNT_MASK, DEAD, Node, NodePtr, ON_LRU, Probe, UNHASHED};
 use crate::stats::{Counters, Event, Stats};
 use crate::sync::epoch::{self, Guard};
-use crate::sync::{AtomicU64, AtomicUsize, CachePadded, Mutex, Ordering, fence, spin_loop};
+use crate::sync::{self, AtomicU64, AtomicUsize, CachePadded, Mutex, Ordering, fence, spin_loop};
 use crate::table::Table;
 
 /// After this many restarts caused by concurrent renames, `drop_subtree`
@@ -205,7 +205,7 @@ fn put_node<T>(shared_ptr: NonNull<Shared<T>>, node: NonNull<Node<T>>, flush: bo
             // state any more (each would hold a reference reaching the root).
             debug_assert!(shared.table.is_empty(&guard), "dcache: entries left behind the root");
             if flush {
-                guard.flush();
+                sync::flush_deferred(&guard);
             }
             drop(guard);
             // SAFETY: allocated by `Box::into_raw` in `Dcache::new`, and this
@@ -216,7 +216,7 @@ fn put_node<T>(shared_ptr: NonNull<Shared<T>>, node: NonNull<Node<T>>, flush: bo
         // SAFETY: we hold the dead child's reference on `parent`.
         if !release_one(shared, unsafe { &*parent }) {
             if flush {
-                guard.flush();
+                sync::flush_deferred(&guard);
             }
             return true;
         }
@@ -228,7 +228,7 @@ fn put_node<T>(shared_ptr: NonNull<Shared<T>>, node: NonNull<Node<T>>, flush: bo
 /// collector's global queue, and lets it free what no reader can see any
 /// more (see [`put_node`]).
 fn flush_deferred() {
-    epoch::pin().flush();
+    sync::flush_deferred(&epoch::pin());
 }
 
 /// Kills nodes the pruner marked DEAD.
@@ -1293,7 +1293,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let n = victims.len();
         kill_victims(self.shared, victims, &guard);
         // As in `drop_subtree`: one flush for the whole batch.
-        guard.flush();
+        sync::flush_deferred(&guard);
         sh.counters.add(Event::Eviction, n as u64);
         n
     }
