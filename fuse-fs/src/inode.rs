@@ -507,14 +507,28 @@ impl InodeTable {
         let kind = new.st.st_mode & libc::S_IFMT;
         let shard = &self.by_key[Self::key_shard(&key)];
         let found = shard.lock().get(&key).and_then(Weak::upgrade);
-        if let Some(inode) = found
+        if let Some(inode) = &found
             && inode.kind == kind
             && !inode.is_stale()
-            && self.same_object(&inode, &new)
+            && self.same_object(inode, &new)
         {
             inode.set_attr(new.st);
-            self.set_link(&inode, new.parent_ino, new.name.to_bytes());
-            return Ok(inode);
+            self.set_link(inode, new.parent_ino, new.name.to_bytes());
+            return Ok(found.expect("matched above"));
+        }
+        if let Some(old) = &found
+            && tracing::enabled!(tracing::Level::DEBUG)
+        {
+            let old_alive = self.still_opens(old);
+            tracing::debug!(
+                old = old.ino,
+                old_alive,
+                name = %new.name.to_string_lossy(),
+                stale = old.is_stale(),
+                kind_changed = old.kind != kind,
+                nlookup = old.nlookup(),
+                "a live inode's key gets a new inode"
+            );
         }
         // Build the backing outside the lock: it makes syscalls.
         let backing = self.make_backing(&new)?;
@@ -570,10 +584,29 @@ impl InodeTable {
             }
         };
         if !same {
-            tracing::debug!(ino = inode.ino, name = %new.name.to_string_lossy(), "inode marked stale: the name is another object now");
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                // Whether the old object still exists (then the name moved
+                // between the caller's stat and this check) or is gone (its
+                // inode number was reused): only the latter is expected.
+                let old_alive = self.still_opens(inode);
+                tracing::debug!(ino = inode.ino, name = %new.name.to_string_lossy(), old_alive, "inode marked stale: the name is another object now");
+            }
             inode.stale.store(true, Ordering::Relaxed);
         }
         same
+    }
+
+    /// Whether `inode`'s source object can still be opened (for the debug
+    /// log: it changes nothing, not even the stale mark).
+    fn still_opens(&self, inode: &Inode) -> bool {
+        match &inode.backing {
+            Backing::Pinned(fd) => sys::fstat(fd.as_fd()).is_ok_and(|st| st.st_nlink > 0),
+            Backing::Handle { handle, mount_id } => self
+                .mounts
+                .read()
+                .get(mount_id)
+                .is_some_and(|m| sys::open_by_handle_at(m.as_fd(), handle, libc::O_PATH | libc::O_NOFOLLOW).is_ok()),
+        }
     }
 
     fn make_backing(&self, new: &NewInode<'_>) -> FsResult<Backing> {
@@ -736,11 +769,21 @@ impl InodeTable {
             let _released = dentry;
         }
         self.pool.remove(ino);
-        if Arc::strong_count(&removed) == 1 {
+        {
+            // The count is read under the key lock: `intern` revives an
+            // inode only by upgrading its key entry under that lock, so
+            // nothing can take a reference between the check and the
+            // removal. Checked before taking the lock, a LOOKUP could revive
+            // the inode in between, and the live inode lost its key entry:
+            // the next lookup of the object made a second node id for it,
+            // and the kernel then had two inodes for one file (descriptors
+            // on one, the path on the other: each missed the other's size
+            // changes and page invalidations; found by the soak).
             let mut keys = self.by_key[Self::key_shard(&removed.key)].lock();
-            if keys
-                .get(&removed.key)
-                .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&removed)))
+            if Arc::strong_count(&removed) == 1
+                && keys
+                    .get(&removed.key)
+                    .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&removed)))
             {
                 keys.remove(&removed.key);
             }
@@ -774,7 +817,7 @@ impl InodeTable {
                 let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
                 sys::open_by_handle_at(mount_fd.as_fd(), handle, flags).inspect_err(|e| {
                     if e.errno() == libc::ESTALE {
-                        tracing::debug!(ino = inode.ino, "inode marked stale: its handle no longer opens");
+                        tracing::debug!(ino = inode.ino, name = %String::from_utf8_lossy(&inode.link().1), "inode marked stale: its handle no longer opens");
                         inode.stale.store(true, Ordering::Relaxed);
                     }
                 })
@@ -896,5 +939,59 @@ mod tests {
         assert!(table.find(key).is_none());
         assert_eq!(table.by_key.iter().map(|s| s.lock().len()).sum::<usize>(), 1);
         assert!(table.reap().is_empty());
+    }
+
+    /// FORGET of the last kernel reference racing with a LOOKUP that
+    /// revives the inode: while the lookup holds the inode it found, the
+    /// key index must still lead to it. FORGET used to read the reference
+    /// count before taking the key lock, so the lookup's revival could fall
+    /// in between and the key entry of a live inode was removed; the next
+    /// lookup then made a second node id for the same file.
+    #[test]
+    fn a_lookup_that_revives_a_forgotten_inode_keeps_its_key_entry() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("f"), b"x").expect("write");
+        let path = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
+        let root_fd = sys::open_path(&path, libc::O_PATH | libc::O_DIRECTORY).expect("open");
+        let pfd = root_fd.try_clone().expect("dup");
+        let (table, _root) = InodeTable::new(root_fd, 16, sys::is_root()).expect("table");
+        let st = sys::fstatat(pfd.as_fd(), c"f", libc::AT_SYMLINK_NOFOLLOW).expect("stat");
+        let lookup = || {
+            let inode = table
+                .intern(NewInode {
+                    parent_ino: ROOT_INO,
+                    parent: pfd.as_fd(),
+                    name: c"f",
+                    st,
+                })
+                .expect("intern");
+            table.remember(&inode, 1);
+            inode
+        };
+        let key = lookup().key;
+        let stop = AtomicBool::new(false);
+        let lost = std::thread::scope(|s| {
+            // The kernel forgetting whatever node id the file has now.
+            let forgetter = s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(i) = table.find(key) {
+                        let ino = i.ino;
+                        drop(i);
+                        drop(table.forget(ino, u64::MAX));
+                    }
+                }
+            });
+            let mut lost = 0u32;
+            for _ in 0..200_000 {
+                let held = lookup();
+                if !table.find(key).is_some_and(|i| i.ino == held.ino) {
+                    lost += 1;
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            forgetter.join().expect("forgetter");
+            lost
+        });
+        assert_eq!(lost, 0, "a held, known inode lost its key entry {lost} times");
     }
 }

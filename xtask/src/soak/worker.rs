@@ -794,8 +794,22 @@ impl Worker {
         let p = self.mp(&path);
         let seen = self.rw(i)?.metadata().map_err(|e| io_err("fstat", &p, e))?.len();
         if seen != size as u64 {
+            // Which object each view is (node ids through the mount), to
+            // tell stale attributes from two kernel inodes for one file.
+            use std::os::unix::fs::MetadataExt;
+            let desc = |m: std::io::Result<fs::Metadata>| match m {
+                Ok(m) => format!("inode {} of {} bytes", m.ino(), m.len()),
+                Err(e) => format!("error {e}"),
+            };
+            let by_fd = desc(self.rw(i)?.metadata());
+            let by_path = desc(fs::metadata(&p));
+            let in_source = desc(fs::metadata(self.sp(&path)));
+            std::thread::sleep(Duration::from_millis(1500));
+            let by_fd_later = desc(self.rw(i)?.metadata());
             bail!(
-                "WRONG ATTRIBUTES: fstat of {} says {seen} bytes, the model {size}",
+                "WRONG ATTRIBUTES: fstat of {} says {seen} bytes, the model {size}\n  \
+                 fstat again: {by_fd}; stat of the path: {by_path}; the source: {in_source}; \
+                 fstat 1.5 s later: {by_fd_later}",
                 p.display()
             );
         }
