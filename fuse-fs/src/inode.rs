@@ -984,7 +984,7 @@ mod tests {
             let mut lost = 0u32;
             for _ in 0..200_000 {
                 let held = lookup();
-                if !table.find(key).is_some_and(|i| i.ino == held.ino) {
+                if table.find(key).is_none_or(|i| i.ino != held.ino) {
                     lost += 1;
                 }
             }
