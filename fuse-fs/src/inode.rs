@@ -514,7 +514,7 @@ impl InodeTable {
         {
             inode.set_attr(new.st);
             self.set_link(inode, new.parent_ino, new.name.to_bytes());
-            return Ok(found.expect("matched above"));
+            return Ok(Arc::clone(inode));
         }
         if let Some(old) = &found
             && tracing::enabled!(tracing::Level::DEBUG)
@@ -905,23 +905,51 @@ impl InodeTable {
 mod tests {
     use super::*;
 
+    /// A table over a temporary directory holding one file, `f`.
+    struct OneFile {
+        _dir: tempfile::TempDir,
+        /// The directory, as the parent descriptor of lookups.
+        pfd: OwnedFd,
+        table: InodeTable,
+        /// `f`'s `stat`.
+        st: libc::stat,
+    }
+
+    impl OneFile {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().expect("tempdir");
+            std::fs::write(dir.path().join("f"), b"x").expect("write");
+            let path = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
+            let root_fd = sys::open_path(&path, libc::O_PATH | libc::O_DIRECTORY).expect("open");
+            let pfd = root_fd.try_clone().expect("dup");
+            let (table, _root) = InodeTable::new(root_fd, 16, sys::is_root()).expect("table");
+            let st = sys::fstatat(pfd.as_fd(), c"f", libc::AT_SYMLINK_NOFOLLOW).expect("stat");
+            Self {
+                _dir: dir,
+                pfd,
+                table,
+                st,
+            }
+        }
+
+        /// `f`'s inode, as a LOOKUP finds it (without a kernel reference).
+        fn intern(&self) -> Arc<Inode> {
+            self.table
+                .intern(NewInode {
+                    parent_ino: ROOT_INO,
+                    parent: self.pfd.as_fd(),
+                    name: c"f",
+                    st: self.st,
+                })
+                .expect("intern")
+        }
+    }
+
     #[test]
     fn a_freed_inode_is_reaped_with_its_key_and_index_entries() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join("f"), b"x").expect("write");
-        let path = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
-        let root_fd = sys::open_path(&path, libc::O_PATH | libc::O_DIRECTORY).expect("open");
-        let pfd = root_fd.try_clone().expect("dup");
-        let (table, _root) = InodeTable::new(root_fd, 16, sys::is_root()).expect("table");
-        let st = sys::fstatat(pfd.as_fd(), c"f", libc::AT_SYMLINK_NOFOLLOW).expect("stat");
-        let inode = table
-            .intern(NewInode {
-                parent_ino: ROOT_INO,
-                parent: pfd.as_fd(),
-                name: c"f",
-                st,
-            })
-            .expect("intern");
+        let one = OneFile::new();
+        let table = &one.table;
+        let inode = one.intern();
         let (ino, key) = (inode.ino, inode.key);
         table.remember(&inode, 2);
         let under: Vec<(u64, u32)> = table.known_under(ROOT_INO).0.iter().map(|(i, d)| (i.ino, *d)).collect();
@@ -949,22 +977,10 @@ mod tests {
     /// lookup then made a second node id for the same file.
     #[test]
     fn a_lookup_that_revives_a_forgotten_inode_keeps_its_key_entry() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join("f"), b"x").expect("write");
-        let path = std::ffi::CString::new(dir.path().as_os_str().as_encoded_bytes()).expect("path");
-        let root_fd = sys::open_path(&path, libc::O_PATH | libc::O_DIRECTORY).expect("open");
-        let pfd = root_fd.try_clone().expect("dup");
-        let (table, _root) = InodeTable::new(root_fd, 16, sys::is_root()).expect("table");
-        let st = sys::fstatat(pfd.as_fd(), c"f", libc::AT_SYMLINK_NOFOLLOW).expect("stat");
+        let one = OneFile::new();
+        let table = &one.table;
         let lookup = || {
-            let inode = table
-                .intern(NewInode {
-                    parent_ino: ROOT_INO,
-                    parent: pfd.as_fd(),
-                    name: c"f",
-                    st,
-                })
-                .expect("intern");
+            let inode = one.intern();
             table.remember(&inode, 1);
             inode
         };

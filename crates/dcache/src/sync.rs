@@ -160,7 +160,7 @@ mod imp {
     /// (a thread's bag is freed at its exit in any case), not whether any
     /// reader can see freed memory, and the collector's queue operations it
     /// adds multiplied the models' states (the dcache models went from
-    /// about a minute to over six).
+    /// about two minutes to over six at preemption bound 2).
     pub(crate) fn flush_deferred(_guard: &epoch::Guard) {}
 
     pub(crate) use crossbeam_utils::CachePadded;

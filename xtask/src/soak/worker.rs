@@ -357,9 +357,26 @@ impl Worker {
         }
     }
 
-    /// Takes the source-change lock, if there is one (see [`SrcLock`]).
-    fn src_lock(&self, exclusive: bool) -> Result<Option<SrcLockGuard<'_>>> {
-        self.src_lock.as_ref().map(|l| l.lock(exclusive)).transpose()
+    /// Takes the source-change lock shared, if there is one (see [`SrcLock`]).
+    fn src_lock_shared(&self) -> Result<Option<SrcLockGuard<'_>>> {
+        self.src_lock.as_ref().map(|l| l.lock(false)).transpose()
+    }
+
+    /// Runs `op` (a source-change check) holding the source-change lock
+    /// exclusively, if there is one (see [`SrcLock`]).
+    fn with_src_lock(&mut self, op: fn(&mut Self) -> Result<()>) -> Result<()> {
+        // Out of `self` while held: `op` needs `self` mutably.
+        let lock = self.src_lock.take();
+        let r = match lock.as_ref().map(|l| l.lock(true)).transpose() {
+            Ok(held) => {
+                let r = op(self);
+                drop(held);
+                r
+            }
+            Err(e) => Err(e),
+        };
+        self.src_lock = lock;
+        r
     }
 
     fn below(&mut self, n: usize) -> usize {
@@ -1137,7 +1154,7 @@ impl Worker {
         let _shared = if dir.starts_with(&self.mnt_root) {
             None
         } else {
-            self.src_lock(false)?
+            self.src_lock_shared()?
         };
         drop_dir(&dir, mode, xattr)
     }
@@ -1148,12 +1165,7 @@ impl Worker {
     /// from the old one, made visible by opening the file again (SEMANTICS.md:
     /// "file data (size, mtime or ctime moves): at the next open").
     fn op_src_reopen(&mut self) -> Result<()> {
-        let lock = self.src_lock.take();
-        let _excl = lock.as_ref().map(|l| l.lock(true)).transpose()?;
-        let r = self.src_reopen();
-        drop(_excl);
-        self.src_lock = lock;
-        r
+        self.with_src_lock(Self::src_reopen)
     }
 
     fn src_reopen(&mut self) -> Result<()> {
@@ -1197,12 +1209,7 @@ impl Worker {
     /// ioctl or xattr); then read through the descriptors already open and
     /// through a fresh open.
     fn op_src_drop(&mut self) -> Result<()> {
-        let lock = self.src_lock.take();
-        let _excl = lock.as_ref().map(|l| l.lock(true)).transpose()?;
-        let r = self.src_drop();
-        drop(_excl);
-        self.src_lock = lock;
-        r
+        self.with_src_lock(Self::src_drop)
     }
 
     fn src_drop(&mut self) -> Result<()> {
