@@ -20,8 +20,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use fuse_fs::MountOptions;
 use fuse_fs::protocol::DropMode;
+use fuse_fs::{CoherenceRequest, MountOptions};
 
 /// The default number of FUSE worker threads (the library's default: the
 /// machine's parallelism, at least 2).
@@ -102,8 +102,14 @@ pub struct MountArgs {
     /// too (faster; every drop also invalidates the kernel's copies).
     #[arg(long)]
     pub kernel_cache: bool,
-    /// How soon names and attributes changed directly in SOURCE are seen, in
-    /// seconds (fractions allowed).
+    /// How changes made directly in SOURCE reach the mount: `watch` applies
+    /// each one as the kernel reports it (fanotify; needs root and a local
+    /// filesystem), `ttl` re-checks after --revalidate, `auto` watches where
+    /// it can and uses ttl elsewhere.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub coherence: CoherenceRequest,
+    /// With coherence ttl: how soon names and attributes changed directly in
+    /// SOURCE are seen, in seconds (fractions allowed).
     #[arg(long, value_name = "SECS", default_value = DEFAULT_REVALIDATE.as_str(), value_parser = parse_secs)]
     pub revalidate: Duration,
     /// FUSE mount options, comma-separated, repeatable (allow_other, ro,

@@ -171,6 +171,9 @@ pub struct Inode {
     link: Mutex<Link>,
     /// Told when this inode is freed (`None` for the root, which never is).
     reaper: Option<Arc<Reaper>>,
+    /// Its entry in the handle index (see [`InodeTable::find_handle`]),
+    /// when the table keeps one and this inode is the one listed.
+    hkey: Mutex<Option<Box<[u8]>>>,
 }
 
 /// Where an inode was last found, and where the children index lists it.
@@ -193,10 +196,13 @@ impl Link {
     }
 }
 
-/// Inodes freed since the last [`InodeTable::reap`]: their node ids and keys.
+/// An inode freed: its node id, key and handle-index key.
+type Gone = (u64, Key, Option<Box<[u8]>>);
+
+/// Inodes freed since the last [`InodeTable::reap`].
 #[derive(Debug, Default)]
 struct Reaper {
-    gone: parking_lot::Mutex<Vec<(u64, Key)>>,
+    gone: parking_lot::Mutex<Vec<Gone>>,
     /// A hint that `gone` is not empty, so callers need not take the lock.
     pending: AtomicBool,
 }
@@ -204,7 +210,8 @@ struct Reaper {
 impl Drop for Inode {
     fn drop(&mut self) {
         if let Some(r) = &self.reaper {
-            r.gone.lock().push((self.ino, self.key));
+            let hkey = self.hkey.get_mut().take();
+            r.gone.lock().push((self.ino, self.key, hkey));
             r.pending.store(true, Ordering::Relaxed);
         }
     }
@@ -406,6 +413,27 @@ impl FdPool {
 
 type InoShard = RwLock<HashMap<u64, Arc<Inode>>>;
 type KeyShard = Mutex<HashMap<Key, Weak<Inode>>>;
+type HandleShard = Mutex<HashMap<Box<[u8]>, Weak<Inode>>>;
+
+/// The handle index's key: the filesystem id, the handle type and the
+/// handle bytes, packed (at most 12 + `MAX_HANDLE_SZ` bytes).
+fn pack_handle(fsid: u64, handle_type: i32, bytes: &[u8], out: &mut [u8; 12 + sys::MAX_HANDLE_SZ]) -> usize {
+    let len = bytes.len().min(sys::MAX_HANDLE_SZ);
+    out[..8].copy_from_slice(&fsid.to_ne_bytes());
+    out[8..12].copy_from_slice(&handle_type.to_ne_bytes());
+    out[12..12 + len].copy_from_slice(&bytes[..len]);
+    12 + len
+}
+
+fn handle_shard(packed: &[u8]) -> usize {
+    // The last bytes of a handle vary most (inode number, generation).
+    let tail = &packed[packed.len().saturating_sub(8)..];
+    let mut h = 0u64;
+    for &b in tail {
+        h = h.rotate_left(7) ^ u64::from(b);
+    }
+    (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % SHARDS
+}
 
 /// The table of inodes the kernel knows, plus the key index.
 #[derive(Debug)]
@@ -415,6 +443,11 @@ pub struct InodeTable {
     next_ino: AtomicU64,
     /// One descriptor per source mount, for `open_by_handle_at`.
     mounts: RwLock<HashMap<i32, Arc<OwnedFd>>>,
+    /// The filesystem id (`f_fsid`) of each source mount.
+    fsids: RwLock<HashMap<i32, u64>>,
+    /// File handle -> inode, for the source watcher (`None` unless
+    /// [`index_handles`](Self::index_handles) turned it on).
+    by_handle: Option<Box<[HandleShard]>>,
     /// The pool of `O_PATH` descriptors.
     pub pool: FdPool,
     use_handles: bool,
@@ -452,6 +485,8 @@ impl InodeTable {
             by_key: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next_ino: AtomicU64::new(ROOT_INO + 1),
             mounts: RwLock::new(HashMap::new()),
+            fsids: RwLock::new(HashMap::new()),
+            by_handle: None,
             pool: FdPool::new(pool_capacity),
             use_handles,
             interns: AtomicU64::new(0),
@@ -473,6 +508,7 @@ impl InodeTable {
             dentry: Mutex::new(None),
             link: Link::new(ROOT_INO, Box::default()),
             reaper: None,
+            hkey: Mutex::new(None),
         });
         table.by_ino[Self::ino_shard(ROOT_INO)]
             .write()
@@ -548,6 +584,7 @@ impl InodeTable {
             dentry: Mutex::new(None),
             link: Link::new(new.parent_ino, new.name.to_bytes().into()),
             reaper: Some(self.reaper.clone()),
+            hkey: Mutex::new(None),
         });
         let (result, displaced) = {
             let mut map = shard.lock();
@@ -561,6 +598,7 @@ impl InodeTable {
             }
         };
         drop(displaced); // Any Arc<Inode> is dropped outside the key lock.
+        self.index_handle(&result);
         if self.interns.fetch_add(1, Ordering::Relaxed) % 65_536 == 65_535 {
             self.sweep_keys();
         }
@@ -627,6 +665,8 @@ impl InodeTable {
                             0,
                         )
                         .or_else(|_| sys::reopen(new.parent, libc::O_RDONLY | libc::O_DIRECTORY))?;
+                        let fsid = sys::fsid(fd.as_fd()).unwrap_or(0);
+                        self.fsids.write().entry(mount_id).or_insert(fsid);
                         self.mounts.write().entry(mount_id).or_insert_with(|| Arc::new(fd));
                     }
                     return Ok(Backing::Handle { handle, mount_id });
@@ -833,6 +873,69 @@ impl InodeTable {
             .and_then(Weak::upgrade)
     }
 
+    /// Turns on the handle index (before any lookup): from now on every
+    /// inode with a kernel file handle can be found by it
+    /// ([`find_handle`](Self::find_handle)), the root included (its handle
+    /// is taken from `root`'s descriptor). Costs one map entry per live
+    /// inode. Fails if the root has no file handle.
+    pub fn index_handles(&mut self, root: &Inode) -> FsResult<()> {
+        let Backing::Pinned(fd) = &root.backing else {
+            return Err(FsError::INVAL);
+        };
+        let (handle, _mount_id) = sys::name_to_handle_at(fd.as_fd(), sys::EMPTY, libc::AT_EMPTY_PATH)?;
+        let fsid = sys::fsid(fd.as_fd())?;
+        let mut buf = [0u8; 12 + sys::MAX_HANDLE_SZ];
+        let n = pack_handle(fsid, handle.handle_type(), handle.bytes(), &mut buf);
+        let index: Box<[HandleShard]> = (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect();
+        let root_arc = self.get(ROOT_INO)?;
+        index[handle_shard(&buf[..n])]
+            .lock()
+            .insert(buf[..n].into(), Arc::downgrade(&root_arc));
+        self.by_handle = Some(index);
+        Ok(())
+    }
+
+    /// Lists `inode` in the handle index, if the table keeps one.
+    fn index_handle(&self, inode: &Arc<Inode>) {
+        let (Some(index), Backing::Handle { handle, mount_id }) = (&self.by_handle, &inode.backing) else {
+            return;
+        };
+        let Some(&fsid) = self.fsids.read().get(mount_id) else {
+            return;
+        };
+        let mut buf = [0u8; 12 + sys::MAX_HANDLE_SZ];
+        let n = pack_handle(fsid, handle.handle_type(), handle.bytes(), &mut buf);
+        let key: Box<[u8]> = buf[..n].into();
+        let mut hk = inode.hkey.lock();
+        if hk.is_some() {
+            return;
+        }
+        index[handle_shard(&key)]
+            .lock()
+            .insert(key.clone(), Arc::downgrade(inode));
+        *hk = Some(key);
+    }
+
+    /// The live inode whose source object has this file handle, if any
+    /// (the source watcher's lookup: a hash lookup, no system call).
+    pub fn find_handle(&self, fsid: u64, handle_type: i32, bytes: &[u8]) -> Option<Arc<Inode>> {
+        let index = self.by_handle.as_ref()?;
+        if bytes.len() > sys::MAX_HANDLE_SZ {
+            return None;
+        }
+        let mut buf = [0u8; 12 + sys::MAX_HANDLE_SZ];
+        let n = pack_handle(fsid, handle_type, bytes, &mut buf);
+        let key = &buf[..n];
+        index[handle_shard(key)].lock().get(key).and_then(Weak::upgrade)
+    }
+
+    /// Entries in the handle index (live or not yet reaped).
+    pub fn indexed_handles(&self) -> usize {
+        self.by_handle
+            .as_ref()
+            .map_or(0, |index| index.iter().map(|s| s.lock().len()).sum())
+    }
+
     /// Inodes the kernel knows.
     pub fn known(&self) -> usize {
         self.by_ino.iter().map(|s| s.read().len()).sum()
@@ -881,15 +984,23 @@ impl InodeTable {
             self.reaper.pending.store(false, Ordering::Relaxed);
             std::mem::take(&mut *g)
         };
-        for &(ino, key) in &gone {
+        for (ino, key, hkey) in &gone {
             // A dcache-only inode may have had a pooled descriptor.
-            self.pool.remove(ino);
-            let mut keys = self.by_key[Self::key_shard(&key)].lock();
-            if keys.get(&key).is_some_and(|w| w.strong_count() == 0) {
-                keys.remove(&key);
+            self.pool.remove(*ino);
+            {
+                let mut keys = self.by_key[Self::key_shard(key)].lock();
+                if keys.get(key).is_some_and(|w| w.strong_count() == 0) {
+                    keys.remove(key);
+                }
+            }
+            if let (Some(h), Some(index)) = (hkey, &self.by_handle) {
+                let mut map = index[handle_shard(h)].lock();
+                if map.get(h).is_some_and(|w| w.strong_count() == 0) {
+                    map.remove(h);
+                }
             }
         }
-        gone.into_iter().map(|(ino, _)| ino).collect()
+        gone.into_iter().map(|(ino, _, _)| ino).collect()
     }
 
     /// Every inode the kernel knows (for tests).

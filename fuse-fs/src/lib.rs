@@ -53,5 +53,6 @@ pub mod open_files;
 pub mod protocol;
 pub mod ratelog;
 pub mod sys;
+pub mod watch;
 
-pub use mount::{MountOptions, Mounted, mount, validate};
+pub use mount::{CoherenceRequest, MountOptions, Mounted, mount, validate};

@@ -72,6 +72,7 @@ fn mount(args: MountArgs) -> Result<()> {
         kernel_cache: args.kernel_cache,
         revalidate: args.revalidate,
         fuse_options: args.options,
+        coherence: args.coherence,
     };
     // Register before mounting, so that a signal that arrives while the
     // mount is being set up is queued rather than killing the process with

@@ -17,3 +17,4 @@ mod lifecycle;
 mod posix;
 mod resources;
 mod sys;
+mod watch;
