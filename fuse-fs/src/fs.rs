@@ -578,7 +578,14 @@ impl Fs {
         let pfd = self.table.path_fd(parent)?;
         let cname = cstr(name)?;
         let before = self.source_seq();
-        let read = sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW);
+        let mut read = sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW);
+        if let Ok(st) = &read
+            && st.st_dev != parent.key.0
+            && self.entered_filesystem(pfd.as_fd(), &cname, st.st_dev)
+        {
+            // Read again now that changes there are reported.
+            read = sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW);
+        }
         crate::fault::lookup_delay(name);
         match read {
             Ok(st) => {

@@ -302,6 +302,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     let mut watch_stop = None;
     if let Some(w) = watcher {
         watch_stop = Some(w.stopper()?);
+        fs.set_watch_marker(w.marker()?, w.marked().iter().map(|m| m.dev));
         let fs = fs.clone();
         workers.push(
             std::thread::Builder::new()

@@ -130,6 +130,8 @@ pub struct Marked {
     pub fstype: String,
     /// Its `f_fsid`.
     pub fsid: u64,
+    /// Its device number (`st_dev`).
+    pub dev: u64,
 }
 
 /// A fanotify group with marks on the source's filesystems.
@@ -189,10 +191,12 @@ impl Watcher {
             let fd = sys::open_path(&cpath, libc::O_RDONLY | libc::O_DIRECTORY)
                 .with_context(|| format!("opening {}", point.display()))?;
             let fsid = sys::fsid(fd.as_fd()).with_context(|| format!("statfs of {}", point.display()))?;
+            let dev = sys::fstat(fd.as_fd())?.st_dev;
             marked.push(Marked {
                 mount_point: point,
                 fstype,
                 fsid,
+                dev,
             });
         }
         if marked.is_empty() {
@@ -209,6 +213,14 @@ impl Watcher {
     /// The filesystems marked.
     pub fn marked(&self) -> &[Marked] {
         &self.marked
+    }
+
+    /// A handle that adds marks to this watch (for filesystems mounted under
+    /// the source later).
+    pub fn marker(&self) -> Result<Marker> {
+        Ok(Marker(
+            self.fan.try_clone().context("duplicating the fanotify descriptor")?,
+        ))
     }
 
     /// A handle that ends [`run`](Self::run) when signalled.
@@ -245,6 +257,38 @@ impl Watcher {
                 apply(&events);
             }
         }
+    }
+}
+
+/// Adds filesystem marks to a running watch.
+#[derive(Debug)]
+pub struct Marker(OwnedFd);
+
+impl Marker {
+    /// Marks the filesystem holding `name` under `dir` (a mount the request
+    /// path has just entered). Refuses filesystem types that
+    /// [`Watcher::new`] refuses without `force`.
+    pub fn mark(&self, dir: std::os::fd::BorrowedFd<'_>, name: &std::ffi::CStr) -> Result<(), String> {
+        let fd = sys::openat(dir, name, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)
+            .map_err(|e| format!("open: {e}"))?;
+        let dev = sys::fstat(fd.as_fd()).map_err(|e| format!("fstat: {e}"))?.st_dev;
+        let text = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("mountinfo: {e}"))?;
+        let fstype = mountinfo::parse_mountinfo(&text)
+            .into_iter()
+            .find(|m| libc::makedev(m.dev.0, m.dev.1) == dev)
+            .map(|m| m.fstype)
+            .ok_or("not in /proc/self/mountinfo")?;
+        if unwatchable(&fstype) {
+            return Err(format!("{fstype}: changes made elsewhere are not reported there"));
+        }
+        let path = sys::proc_path(fd.as_fd());
+        sys::fanotify_mark(
+            self.0.as_fd(),
+            libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM,
+            MASK,
+            &path,
+        )
+        .map_err(|e| format!("fanotify_mark: {e}"))
     }
 }
 

@@ -39,15 +39,20 @@
 //! (with the watch, the kernel's timeouts are an hour), and gives up after
 //! 5 s, counting `inval_dropped`.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::ffi::CStr;
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use super::{Caller, Fs, ROOT_INO};
 use crate::inode::Inode;
 use crate::inval::Inval;
 use crate::protocol::DropMode;
-use crate::watch::{Event, Handle};
+use crate::watch::{Event, Handle, Marker};
 
 /// How the mount keeps up with changes made directly in the source.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -92,6 +97,11 @@ pub struct Watched {
     overflows: AtomicU64,
     /// Kernel invalidations the watcher could not queue.
     inval_dropped: AtomicU64,
+    /// How to mark filesystems mounted under the source after the mount
+    /// started, and the devices marked (or found unwatchable) so far.
+    marker: OnceLock<(Marker, Mutex<HashSet<u64>>)>,
+    /// Filesystems under the source that could not be watched.
+    unwatched: AtomicU64,
 }
 
 /// What one event does.
@@ -132,6 +142,46 @@ impl Fs {
         inode.set_attr(st);
         if self.source_changed_since(before) {
             inode.expire_attr();
+        }
+    }
+
+    /// Lets the filesystem mark filesystems mounted under the source later
+    /// (`devs`: the devices the watch marked at the start).
+    pub fn set_watch_marker(&self, marker: Marker, devs: impl IntoIterator<Item = u64>) {
+        let _ = self
+            .watched
+            .marker
+            .set((marker, Mutex::new(devs.into_iter().collect())));
+    }
+
+    /// A lookup found `name` under `dir` on device `dev`, which differs from
+    /// its parent's: a mount under the source. Marks its filesystem if the
+    /// watch has not yet; one that cannot be marked is logged and counted
+    /// (its changes are then seen only through a drop or the interval).
+    /// Returns whether a mark was added (the caller re-reads what it read).
+    pub(super) fn entered_filesystem(&self, dir: BorrowedFd<'_>, name: &CStr, dev: u64) -> bool {
+        let Some((marker, devs)) = self.watched.marker.get() else {
+            return false;
+        };
+        if !devs.lock().insert(dev) {
+            return false;
+        }
+        match marker.mark(dir, name) {
+            Ok(()) => {
+                tracing::info!(name = %name.to_string_lossy(), dev, "watching a filesystem mounted under the source");
+                true
+            }
+            Err(why) => {
+                self.watched.unwatched.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    name = %name.to_string_lossy(),
+                    dev,
+                    "cannot watch a filesystem mounted under the source ({why}): changes made directly there \
+                     are seen only after a drop or {} s",
+                    WATCH_REVALIDATE.as_secs()
+                );
+                false
+            }
         }
     }
 
@@ -247,6 +297,7 @@ impl Fs {
             "batches": w.batches.load(Ordering::Relaxed),
             "overflows": w.overflows.load(Ordering::Relaxed),
             "inval_dropped": w.inval_dropped.load(Ordering::Relaxed),
+            "unwatched_filesystems": w.unwatched.load(Ordering::Relaxed),
             "indexed_handles": self.table.indexed_handles() as u64,
         })
     }

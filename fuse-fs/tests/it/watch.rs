@@ -276,3 +276,49 @@ fn a_lookup_overtaken_by_a_source_change_caches_nothing() {
 fn a_lookup_overtaken_by_a_source_change_caches_nothing_with_kernel_cache() {
     a_lookup_overtaken_by_a_change_caches_nothing(KERNEL);
 }
+
+/// Unmounts (lazily) a filesystem a test mounted, when dropped.
+struct Submount(std::path::PathBuf);
+
+impl Drop for Submount {
+    fn drop(&mut self) {
+        let c = crate::sys::cpath(&self.0);
+        // SAFETY: the path is NUL-terminated.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+#[test]
+fn a_filesystem_mounted_under_the_source_later_is_watched_too() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: mounting a tmpfs inside the source needs root");
+        return;
+    }
+    let Some(m) = Mount::with(DEFAULT, |src| fs::create_dir(src.join("sub")).unwrap()) else {
+        return;
+    };
+    // Mounted after rcufs started: the watch's first marks missed it.
+    let sub = m.src_at("sub");
+    let (what, c) = (std::ffi::CString::new("tmpfs").unwrap(), crate::sys::cpath(&sub));
+    // SAFETY: all strings are NUL-terminated; no data argument.
+    let rc = unsafe { libc::mount(what.as_ptr(), c.as_ptr(), what.as_ptr(), 0, std::ptr::null()) };
+    assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+    let _guard = Submount(sub.clone());
+    fs::write(sub.join("a"), b"a").unwrap();
+    assert_eq!(fs::read(m.at("sub/a")).unwrap(), b"a");
+    assert_eq!(errno(&fs::metadata(m.at("sub/b"))), Some(libc::ENOENT));
+    fs::write(sub.join("b"), b"b").unwrap();
+    fs::set_permissions(sub.join("a"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(
+        eventually(SOON, || {
+            fs::read(m.at("sub/b")).is_ok_and(|b| b == b"b")
+                && fs::metadata(m.at("sub/a")).is_ok_and(|md| md.permissions().mode() & 0o777 == 0o600)
+        }),
+        "changes in the submount not seen: {}\n{}",
+        m.stats(),
+        m.log_text()
+    );
+    assert_eq!(m.stat("coherence", "unwatched_filesystems"), 0);
+    drop(m);
+}
