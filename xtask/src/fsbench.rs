@@ -5,7 +5,8 @@
 //! the real disk (`$TMPDIR`, else `/var/tmp`; never a tmpfs, so that cold
 //! reads are real), then runs the same suite on
 //! - `native`: the source directory itself (the limit),
-//! - `rcufs`: an rcufs mount of it with the default options,
+//! - `rcufs`: an rcufs mount of it with the default options (as root on a
+//!   local disk: `--coherence auto` chooses `watch`),
 //! - `rcufs-kc`: an rcufs mount with `--kernel-cache`,
 //!
 //! and the seeds' experiments on an rcufs mount:
@@ -23,6 +24,11 @@
 //!
 //! Each seed run also records the cache counters' change over its timed
 //! pass (hits, misses), so the table shows what the drop changed.
+//!
+//! The `coherence` section (`fsbench/coherence.rs`) compares `--coherence
+//! watch` with `ttl` in both modes: hot stat and missing names against
+//! native, how soon a change made in the source is seen, and hot stat under
+//! a churn of files elsewhere on the same filesystem.
 //!
 //! "Cold" passes first empty rcufs's caches (`rcufs drop --all` on the mount
 //! root) and then the kernel's (`sync; echo 3 > /proc/sys/vm/drop_caches`,
