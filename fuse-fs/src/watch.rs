@@ -15,7 +15,8 @@
 //! - a name created, deleted or moved in a directory: [`Event::Name`] with
 //!   the directory's handle and the name (from the `DFID_NAME` record);
 //! - attributes changed (`FAN_ATTRIB`: chmod, chown, utimes, link count,
-//!   xattrs): [`Event::Attrib`] with the object's handle (`FID` record);
+//!   xattrs; `FAN_MOVE_SELF`: a rename moves the object's ctime):
+//!   [`Event::Attrib`] with the object's handle (`FID` record);
 //! - data changed (`FAN_MODIFY`: write, truncate; `FAN_CLOSE_WRITE`: closed
 //!   after writing, which also covers writes through a shared mapping that
 //!   `FAN_MODIFY` never reports): [`Event::Data`] with the object's handle.
@@ -87,10 +88,13 @@ const MASK: u64 = libc::FAN_CREATE
     | libc::FAN_ATTRIB
     | libc::FAN_MODIFY
     | libc::FAN_CLOSE_WRITE
+    | libc::FAN_MOVE_SELF
     | libc::FAN_ONDIR;
 
 const NAME_EVENTS: u64 = libc::FAN_CREATE | libc::FAN_DELETE | libc::FAN_MOVED_FROM | libc::FAN_MOVED_TO;
 const DATA_EVENTS: u64 = libc::FAN_MODIFY | libc::FAN_CLOSE_WRITE;
+/// A rename changes the moved object's ctime, which no `FAN_ATTRIB` reports.
+const ATTRIB_EVENTS: u64 = libc::FAN_ATTRIB | libc::FAN_MOVE_SELF;
 
 /// `struct fanotify_event_metadata`'s size.
 const METADATA_LEN: usize = 24;
@@ -417,7 +421,7 @@ pub fn parse<'a>(buf: &'a [u8], own_pid: i32, out: &mut Vec<Event<'a>>) {
         if mask & NAME_EVENTS == 0
             && let Some(obj) = obj
         {
-            if mask & libc::FAN_ATTRIB != 0 {
+            if mask & ATTRIB_EVENTS != 0 {
                 out.push(Event::Attrib(obj));
             }
             if mask & DATA_EVENTS != 0 {
@@ -497,6 +501,8 @@ mod tests {
             77,
             &[record(INFO_DFID_NAME, [5, 6], &dir, Some(b"."))],
         ));
+        // A renamed file: its ctime moved.
+        buf.extend(event(libc::FAN_MOVE_SELF, 77, &[record(INFO_FID, [5, 6], &file, None)]));
         buf.extend(event(libc::FAN_Q_OVERFLOW, -1, &[]));
         let mut out = Vec::new();
         parse(&buf, 42, &mut out);
@@ -515,6 +521,7 @@ mod tests {
                 Event::Attrib(h(&[9; 8])),
                 Event::Data(h(&[9; 8])),
                 Event::Attrib(h(&[1, 2, 3, 4, 5, 6, 7, 8])),
+                Event::Attrib(h(&[9; 8])),
                 Event::Overflow,
             ]
         );
