@@ -1642,6 +1642,7 @@ impl Fs {
             "pagecache": self.data.stats_json(),
             "inodes": {
                 "known": self.table.known() as u64,
+                "by_name": self.table.by_name(),
                 "open_fds": open_fds,
                 "pooled_fds": self.table.pool.len() as u64,
                 "pool_opens": self.table.pool.opens(),

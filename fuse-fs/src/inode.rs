@@ -28,10 +28,14 @@
 //! demand through a bounded pool ([`FdPool`]) of `O_PATH` descriptors with
 //! CLOCK eviction, so the number of open descriptors stays bounded however
 //! many inodes the kernel knows. For a source filesystem that has no file
-//! handles (or when not running as root, since `open_by_handle_at` needs
-//! `CAP_DAC_READ_SEARCH`), the fallback is one pinned `O_PATH` descriptor per
-//! inode, as libfuse's passthrough does; that mode is bounded by
-//! `RLIMIT_NOFILE` and logs a warning when first used.
+//! handles (a FUSE or network filesystem, or when not running as root, since
+//! `open_by_handle_at` needs `CAP_DAC_READ_SEARCH`), an inode is reached by
+//! its name under its parent ([`Backing::ByName`]: the link holds the parent
+//! inode), opened into the same pool on demand and checked against its key
+//! `(st_dev, st_ino)`; a name that no longer leads to it (removed or renamed
+//! in the source) gives `ESTALE`, and the kernel looks the name up again.
+//! Renames through the mount move the link ([`InodeTable::set_link`]). Only
+//! the root keeps a pinned descriptor.
 //!
 //! # What is given back, and when
 //! - Node id leaves the table at the last FORGET (above), with its pooled
@@ -87,8 +91,13 @@ pub enum Backing {
         /// The mount id `name_to_handle_at` reported.
         mount_id: i32,
     },
-    /// The fallback: a pinned `O_PATH` descriptor.
+    /// A pinned `O_PATH` descriptor: the root only.
     Pinned(Arc<OwnedFd>),
+    /// The fallback for a source without file handles: the object is
+    /// reached by its name under its parent (the inode's link, which holds
+    /// the parent inode), opened into the pool on demand and checked
+    /// against the key; it holds no descriptor while not in use.
+    ByName,
 }
 
 /// The attributes last read from the source, and when.
@@ -181,16 +190,20 @@ pub struct Inode {
 struct Link {
     parent: u64,
     name: Box<[u8]>,
+    /// [`Backing::ByName`] inodes: the parent inode, kept alive so that the
+    /// object can be reopened by name however long the kernel keeps it.
+    parent_ref: Option<Arc<Inode>>,
     /// The parent the children index lists this inode under: `Some` exactly
     /// while the node id is in the table.
     indexed: Option<u64>,
 }
 
 impl Link {
-    fn new(parent: u64, name: Box<[u8]>) -> Mutex<Self> {
+    fn new(parent: u64, name: Box<[u8]>, parent_ref: Option<Arc<Inode>>) -> Mutex<Self> {
         Mutex::new(Self {
             parent,
             name,
+            parent_ref,
             indexed: None,
         })
     }
@@ -445,6 +458,8 @@ pub struct InodeTable {
     mounts: RwLock<HashMap<i32, Arc<OwnedFd>>>,
     /// The filesystem id (`f_fsid`) of each source mount.
     fsids: RwLock<HashMap<i32, u64>>,
+    /// Source mounts whose file handles are not used (FUSE).
+    no_handles: RwLock<std::collections::HashSet<i32>>,
     /// File handle -> inode, for the source watcher (`None` unless
     /// [`index_handles`](Self::index_handles) turned it on).
     by_handle: Option<Box<[HandleShard]>>,
@@ -452,7 +467,8 @@ pub struct InodeTable {
     pub pool: FdPool,
     use_handles: bool,
     interns: AtomicU64,
-    pinned: AtomicU64,
+    /// Inodes created with [`Backing::ByName`].
+    by_name: AtomicU64,
     children: Children,
     /// Directory key -> the node id of that directory that the kernel
     /// forgot while inodes it still knows were listed under it (a file kept
@@ -486,11 +502,12 @@ impl InodeTable {
             next_ino: AtomicU64::new(ROOT_INO + 1),
             mounts: RwLock::new(HashMap::new()),
             fsids: RwLock::new(HashMap::new()),
+            no_handles: RwLock::new(std::collections::HashSet::new()),
             by_handle: None,
             pool: FdPool::new(pool_capacity),
             use_handles,
             interns: AtomicU64::new(0),
-            pinned: AtomicU64::new(1),
+            by_name: AtomicU64::new(0),
             children: Children::default(),
             orphans: Mutex::new(HashMap::new()),
             reaper: Arc::new(Reaper::default()),
@@ -506,7 +523,7 @@ impl InodeTable {
             data_stamp: Mutex::new(None),
             dir: Mutex::new(None),
             dentry: Mutex::new(None),
-            link: Link::new(ROOT_INO, Box::default()),
+            link: Link::new(ROOT_INO, Box::default(), None),
             reaper: None,
             hkey: Mutex::new(None),
         });
@@ -568,6 +585,10 @@ impl InodeTable {
         }
         // Build the backing outside the lock: it makes syscalls.
         let backing = self.make_backing(&new)?;
+        let parent_ref = match backing {
+            Backing::ByName => Some(self.get(new.parent_ino)?),
+            _ => None,
+        };
         let fresh = Arc::new(Inode {
             ino: self.next_ino.fetch_add(1, Ordering::Relaxed),
             key,
@@ -582,7 +603,7 @@ impl InodeTable {
             data_stamp: Mutex::new(None),
             dir: Mutex::new(None),
             dentry: Mutex::new(None),
-            link: Link::new(new.parent_ino, new.name.to_bytes().into()),
+            link: Link::new(new.parent_ino, new.name.to_bytes().into(), parent_ref),
             reaper: Some(self.reaper.clone()),
             hkey: Mutex::new(None),
         });
@@ -620,6 +641,11 @@ impl InodeTable {
             Backing::Pinned(fd) => {
                 sys::fstat(fd.as_fd()).is_ok_and(|st| st.st_nlink > 0 || st.st_mode & libc::S_IFMT == libc::S_IFDIR)
             }
+            // Found by key under this very name: the same object, unless
+            // its inode number was reused while rcufs held the old inode
+            // (without a handle's generation that cannot be told apart; the
+            // data stamp at open still drops pages of a different file).
+            Backing::ByName => true,
         };
         if !same {
             if tracing::enabled!(tracing::Level::DEBUG) {
@@ -639,6 +665,7 @@ impl InodeTable {
     fn still_opens(&self, inode: &Inode) -> bool {
         match &inode.backing {
             Backing::Pinned(fd) => sys::fstat(fd.as_fd()).is_ok_and(|st| st.st_nlink > 0),
+            Backing::ByName => self.open_by_name(inode, false).is_ok(),
             Backing::Handle { handle, mount_id } => self
                 .mounts
                 .read()
@@ -651,6 +678,7 @@ impl InodeTable {
         let flags = if new.name.is_empty() { libc::AT_EMPTY_PATH } else { 0 };
         if self.use_handles {
             match sys::name_to_handle_at(new.parent, new.name, flags) {
+                Ok((_, mount_id)) if self.no_handles.read().contains(&mount_id) => {}
                 Ok((handle, mount_id)) => {
                     let known = self.mounts.read().contains_key(&mount_id);
                     if !known {
@@ -665,26 +693,31 @@ impl InodeTable {
                             0,
                         )
                         .or_else(|_| sys::reopen(new.parent, libc::O_RDONLY | libc::O_DIRECTORY))?;
+                        if sys::fs_magic(fd.as_fd()).is_ok_and(|m| m == sys::FUSE_SUPER_MAGIC) {
+                            // A FUSE filesystem hands out handles, but opens
+                            // them only while the kernel still caches the
+                            // inode (unless it exports, which the kernel
+                            // does not tell): useless once evicted.
+                            self.no_handles.write().insert(mount_id);
+                            return self.make_backing(new);
+                        }
                         let fsid = sys::fsid(fd.as_fd()).unwrap_or(0);
                         self.fsids.write().entry(mount_id).or_insert(fsid);
                         self.mounts.write().entry(mount_id).or_insert_with(|| Arc::new(fd));
                     }
                     return Ok(Backing::Handle { handle, mount_id });
                 }
-                Err(e) if matches!(e.errno(), libc::EOPNOTSUPP | libc::ENOSYS | libc::EOVERFLOW) => {
-                    if self.pinned.load(Ordering::Relaxed) == 1 {
-                        tracing::warn!(
-                            errno = e.errno(),
-                            "source has no kernel file handles here; falling back to one pinned descriptor per inode"
-                        );
-                    }
-                }
+                Err(e) if matches!(e.errno(), libc::EOPNOTSUPP | libc::ENOSYS | libc::EOVERFLOW) => {}
                 Err(e) => return Err(e),
             }
         }
-        let fd = sys::openat(new.parent, new.name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
-        self.pinned.fetch_add(1, Ordering::Relaxed);
-        Ok(Backing::Pinned(Arc::new(fd)))
+        if self.by_name.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::info!(
+                "no kernel file handles for the source here (not root, or a filesystem without them): \
+                 inodes are reopened by name from their parent, through the bounded descriptor pool"
+            );
+        }
+        Ok(Backing::ByName)
     }
 
     fn sweep_keys(&self) {
@@ -729,10 +762,18 @@ impl InodeTable {
     /// Records where `inode` was found, moving it in the children index if
     /// the kernel knows it.
     pub fn set_link(&self, inode: &Inode, parent: u64, name: &[u8]) {
+        // Taken before the link lock (lock order: table shard, then link).
+        let parent_ref = match inode.backing {
+            Backing::ByName => self.get(parent).ok(),
+            _ => None,
+        };
         let mut link = inode.link.lock();
         if link.parent != parent || &*link.name != name {
             link.parent = parent;
             link.name = name.into();
+            if let Some(p) = parent_ref {
+                link.parent_ref = Some(p);
+            }
         }
         if let Some(old) = link.indexed
             && old != parent
@@ -838,20 +879,56 @@ impl InodeTable {
             Backing::Handle { .. } => self
                 .pool
                 .get(inode.ino, || self.open(inode, libc::O_PATH | libc::O_NOFOLLOW)),
+            Backing::ByName => self.pool.get(inode.ino, || self.open_by_name(inode, true)),
         }
+    }
+
+    /// Opens a [`Backing::ByName`] inode (`O_PATH`): its name under its
+    /// parent (whose descriptor comes from the pool, recursively up to the
+    /// root), checked to still be the inode's `(st_dev, st_ino)`. A name
+    /// that is gone or names another object now means the object was
+    /// removed or renamed in the source: `ESTALE` (and, with `mark`, the
+    /// inode is marked stale), so the kernel looks the name up again.
+    fn open_by_name(&self, inode: &Inode, mark: bool) -> FsResult<OwnedFd> {
+        let (parent, name) = {
+            let l = inode.link.lock();
+            (l.parent_ref.clone(), l.name.clone())
+        };
+        let parent = parent.ok_or(FsError::STALE)?;
+        let pfd = self.path_fd(&parent)?;
+        let cname = sys::cstr(&name)?;
+        let stale = || {
+            if mark {
+                tracing::debug!(ino = inode.ino, name = %String::from_utf8_lossy(&name), "inode marked stale: its name no longer leads to it");
+                inode.stale.store(true, Ordering::Relaxed);
+            }
+            FsError::STALE
+        };
+        let fd = match sys::openat(pfd.as_fd(), &cname, libc::O_PATH | libc::O_NOFOLLOW, 0) {
+            Ok(fd) => fd,
+            Err(e) if matches!(e.errno(), libc::ENOENT | libc::ENOTDIR) => return Err(stale()),
+            Err(e) => return Err(e),
+        };
+        if key_of(&sys::fstat(fd.as_fd())?) != inode.key {
+            return Err(stale());
+        }
+        Ok(fd)
     }
 
     /// Opens `inode` afresh with `flags` (a real descriptor, not pooled).
     pub fn open(&self, inode: &Inode, flags: libc::c_int) -> FsResult<OwnedFd> {
-        match &inode.backing {
-            Backing::Pinned(fd) => {
-                if flags & libc::O_PATH != 0 {
-                    sys::openat(fd.as_fd(), sys::EMPTY, flags | libc::O_PATH, 0)
-                        .or_else(|_| sys::reopen(fd.as_fd(), flags))
-                } else {
-                    sys::reopen(fd.as_fd(), flags)
-                }
+        let reopen = |fd: &OwnedFd| {
+            if flags & libc::O_PATH != 0 {
+                sys::openat(fd.as_fd(), sys::EMPTY, flags | libc::O_PATH, 0).or_else(|_| sys::reopen(fd.as_fd(), flags))
+            } else {
+                sys::reopen(fd.as_fd(), flags)
             }
+        };
+        match &inode.backing {
+            Backing::Pinned(fd) => reopen(fd),
+            // Checked by name first (`O_PATH`), then reopened: an open with
+            // `O_TRUNC` never reaches an object the name no longer names.
+            Backing::ByName => reopen(&*self.path_fd(inode)?),
             Backing::Handle { handle, mount_id } => {
                 let mount_fd = self.mounts.read().get(mount_id).cloned().ok_or(FsError::STALE)?;
                 let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
@@ -934,6 +1011,11 @@ impl InodeTable {
         self.by_handle
             .as_ref()
             .map_or(0, |index| index.iter().map(|s| s.lock().len()).sum())
+    }
+
+    /// Inodes created without a file handle ([`Backing::ByName`]).
+    pub fn by_name(&self) -> u64 {
+        self.by_name.load(Ordering::Relaxed)
     }
 
     /// Inodes the kernel knows.

@@ -189,6 +189,19 @@ pub fn fsid(fd: BorrowedFd<'_>) -> FsResult<u64> {
     Ok(fsid_of(words))
 }
 
+/// The filesystem type (`statfs`'s `f_type`, a magic number) of the
+/// filesystem holding `fd`.
+pub fn fs_magic(fd: BorrowedFd<'_>) -> FsResult<i64> {
+    // SAFETY: an all-zero `statfs` is a valid value of this plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a writable `statfs` the kernel fills in.
+    check(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) })?;
+    Ok(st.f_type as i64)
+}
+
+/// `f_type` of FUSE filesystems.
+pub const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+
 /// Packs the two words of a `__kernel_fsid_t` as [`fsid`] does.
 pub fn fsid_of(words: [i32; 2]) -> u64 {
     (words[0] as u32 as u64) | ((words[1] as u32 as u64) << 32)

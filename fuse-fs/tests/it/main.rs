@@ -8,6 +8,7 @@
 //! instead. Every mount is unmounted and every daemon reaped when its test
 //! ends, even when the test fails.
 
+mod by_name;
 mod cli;
 mod drop;
 mod harness;
