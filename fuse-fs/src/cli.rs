@@ -72,6 +72,10 @@ pub struct Cli {
 pub enum Command {
     /// Mount a mirror of SOURCE at MOUNTPOINT and serve it in the foreground
     /// until unmounted or sent SIGINT/SIGTERM.
+    ///
+    /// Every option also has an `-o` spelling (`--dcache-entries 10` is
+    /// `-o dcache_entries=10`); the last one given wins.
+    #[command(args_override_self = true)]
     Mount(MountArgs),
     /// Drop the cached dentries and/or pages under each DIR (on an rcufs mount).
     Drop(DropCmd),
@@ -106,10 +110,28 @@ pub struct MountArgs {
     /// seconds (fractions allowed).
     #[arg(long, value_name = "SECS", default_value = DEFAULT_REVALIDATE.as_str(), value_parser = parse_secs)]
     pub revalidate: Duration,
-    /// FUSE mount options, comma-separated, repeatable (allow_other, ro,
-    /// default_permissions, ...).
+    /// Append the log (and anything else written to stdout/stderr) to this
+    /// file instead of stderr.
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
+    /// Log line format: `text` (no colours unless stderr is a terminal) or
+    /// `json` (one object per line, for log collectors).
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Mount options, comma-separated, repeatable: every option above as
+    /// `key=value` or `key` (dcache_entries=N, kernel_cache, ...), and the
+    /// FUSE ones (allow_other, ro, default_permissions, ...).
     #[arg(short = 'o', value_name = "OPTS", value_delimiter = ',', action = clap::ArgAction::Append)]
     pub options: Vec<String>,
+}
+
+/// The format of the daemon's log lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines; ANSI colours only when stderr is a terminal.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Debug, Args)]

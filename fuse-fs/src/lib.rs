@@ -54,4 +54,6 @@ pub mod protocol;
 pub mod ratelog;
 pub mod sys;
 
+/// The FUSE mount options (`-o`) rcufs passes to the kernel mount.
+pub use fuse::session::KNOWN_OPTIONS as FUSE_OPTIONS;
 pub use mount::{MountOptions, Mounted, mount, validate};
