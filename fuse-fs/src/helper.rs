@@ -30,7 +30,10 @@
 //!    "mount failure"); after 60 s without readiness it kills the daemon and
 //!    fails the same way. Usage errors exit 1.
 //!
-//! `-N NS` (mount in another mount namespace) is refused with a message.
+//! `-N NS` mounts in another mount namespace: the helper enters it
+//! (`setns(2)`; NS is a pid or a namespace file such as
+//! `/proc/PID/ns/mnt`) before it checks or starts anything, so the daemon
+//! and its mount live there.
 //! Unmounting is plain `umount DIR`: the daemon sees its session end and
 //! exits.
 
@@ -191,9 +194,7 @@ pub fn main(argv: Vec<OsString>) -> ExitCode {
 fn run(args: &[OsString]) -> Result<(), Fail> {
     let h = parse_args(args).map_err(usage)?;
     if let Some(ns) = &h.namespace {
-        return Err(usage(format!(
-            "-N {ns}: mounting in another mount namespace is not supported; run mount inside it (nsenter -m)"
-        )));
+        enter_mount_namespace(ns).map_err(failure)?;
     }
     if let Some(t) = &h.fstype
         && t != "fuse.rcufs"
@@ -336,6 +337,27 @@ fn spawn_and_wait(mount_args: &[OsString], log: &Path, mountpoint: &Path) -> Res
     // The daemon keeps running in its own session; dropping `child` neither
     // kills nor waits for it.
     Ok(child.id())
+}
+
+/// Enters the mount namespace `ns` names: a pid (its `/proc/PID/ns/mnt`)
+/// or a namespace file.
+fn enter_mount_namespace(ns: &str) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let path = if !ns.is_empty() && ns.bytes().all(|b| b.is_ascii_digit()) {
+        format!("/proc/{ns}/ns/mnt")
+    } else {
+        ns.to_string()
+    };
+    let f = File::open(&path).map_err(|e| format!("-N {ns}: opening {path}: {e}"))?;
+    // SAFETY: setns takes a descriptor we own and a flag; the helper has not
+    // started any thread, as entering a mount namespace requires.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNS) } == -1 {
+        return Err(format!(
+            "-N {ns}: entering the mount namespace {path}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
 
 /// Opens (creating it and its directory if needed) the log file for appending.

@@ -597,3 +597,72 @@ fn notify_socket_gets_ready_once_the_mount_is_live_and_stopping_at_unmount() {
     File::open(&d.log).unwrap().read_to_string(&mut rest).unwrap();
     assert!(!rest.contains("could not notify"), "{rest}");
 }
+
+/// A process in a mount namespace of its own, killed on drop.
+struct Namespace(std::process::Child);
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `mount -N PID`: the mount and its daemon live in that process's mount
+/// namespace, not in the caller's; `umount` there ends the daemon.
+#[test]
+fn mount_n_mounts_in_another_namespace() {
+    if !mount_possible() {
+        return;
+    }
+    let _link = HelperLink::install();
+    let d = Dirs::new();
+    let ns = Namespace(
+        Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sleep", "600"])
+            .spawn()
+            .expect("unshare"),
+    );
+    let pid = ns.0.id().to_string();
+    let ns_file = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/mnt")).ok();
+    assert!(
+        eventually(Duration::from_secs(20), || ns_file(&pid) != ns_file("self")),
+        "unshare made no namespace"
+    );
+    succeeds(
+        "mount",
+        &[
+            os("-N"),
+            os(&pid),
+            os("-t"),
+            os("fuse.rcufs"),
+            d.src.as_os_str(),
+            d.mnt.as_os_str(),
+            os("-o"),
+            os(&format!("log_file={}", d.log.display())),
+        ],
+    );
+    assert!(any_mount_at(&d.mnt).is_none(), "-N mounted in the caller's namespace");
+    let theirs = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let theirs = fuse_fs::mountinfo::parse_mountinfo(&theirs);
+    assert!(
+        theirs
+            .iter()
+            .any(|m| m.mount_point == d.mnt && fuse_fs::mountinfo::is_rcufs(m)),
+        "no rcufs mount at {} in the namespace of {pid}",
+        d.mnt.display()
+    );
+    let daemon_pid = daemon(&d.mnt);
+    assert_eq!(ns_file(&daemon_pid.to_string()), ns_file(&pid));
+    let cat = Command::new("nsenter")
+        .args(["-t", &pid, "-m", "cat"])
+        .arg(d.mnt.join("hello"))
+        .output()
+        .unwrap();
+    assert_eq!(cat.stdout, b"hello through rcufs", "{}", text(&cat));
+    succeeds(
+        "nsenter",
+        &[os("-t"), os(&pid), os("-m"), os("umount"), d.mnt.as_os_str()],
+    );
+    daemon_gone(&d.mnt);
+}
