@@ -5,7 +5,10 @@
 //!
 //! Three subcommands:
 //! - `rcufs mount SOURCE MOUNTPOINT [options]` serves SOURCE at MOUNTPOINT in
-//!   the foreground until SIGINT/SIGTERM or an unmount from outside;
+//!   the foreground until SIGINT/SIGTERM or an unmount from outside; each
+//!   of its flags also has an `-o` key (`mount_opts.rs` derives the keys
+//!   from the definition below, so a new flag needs nothing more), and the
+//!   last of repeated options wins (`args_override_self`);
 //! - `rcufs drop [--pages | --dentries | --all] DIR...` drops the caches under
 //!   each directory with the drop ioctl (the modes of the kernel's
 //!   `drop_caches`, as in seed 004, "VFS: Directory level cache cleaning");
