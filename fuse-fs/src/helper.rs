@@ -22,13 +22,14 @@
 //!    forking keeps the daemon's threads out of the picture: nothing is
 //!    forked from a multi-threaded process;
 //! 4. waits until the daemon reports `READY=1` over the systemd readiness
-//!    protocol (`notify.rs`, on an abstract socket the helper made for it),
+//!    protocol (`notify.rs`, on a socket in a fresh mode-0700 directory the
+//!    helper made for it, so no other user can report for the daemon),
 //!    which it sends only after the kernel mount exists and has answered
 //!    INIT; then checks that mountinfo shows the rcufs mount at DIR and exits
 //!    0, leaving the daemon running. If the daemon exits first, the helper
 //!    prints the daemon's error lines from the log and exits 32 (mount(8)'s
-//!    "mount failure"); after 60 s without readiness it kills the daemon and
-//!    fails the same way. Usage errors exit 1.
+//!    "mount failure"); after 60 s without readiness it stops the daemon
+//!    (SIGTERM, then SIGKILL) and fails the same way. Usage errors exit 1.
 //!
 //! `-N NS` mounts in another mount namespace: the helper enters it
 //! (`setns(2)`; NS is a pid or a namespace file such as
@@ -40,9 +41,8 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
-use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -262,21 +262,12 @@ fn spawn_and_wait(mount_args: &[OsString], log: &Path, mountpoint: &Path) -> Res
     let file = open_log(log).map_err(failure)?;
     let start_len = file.metadata().map(|m| m.len()).unwrap_or(0);
     let exe = std::env::current_exe().map_err(|e| failure(format!("finding the rcufs binary: {e}")))?;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let name = format!("rcufs-mount-helper-{}-{nanos}", std::process::id());
-    let sock = SocketAddr::from_abstract_name(name.as_bytes())
-        .and_then(|a| UnixDatagram::bind_addr(&a))
-        .map_err(|e| failure(format!("creating the readiness socket: {e}")))?;
-    sock.set_read_timeout(Some(Duration::from_millis(100)))
-        .map_err(|e| failure(format!("readiness socket: {e}")))?;
+    let ready = ReadySocket::new().map_err(|e| failure(format!("creating the readiness socket: {e}")))?;
     let mut cmd = Command::new(&exe);
     cmd.arg0("rcufs")
         .arg("mount")
         .args(mount_args)
-        .env(notify::NOTIFY_SOCKET, format!("@{name}"))
+        .env(notify::NOTIFY_SOCKET, &ready.path)
         .stdin(Stdio::null())
         .stdout(file.try_clone().map_err(|e| failure(format!("log file: {e}")))?)
         .stderr(file);
@@ -296,7 +287,7 @@ fn spawn_and_wait(mount_args: &[OsString], log: &Path, mountpoint: &Path) -> Res
     let deadline = Instant::now() + READY_TIMEOUT;
     let mut buf = [0u8; 4096];
     loop {
-        match sock.recv(&mut buf) {
+        match ready.sock.recv(&mut buf) {
             Ok(n) if String::from_utf8_lossy(&buf[..n]).lines().any(|l| l == "READY=1") => break,
             Ok(_) => {}
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
@@ -310,10 +301,9 @@ fn spawn_and_wait(mount_args: &[OsString], log: &Path, mountpoint: &Path) -> Res
             )));
         }
         if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
+            stop(&mut child);
             return Err(failure(format!(
-                "{}(the daemon did not report the mount ready within {} s and was killed; log: {})",
+                "{}(the daemon did not report the mount ready within {} s and was stopped; log: {})",
                 daemon_errors(log, start_len),
                 READY_TIMEOUT.as_secs(),
                 log.display()
@@ -328,8 +318,9 @@ fn spawn_and_wait(mount_args: &[OsString], log: &Path, mountpoint: &Path) -> Res
         })
         .unwrap_or(false);
     if !mounted {
+        stop(&mut child);
         return Err(failure(format!(
-            "the daemon reported ready but mountinfo shows no rcufs mount at {} (log: {})",
+            "the daemon reported ready but mountinfo shows no rcufs mount at {}; it was stopped (log: {})",
             canon.display(),
             log.display()
         )));
@@ -337,6 +328,64 @@ fn spawn_and_wait(mount_args: &[OsString], log: &Path, mountpoint: &Path) -> Res
     // The daemon keeps running in its own session; dropping `child` neither
     // kills nor waits for it.
     Ok(child.id())
+}
+
+/// The socket the daemon reports readiness on: `notify` in a fresh
+/// directory of mode 0700 (so that only the helper's user can send to it),
+/// both removed on drop.
+struct ReadySocket {
+    dir: PathBuf,
+    path: PathBuf,
+    sock: UnixDatagram,
+}
+
+impl ReadySocket {
+    fn new() -> std::io::Result<ReadySocket> {
+        use std::os::unix::fs::DirBuilderExt;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!("rcufs-mount-{}-{nanos}", std::process::id()));
+        // Fails if the name exists: the directory is ours and empty.
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let path = dir.join("notify");
+        let sock = match UnixDatagram::bind(&path) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                return Err(e);
+            }
+        };
+        let r = ReadySocket { dir, path, sock };
+        r.sock.set_read_timeout(Some(Duration::from_millis(100)))?;
+        Ok(r)
+    }
+}
+
+impl Drop for ReadySocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Stops a daemon that failed to come up: SIGTERM (it unmounts what it
+/// mounted), then SIGKILL if it is still there after 5 s.
+fn stop(child: &mut std::process::Child) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        // SAFETY: kill touches no memory; the pid is our unreaped child.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// Enters the mount namespace `ns` names: a pid (its `/proc/PID/ns/mnt`)
