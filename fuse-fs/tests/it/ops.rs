@@ -518,6 +518,19 @@ fn a_redirected_log_is_plain_text_with_a_line_per_event() {
 }
 
 #[test]
+fn log_file_takes_the_whole_output_of_a_foreground_mount() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("logs/rcufs.log");
+    let Some(mut m) = Mount::with_env(&["--log-file", log.to_str().unwrap()], &[("RUST_LOG", "info")], |_| {}) else {
+        return;
+    };
+    m.stop_with(libc::SIGTERM);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(" mounted ") && text.contains("unmounted"), "{text}");
+    assert!(m.log_text().is_empty(), "output left on stderr: {}", m.log_text());
+}
+
+#[test]
 fn json_logs_are_one_object_per_line() {
     let Some(mut m) = Mount::with_env(&["--log-format", "json"], &[("RUST_LOG", "info")], |_| {}) else {
         return;
