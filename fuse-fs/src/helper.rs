@@ -18,7 +18,8 @@
 //! 3. opens the log file (`log_file=PATH`, default
 //!    `/var/log/rcufs/<escaped mount point>.log`, appended to), and re-executes
 //!    its own binary as `rcufs mount ...` in a new session (`setsid`), stdin
-//!    from `/dev/null`, stdout and stderr to the log. Re-executing rather than
+//!    from `/dev/null`, stdout and stderr to the log, no other inherited
+//!    descriptor. Re-executing rather than
 //!    forking keeps the daemon's threads out of the picture: nothing is
 //!    forked from a multi-threaded process;
 //! 4. waits until the daemon reports `READY=1` over the systemd readiness
@@ -272,12 +273,19 @@ fn spawn_and_wait(mount_args: &[OsString], log: &Path, mountpoint: &Path) -> Res
         .stdout(file.try_clone().map_err(|e| failure(format!("log file: {e}")))?)
         .stderr(file);
     // SAFETY: the closure runs in the child between fork and exec and only
-    // calls setsid(2), which is async-signal-safe and touches no memory.
+    // makes two system calls, both async-signal-safe and touching no memory.
     unsafe {
         cmd.pre_exec(|| {
             if libc::setsid() == -1 {
                 return Err(std::io::Error::last_os_error());
             }
+            // Descriptors mount(8)'s caller leaked to us without
+            // close-on-exec (a pipe a script reads our output from) must
+            // not live on in the daemon: it would hold them for its whole
+            // life. Marking them close-on-exec (rather than closing them)
+            // keeps std's own exec-error pipe working. A kernel without
+            // close_range (before 5.11) just keeps them.
+            let _ = libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
             Ok(())
         });
     }

@@ -65,6 +65,18 @@ impl Drop for HelperLink {
     }
 }
 
+/// Descriptors closed on drop.
+struct Fds([i32; 2]);
+
+impl Drop for Fds {
+    fn drop(&mut self) {
+        for fd in self.0 {
+            // SAFETY: the descriptors are ours and closed once.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
 /// A source and mount points in a temporary directory; dropping it
 /// unmounts whatever is left and kills the daemons serving it.
 struct Dirs {
@@ -240,6 +252,13 @@ fn mount_t_fuse_rcufs_returns_a_live_mount_with_a_detached_daemon_that_umount_en
         "dcache_entries=1000,page_cache_size=16M,kernel_cache,threads=2,revalidate=0.5,nofail,_netdev,defaults,log_file={}",
         d.log.display()
     );
+    // A descriptor mount's caller leaks (no close-on-exec), as a script's
+    // pipe would be: the daemon must not keep it.
+    let mut pipe = [0; 2];
+    // SAFETY: pipe writes two descriptors into the array it is given.
+    assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+    let leaked = std::fs::read_link(format!("/proc/self/fd/{}", pipe[1])).unwrap();
+    let _pipe_guard = Fds(pipe);
     succeeds(
         "mount",
         &[
@@ -269,6 +288,13 @@ fn mount_t_fuse_rcufs_returns_a_live_mount_with_a_detached_daemon_that_umount_en
         Path::new("/dev/null")
     );
     assert_eq!(std::fs::read_link(format!("/proc/{pid}/fd/2")).unwrap(), d.log);
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten() {
+        assert_ne!(
+            std::fs::read_link(fd.path()).ok().as_ref(),
+            Some(&leaked),
+            "the daemon kept the caller's leaked descriptor"
+        );
+    }
 
     succeeds("umount", &[d.mnt.as_os_str()]);
     assert!(any_mount_at(&d.mnt).is_none());
