@@ -330,7 +330,7 @@ fn mount_a_from_a_temporary_fstab_mounts_once_and_umount_unmounts() {
         format!(
             "# rcufs lines as an operator writes them\n\
              {src} {mnt} fuse.rcufs defaults,nofail,_netdev,x-systemd.requires=network.target,page_cache_size=8M,allow_other,log_file={log} 0 0\n\
-             {src} {mnt2} fuse.rcufs noauto,dcache_entries=500,log_file={log} 0 0\n",
+             {src} {mnt2} fuse.rcufs noauto,ro,dcache_entries=500,log_file={log} 0 0\n",
             src = d.src.display(),
             mnt = d.mnt.display(),
             mnt2 = d.mnt2.display(),
@@ -355,6 +355,9 @@ fn mount_a_from_a_temporary_fstab_mounts_once_and_umount_unmounts() {
     // The noauto line mounts by its mount point.
     succeeds("mount", &[os("-T"), fstab.as_os_str(), d.mnt2.as_os_str()]);
     assert_eq!(stats(&d.mnt2)["dcache"]["capacity"], 500);
+    let write = std::fs::write(d.mnt2.join("new"), b"x");
+    assert_eq!(crate::sys::errno(&write), Some(libc::EROFS), "the ro line is writable");
+    std::fs::write(d.mnt.join("new"), b"x").expect("the rw line is read-only");
 
     succeeds("umount", &[d.mnt.as_os_str()]);
     succeeds("umount", &[d.mnt2.as_os_str()]);
