@@ -10,6 +10,9 @@
 //! directory's attribute lock, so a test can check that one bad request
 //! neither kills the daemon nor poisons a lock other requests need. Release
 //! builds ignore the variable and compile the check away.
+//! `RCUFS_FAULT=withhold-ready` makes `rcufs mount` skip its `READY=1`
+//! (the mount helper's timeout test; the helper honours
+//! `RCUFS_HELPER_READY_TIMEOUT_SECS` in debug builds for the same test).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -43,5 +46,21 @@ pub fn lookup_panics(name: &[u8]) -> bool {
 #[cfg(not(debug_assertions))]
 #[inline(always)]
 pub fn lookup_panics(_name: &[u8]) -> bool {
+    false
+}
+
+/// Whether `rcufs mount` must never report readiness on `NOTIFY_SOCKET`
+/// (debug builds with `RCUFS_FAULT=withhold-ready` only), so that a test
+/// can watch the mount helper give up on a daemon that mounted but never
+/// became ready.
+#[cfg(debug_assertions)]
+pub fn withhold_ready() -> bool {
+    std::env::var("RCUFS_FAULT").is_ok_and(|v| v == "withhold-ready")
+}
+
+/// Release builds: never.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn withhold_ready() -> bool {
     false
 }

@@ -60,6 +60,19 @@ pub const LOG_DIR: &str = "/var/log/rcufs";
 /// How long the helper waits for the daemon to report the mount ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// [`READY_TIMEOUT`], or in debug builds `RCUFS_HELPER_READY_TIMEOUT_SECS`
+/// when set (for the test of a daemon that never gets ready).
+fn ready_timeout() -> Duration {
+    if cfg!(debug_assertions)
+        && let Some(secs) = std::env::var("RCUFS_HELPER_READY_TIMEOUT_SECS")
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+    {
+        return Duration::from_secs(secs);
+    }
+    READY_TIMEOUT
+}
+
 /// mount(8)'s exit code for an incorrect invocation.
 const EXIT_USAGE: u8 = 1;
 /// mount(8)'s exit code for a failed mount.
@@ -292,7 +305,8 @@ fn spawn_and_wait(mount_args: &[OsString], log: &Path, mountpoint: &Path) -> Res
     let mut child = cmd
         .spawn()
         .map_err(|e| failure(format!("starting {}: {e}", exe.display())))?;
-    let deadline = Instant::now() + READY_TIMEOUT;
+    let timeout = ready_timeout();
+    let deadline = Instant::now() + timeout;
     let mut buf = [0u8; 4096];
     loop {
         match ready.sock.recv(&mut buf) {
@@ -313,7 +327,7 @@ fn spawn_and_wait(mount_args: &[OsString], log: &Path, mountpoint: &Path) -> Res
             return Err(failure(format!(
                 "{}(the daemon did not report the mount ready within {} s and was stopped; log: {})",
                 daemon_errors(log, start_len),
-                READY_TIMEOUT.as_secs(),
+                timeout.as_secs(),
                 log.display()
             )));
         }

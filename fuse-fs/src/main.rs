@@ -167,11 +167,13 @@ fn mount(args: MountArgs) -> Result<()> {
     let mut signals = Signals::new([SIGINT, SIGTERM]).context("installing the SIGINT/SIGTERM handlers")?;
     let mounted = fuse_fs::mount(opts)?;
     let mountpoint = std::fs::canonicalize(mounted.mountpoint()).context("resolving the mount point")?;
-    notify::send_logged(&format!(
-        "READY=1\nSTATUS=serving {}\nMAINPID={}",
-        mountpoint.display(),
-        std::process::id()
-    ));
+    if !fuse_fs::fault::withhold_ready() {
+        notify::send_logged(&format!(
+            "READY=1\nSTATUS=serving {}\nMAINPID={}",
+            mountpoint.display(),
+            std::process::id()
+        ));
+    }
     tracing::debug!(mountpoint = %mountpoint.display(), "serving; unmount it or send SIGINT/SIGTERM to stop");
 
     let shown = mountpoint.clone();

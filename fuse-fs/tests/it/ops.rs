@@ -425,6 +425,42 @@ fn a_failing_mount_exits_non_zero_with_the_reason_and_leaves_nothing() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("busy"), "{}", text(&out));
 }
 
+/// A daemon that mounts but never reports ready: the helper gives up at its
+/// deadline, stops the daemon (which unmounts) and fails.
+#[test]
+fn a_daemon_that_never_gets_ready_is_stopped_and_the_mount_fails() {
+    if !mount_possible() {
+        return;
+    }
+    let _link = HelperLink::install();
+    let d = Dirs::new();
+    let out = Command::new("mount")
+        .args([
+            os("-t"),
+            os("fuse.rcufs"),
+            d.src.as_os_str(),
+            d.mnt.as_os_str(),
+            os("-o"),
+        ])
+        .arg(format!("log_file={}", d.log.display()))
+        .env("RCUFS_FAULT", "withhold-ready")
+        .env("RCUFS_HELPER_READY_TIMEOUT_SECS", "2")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("did not report the mount ready within 2 s"),
+        "{}",
+        text(&out)
+    );
+    // It had mounted: the log says so, and the stop unmounted it.
+    assert!(d.log_text().contains(" mounted "), "{}", d.log_text());
+    daemon_gone(&d.mnt);
+    assert!(any_mount_at(&d.mnt).is_none(), "the stopped daemon left its mount");
+}
+
 #[test]
 fn helper_conventions_fake_verbose_sloppy() {
     if !mount_possible() {
