@@ -8,7 +8,8 @@
 //! ([`HelperLink`]): they hold an exclusive `flock` on a lock file while the
 //! link exists, which serialises them within this test binary and against
 //! another test run on the machine; a link left by a crashed run is simply
-//! replaced, and whatever was at that path before is put back afterwards.
+//! replaced, and an installed helper (a link elsewhere, or a file, moved
+//! aside meanwhile) is put back afterwards.
 //! The daemons the helper starts are not children of the test; they are
 //! found by scanning `/proc` for an `rcufs mount` whose command line names
 //! the test's mount point, and a daemon counts as gone once its process is
@@ -34,7 +35,17 @@ const LOCK: &str = "/tmp/rcufs-mount-helper-test.lock";
 /// `/sbin/mount.fuse.rcufs` pointing at the binary under test while it lives.
 struct HelperLink {
     _lock: File,
-    previous: Option<PathBuf>,
+    previous: Previous,
+}
+
+/// What was at [`HELPER`] before the test, to be put back.
+enum Previous {
+    /// Nothing, or a link to a test binary (a crashed run's leftover).
+    Nothing,
+    /// A link somewhere else (an install): its target.
+    Link(PathBuf),
+    /// A file (an installed copy), moved aside to this path.
+    File(PathBuf),
 }
 
 impl HelperLink {
@@ -43,11 +54,22 @@ impl HelperLink {
         // SAFETY: flock on an open descriptor touches no memory.
         assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0, "flock");
         let ours = Path::new(env!("CARGO_BIN_EXE_rcufs"));
-        // Whatever is there and is not a link to a test binary (a crashed
-        // run's leftover) is someone's install: keep it to put it back.
-        let previous = std::fs::read_link(HELPER)
-            .ok()
-            .filter(|t| !t.to_string_lossy().contains("/target/debug/") && t != ours);
+        let saved = PathBuf::from(format!("{HELPER}.saved-by-rcufs-tests"));
+        let previous = match std::fs::symlink_metadata(HELPER) {
+            Err(_) => Previous::Nothing,
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let target = std::fs::read_link(HELPER).unwrap();
+                if target.to_string_lossy().contains("/target/debug/") || target == ours {
+                    Previous::Nothing
+                } else {
+                    Previous::Link(target)
+                }
+            }
+            Ok(_) => {
+                std::fs::rename(HELPER, &saved).expect("move the installed helper aside");
+                Previous::File(saved)
+            }
+        };
         let tmp = format!("{HELPER}.test-{}", std::process::id());
         let _ = std::fs::remove_file(&tmp);
         std::os::unix::fs::symlink(ours, &tmp).expect("symlink the helper");
@@ -59,8 +81,14 @@ impl HelperLink {
 impl Drop for HelperLink {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(HELPER);
-        if let Some(prev) = &self.previous {
-            let _ = std::os::unix::fs::symlink(prev, HELPER);
+        match &self.previous {
+            Previous::Nothing => {}
+            Previous::Link(target) => {
+                let _ = std::os::unix::fs::symlink(target, HELPER);
+            }
+            Previous::File(saved) => {
+                let _ = std::fs::rename(saved, HELPER);
+            }
         }
     }
 }
