@@ -19,9 +19,9 @@
 //!    `/var/log/rcufs/<escaped mount point>.log`, appended to), and re-executes
 //!    its own binary as `rcufs mount ...` in a new session (`setsid`), stdin
 //!    from `/dev/null`, stdout and stderr to the log, no other inherited
-//!    descriptor. Re-executing rather than
-//!    forking keeps the daemon's threads out of the picture: nothing is
-//!    forked from a multi-threaded process;
+//!    descriptor. Re-executing rather than forking keeps the daemon's
+//!    threads out of the picture: nothing is forked from a multi-threaded
+//!    process;
 //! 4. waits until the daemon reports `READY=1` over the systemd readiness
 //!    protocol (`notify.rs`, on a socket in a fresh mode-0700 directory the
 //!    helper made for it, so no other user can report for the daemon),
@@ -36,6 +36,7 @@
 //! (`setns(2)`; NS is a pid or a namespace file such as
 //! `/proc/PID/ns/mnt`) before it checks or starts anything, so the daemon
 //! and its mount live there.
+//!
 //! Unmounting is plain `umount DIR`: the daemon sees its session end and
 //! exits.
 
