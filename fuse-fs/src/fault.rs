@@ -12,7 +12,10 @@
 //! `RCUFS_FAULT=watch-stall:MS` makes the source watcher sleep MS
 //! milliseconds before its first read, so a test can overflow its queue;
 //! `RCUFS_FAULT=lookup-delay:NAME:MS` makes a LOOKUP of `NAME` wait MS
-//! milliseconds between reading the source and caching what it read.
+//! milliseconds between reading the source and caching what it read;
+//! `RCUFS_FAULT=withhold-ready` makes `rcufs mount` skip its `READY=1`
+//! (the mount helper's timeout test; the helper honours
+//! `RCUFS_HELPER_READY_TIMEOUT_SECS` in debug builds for the same test).
 //! Release builds ignore the variable and compile the checks away.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,3 +95,19 @@ pub fn lookup_delay(name: &[u8]) {
 #[cfg(not(debug_assertions))]
 #[inline(always)]
 pub fn lookup_delay(_name: &[u8]) {}
+
+/// Whether `rcufs mount` must never report readiness on `NOTIFY_SOCKET`
+/// (debug builds with `RCUFS_FAULT=withhold-ready` only), so that a test
+/// can watch the mount helper give up on a daemon that mounted but never
+/// became ready.
+#[cfg(debug_assertions)]
+pub fn withhold_ready() -> bool {
+    std::env::var("RCUFS_FAULT").is_ok_and(|v| v == "withhold-ready")
+}
+
+/// Release builds: never.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn withhold_ready() -> bool {
+    false
+}

@@ -55,4 +55,6 @@ pub mod ratelog;
 pub mod sys;
 pub mod watch;
 
+/// The FUSE mount options (`-o`) rcufs passes to the kernel mount.
+pub use fuse::session::KNOWN_OPTIONS as FUSE_OPTIONS;
 pub use mount::{CoherenceRequest, MountOptions, Mounted, mount, validate};

@@ -337,7 +337,8 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         .flat_map(|o| o.split(',').filter(|p| !p.is_empty()).map(String::from))
         .collect();
     let adapter = FuseAdapter::new(fs.clone(), notifier.clone());
-    let running = match fuse::session::start(adapter, &opts.mountpoint, opts.threads, &options, &notifier) {
+    let source = opts.source.canonicalize().unwrap_or_else(|_| opts.source.clone());
+    let running = match fuse::session::start(adapter, &source, &opts.mountpoint, opts.threads, &options, &notifier) {
         Ok(r) => r,
         Err(e) => {
             // The adapter was dropped with the failed session, closing the queue.
@@ -351,8 +352,22 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
             return Err(anyhow::Error::new(e).context(format!("mounting on {}", opts.mountpoint.display())));
         }
     };
-    tracing::info!(source = %opts.source.display(), mountpoint = %opts.mountpoint.display(), fd_pool,
-        coherence = coherence.name(), why = %coherence_why, "mounted");
+    // The one line an operator reads to know what is mounted and how.
+    tracing::info!(
+        source = %opts.source.display(),
+        mountpoint = %opts.mountpoint.display(),
+        threads = opts.threads,
+        dcache_entries = opts.dcache_entries,
+        dcache_negative = opts.dcache_negative,
+        page_cache_bytes = opts.page_cache_bytes,
+        kernel_cache = opts.kernel_cache,
+        coherence = coherence.name(),
+        coherence_why = %coherence_why,
+        revalidate_secs = revalidate.as_secs_f64(),
+        fuse_options = %options.join(","),
+        fd_pool,
+        "mounted"
+    );
     Ok(Mounted {
         mountpoint: opts.mountpoint,
         running: Some(running),

@@ -74,6 +74,14 @@ fn clippy() -> Result<()> {
 }
 
 fn test() -> Result<()> {
+    // The daily-operation mount tests (`fuse-fs/tests/it/ops.rs`) run the
+    // real util-linux tools.
+    crate::util::ensure_programs(&[
+        ("mount", "mount"),
+        ("umount", "mount"),
+        ("unshare", "util-linux"),
+        ("nsenter", "util-linux"),
+    ])?;
     // The mount tests must run here: with this variable set they fail, rather
     // than skip, when they cannot mount.
     run(cargo()

@@ -15,6 +15,7 @@ mod harness;
 mod identity;
 mod kernel_cache;
 mod lifecycle;
+mod ops;
 mod posix;
 mod resources;
 mod sys;
