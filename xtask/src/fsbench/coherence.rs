@@ -293,7 +293,7 @@ pub(super) fn run(
                     let (mut nq, mut oq) = (vec![], vec![]);
                     for _ in 0..3 {
                         nq.push(stat_for(&native_files, 1.5)?);
-                        oq.push(stat_for(&files, 1.5)?);
+                        oq.push(stat_for(files, 1.5)?);
                     }
                     let h = {
                         let (stop, ops, dir) = (stop.clone(), ops.clone(), dir.clone());
@@ -306,7 +306,7 @@ pub(super) fn run(
                     for _ in 0..3 {
                         nc.push(stat_for(&native_files, 1.5)?);
                         let start = ops.load(Ordering::Relaxed);
-                        oc.push(stat_for(&files, 1.5)?);
+                        oc.push(stat_for(files, 1.5)?);
                         churned += ops.load(Ordering::Relaxed) - start;
                     }
                     stop.store(true, Ordering::Relaxed);
