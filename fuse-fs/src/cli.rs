@@ -9,7 +9,10 @@
 //! - `rcufs drop [--pages | --dentries | --all] DIR...` drops the caches under
 //!   each directory with the drop ioctl (the modes of the kernel's
 //!   `drop_caches`, as in seed 004, "VFS: Directory level cache cleaning");
-//! - `rcufs stats PATH [--json]` prints the counters of the mount holding PATH.
+//! - `rcufs stats PATH [--format table|json|prometheus]` prints the counters
+//!   of the mount holding PATH;
+//! - `rcufs warm [--pages | --dentries | --all] DIR...` fills the caches
+//!   under each directory within the page cache budget (`warm.rs`).
 //!
 //! Sizes are binary: `K`, `M`, `G`, `T` mean 2^10, 2^20, 2^30, 2^40 bytes
 //! (an optional `B` or `iB` may follow), and a decimal fraction is allowed
@@ -110,6 +113,16 @@ pub struct MountArgs {
     /// default_permissions, ...).
     #[arg(short = 'o', value_name = "OPTS", value_delimiter = ',', action = clap::ArgAction::Append)]
     pub options: Vec<String>,
+    /// Serve the counters in the Prometheus format at http://ADDR/metrics
+    /// (ADDR: 127.0.0.1:9101, [::1]:9101, localhost:9101, or :9101 for
+    /// 127.0.0.1; port 0 picks one and the log names it). Loopback only
+    /// unless --metrics-allow-remote.
+    #[arg(long, value_name = "ADDR", value_parser = fuse_fs::metrics_http::parse_listen)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Allow --metrics-listen on a non-loopback address (the endpoint has no
+    /// authentication: anyone who can reach it reads the counters).
+    #[arg(long, requires = "metrics_listen")]
+    pub metrics_allow_remote: bool,
 }
 
 #[derive(Debug, Args)]
@@ -145,9 +158,25 @@ impl DropCmd {
 pub struct StatsCmd {
     /// Any path on the mount (the mount point itself, or a file or directory in it).
     pub path: PathBuf,
-    /// Print the JSON exactly as the filesystem returns it.
-    #[arg(long)]
+    /// Print the JSON exactly as the filesystem returns it (same as `--format json`).
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Output format: `table` (for people), `json` (as the filesystem
+    /// returns it) or `prometheus` (the text exposition format, as the
+    /// `--metrics-listen` endpoint serves it).
+    #[arg(long, value_enum, default_value_t = StatsFormat::Table)]
+    pub format: StatsFormat,
+}
+
+/// The output formats of `rcufs stats`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatsFormat {
+    /// A table, one block per section.
+    Table,
+    /// The stats JSON as the filesystem returns it.
+    Json,
+    /// The Prometheus (OpenMetrics) text exposition format.
+    Prometheus,
 }
 
 /// Parses a size: a whole number of bytes (`4096`) or a number with a binary

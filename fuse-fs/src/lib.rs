@@ -46,6 +46,8 @@ pub mod fs;
 mod fuse;
 pub mod inode;
 pub mod inval;
+pub mod metrics;
+pub mod metrics_http;
 mod mount;
 pub mod mountinfo;
 pub mod names;

@@ -24,7 +24,8 @@ use fuse_fs::MountOptions;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use cli::{Cli, Command, DropCmd, MountArgs, StatsCmd};
+use cli::{Cli, Command, DropCmd, MountArgs, StatsCmd, StatsFormat};
+use fuse_fs::metrics_http;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -77,8 +78,23 @@ fn mount(args: MountArgs) -> Result<()> {
     // mount is being set up is queued rather than killing the process with
     // a mount half made.
     let mut signals = Signals::new([SIGINT, SIGTERM]).context("installing the SIGINT/SIGTERM handlers")?;
+    // Bound before mounting, so that a taken port or a refused address
+    // fails before anything is mounted.
+    let metrics_bound = args
+        .metrics_listen
+        .map(|addr| metrics_http::bind(addr, args.metrics_allow_remote))
+        .transpose()?;
     let mounted = fuse_fs::mount(opts)?;
     let mountpoint = std::fs::canonicalize(mounted.mountpoint()).context("resolving the mount point")?;
+    let metrics_server = match metrics_bound {
+        Some(bound) => {
+            let (fs, label) = (mounted.fs().clone(), mountpoint.to_string_lossy().into_owned());
+            Some(metrics_http::MetricsServer::start(bound, move || {
+                fuse_fs::metrics::render(&fs.stats_json(), &label)
+            })?)
+        }
+        None => None,
+    };
     tracing::info!(mountpoint = %mountpoint.display(), "serving; unmount it or send SIGINT/SIGTERM to stop");
 
     let handle = signals.handle();
@@ -106,6 +122,10 @@ fn mount(args: MountArgs) -> Result<()> {
         })
         .context("starting the signal thread")?;
     let result = mounted.wait();
+    // The endpoint ends with the mount.
+    if let Some(server) = metrics_server {
+        server.stop();
+    }
     handle.close();
     // The thread leaves its loop once the handle is closed.
     let _ = signal_thread.join();
@@ -140,10 +160,17 @@ fn drop_dirs(args: &DropCmd) -> Result<()> {
 fn stats(args: &StatsCmd) -> Result<()> {
     let mount = client::find_rcufs_mount(&args.path)?;
     let json = client::read_stats(&mount.mount_point)?;
-    if args.json {
-        println!("{}", json.trim_end());
-    } else {
-        print!("{}", client::format_stats(&json, &mount)?);
+    let format = if args.json { StatsFormat::Json } else { args.format };
+    match format {
+        StatsFormat::Json => println!("{}", json.trim_end()),
+        StatsFormat::Table => print!("{}", client::format_stats(&json, &mount)?),
+        StatsFormat::Prometheus => {
+            let value: serde_json::Value = serde_json::from_str(&json).context("the stats are not valid JSON")?;
+            print!(
+                "{}",
+                fuse_fs::metrics::render(&value, &mount.mount_point.to_string_lossy())
+            );
+        }
     }
     Ok(())
 }
