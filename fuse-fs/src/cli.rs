@@ -80,6 +80,9 @@ pub enum Command {
     Drop(DropCmd),
     /// Print the cache counters of the rcufs mount that holds PATH.
     Stats(StatsCmd),
+    /// Fill the cached dentries and/or pages under each DIR (on an rcufs
+    /// mount), within the caches' budgets: the inverse of `drop`.
+    Warm(WarmCmd),
 }
 
 #[derive(Debug, Args)]
@@ -150,6 +153,39 @@ impl DropCmd {
             DropMode::Dentries
         } else {
             DropMode::All
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct WarmCmd {
+    /// Read the files (their pages; the walk caches their dentries too).
+    #[arg(long, conflicts_with_all = ["dentries", "all"])]
+    pub pages: bool,
+    /// Look up every entry only (no file is read).
+    #[arg(long, conflicts_with_all = ["pages", "all"])]
+    pub dentries: bool,
+    /// Both (the default).
+    #[arg(long, conflicts_with_all = ["pages", "dentries"])]
+    pub all: bool,
+    /// Threads walking and reading in parallel.
+    #[arg(long, short = 'j', value_name = "N", default_value_t = 4, value_parser = parse_positive)]
+    pub jobs: usize,
+    /// Directories on an rcufs mount; everything under each is warmed.
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+}
+
+impl WarmCmd {
+    /// The mode the flags select (`--all` when none is given).
+    pub fn mode(&self) -> crate::warm::WarmMode {
+        use crate::warm::WarmMode;
+        if self.pages {
+            WarmMode::Pages
+        } else if self.dentries {
+            WarmMode::Dentries
+        } else {
+            WarmMode::All
         }
     }
 }

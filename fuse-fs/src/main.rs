@@ -6,14 +6,17 @@
 //! signal thread: a plain unmount if nothing on the mount is in use, else a
 //! lazy one (the mount leaves the namespace at once, open files keep working
 //! and the daemon exits when the last one closes, as libfuse does); a second
-//! signal exits at once, which aborts the FUSE connection. `rcufs drop` and
-//! `rcufs stats` are clients of a running mount (see `client.rs`).
+//! signal exits at once, which aborts the FUSE connection. `rcufs drop`,
+//! `rcufs stats` and `rcufs warm` are clients of a running mount (see
+//! `client.rs` and `warm.rs`). With `--metrics-listen` the daemon also
+//! serves `/metrics` (`fuse_fs::metrics_http`) until the mount goes away.
 //!
 //! Exit codes: 0 on success, 1 on any failure (every failing directory of a
 //! `drop` is reported and the others are still dropped), 2 on a usage error.
 
 mod cli;
 mod client;
+mod warm;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -24,7 +27,7 @@ use fuse_fs::MountOptions;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use cli::{Cli, Command, DropCmd, MountArgs, StatsCmd, StatsFormat};
+use cli::{Cli, Command, DropCmd, MountArgs, StatsCmd, StatsFormat, WarmCmd};
 use fuse_fs::metrics_http;
 
 fn main() -> ExitCode {
@@ -34,6 +37,7 @@ fn main() -> ExitCode {
         Command::Mount(args) => mount(args),
         Command::Drop(args) => drop_dirs(&args),
         Command::Stats(args) => stats(&args),
+        Command::Warm(args) => warm_dirs(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -153,6 +157,24 @@ fn drop_dirs(args: &DropCmd) -> Result<()> {
     }
     if failed > 0 {
         anyhow::bail!("{failed} of {} directories could not be dropped", args.dirs.len());
+    }
+    Ok(())
+}
+
+fn warm_dirs(args: &WarmCmd) -> Result<()> {
+    let mode = args.mode();
+    let mut failed = 0usize;
+    for dir in &args.dirs {
+        match warm::warm(dir, mode, args.jobs) {
+            Ok(report) => println!("{}", warm::format_report(dir, mode, &report)),
+            Err(e) => {
+                eprintln!("rcufs: warm: {e:#}");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} directories could not be warmed", args.dirs.len());
     }
     Ok(())
 }

@@ -230,13 +230,12 @@ pub fn leaf(path: &[&str], value: &Value) -> Option<Leaf> {
     let (key, parents) = path.split_last()?;
     let dotted = path.join(".");
     let listed = TABLE.iter().find(|(p, _, _)| *p == dotted);
-    let (mut value_f, mut int, mut label) = (0.0, None, None);
-    match value {
-        Value::Number(n) => (value_f, int) = (n.as_f64()?, n.as_u64()),
-        Value::Bool(b) => (value_f, int) = (f64::from(u8::from(*b)), Some(u64::from(*b))),
-        Value::String(s) => (value_f, int, label) = (1.0, Some(1), Some(s.clone())),
+    let (mut value_f, mut int, label) = match value {
+        Value::Number(n) => (n.as_f64()?, n.as_u64(), None),
+        Value::Bool(b) => (f64::from(u8::from(*b)), Some(u64::from(*b)), None),
+        Value::String(s) => (1.0, Some(1), Some(s.clone())),
         _ => return None,
-    }
+    };
     // Units: a `bytes` word moves to the end; ns/us/ms become seconds.
     let mut words: Vec<&str> = key.split('_').filter(|w| !w.is_empty()).collect();
     let mut unit = None;
