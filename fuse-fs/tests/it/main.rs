@@ -14,6 +14,7 @@ mod harness;
 mod identity;
 mod kernel_cache;
 mod lifecycle;
+mod ops_metrics;
 mod posix;
 mod resources;
 mod sys;
