@@ -18,9 +18,7 @@ use crate::harness::{Mount, content, eventually, rcufs, write_tree};
 
 fn tool(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 /// The path of `name` (a tool of the `prometheus` package), or `None` after
@@ -125,22 +123,41 @@ fn files(src: &Path, n: usize) {
 
 #[test]
 fn stats_format_prometheus_passes_promtool_and_counts_the_workload() {
-    let Some(m) = Mount::with(&[], |src| files(src, 4)) else { return };
+    let Some(m) = Mount::with(&[], |src| files(src, 4)) else {
+        return;
+    };
     a_workload(&m, 4);
-    let out = run(&["stats".as_ref(), "--format".as_ref(), "prometheus".as_ref(), m.mnt.as_os_str()]);
+    let out = run(&[
+        "stats".as_ref(),
+        "--format".as_ref(),
+        "prometheus".as_ref(),
+        m.mnt.as_os_str(),
+    ]);
     let text = stdout(&out);
     let fills = m.stat("pagecache", "fills");
     // 4 files of 10,000 bytes: 3 pages each (the last one partial) at least.
     assert!(fills >= 12, "fills {fills}");
-    assert_eq!(sample(&text, "rcufs_pagecache_fills_total", &m.mnt), Some(fills as f64), "{text}");
+    assert_eq!(
+        sample(&text, "rcufs_pagecache_fills_total", &m.mnt),
+        Some(fills as f64),
+        "{text}"
+    );
     assert!(text.contains("# TYPE rcufs_pagecache_fills_total counter"), "{text}");
     assert!(text.contains("# TYPE rcufs_pagecache_budget_bytes gauge"), "{text}");
-    assert!(sample(&text, "rcufs_dcache_misses_total", &m.mnt).unwrap() >= 4.0, "{text}");
+    assert!(
+        sample(&text, "rcufs_dcache_misses_total", &m.mnt).unwrap() >= 4.0,
+        "{text}"
+    );
     // Every section of the stats JSON is in the exposition.
     for section in m.stats().as_object().unwrap().keys() {
-        assert!(text.contains(&format!("rcufs_{section}")), "no rcufs_{section}* in:\n{text}");
+        assert!(
+            text.contains(&format!("rcufs_{section}")),
+            "no rcufs_{section}* in:\n{text}"
+        );
     }
-    let Some(promtool) = prometheus_tool("promtool") else { return };
+    let Some(promtool) = prometheus_tool("promtool") else {
+        return;
+    };
     promtool_accepts(&promtool, &text);
 }
 
@@ -165,9 +182,16 @@ fn metrics_endpoint_passes_promtool_and_ends_with_the_mount() {
     let fills = sample(&body, "rcufs_pagecache_fills_total", &m.mnt).expect("fills in the scrape");
     assert!(fills >= 6.0, "{body}");
     // The endpoint and the CLI export the same names.
-    let cli = stdout(&run(&["stats".as_ref(), m.mnt.as_os_str(), "--format=prometheus".as_ref()]));
+    let cli = stdout(&run(&[
+        "stats".as_ref(),
+        m.mnt.as_os_str(),
+        "--format=prometheus".as_ref(),
+    ]));
     let names = |t: &str| -> Vec<String> {
-        t.lines().filter(|l| l.starts_with("# TYPE")).map(String::from).collect()
+        t.lines()
+            .filter(|l| l.starts_with("# TYPE"))
+            .map(String::from)
+            .collect()
     };
     assert_eq!(names(&body), names(&cli));
     assert_eq!(http_get(addr, "/").0, "HTTP/1.1 404 Not Found");
@@ -198,8 +222,15 @@ fn a_non_loopback_metrics_address_is_refused_before_mounting() {
     ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    assert!(err.contains("not a loopback address") && err.contains("--metrics-allow-remote"), "{err}");
-    assert!(crate::harness::any_mount_at(&mnt).is_none(), "a mount was left at {}", mnt.display());
+    assert!(
+        err.contains("not a loopback address") && err.contains("--metrics-allow-remote"),
+        "{err}"
+    );
+    assert!(
+        crate::harness::any_mount_at(&mnt).is_none(),
+        "a mount was left at {}",
+        mnt.display()
+    );
 }
 
 /// A Prometheus server of our own (never the package's service), on a free
@@ -295,7 +326,9 @@ impl Drop for Prometheus {
 
 #[test]
 fn a_real_prometheus_scrapes_a_counter_the_workload_moved() {
-    let Some(prometheus) = prometheus_tool("prometheus") else { return };
+    let Some(prometheus) = prometheus_tool("prometheus") else {
+        return;
+    };
     let Some(m) = Mount::with_env(&["--metrics-listen", "127.0.0.1:0"], &[("RUST_LOG", "info")], |src| {
         files(src, 8)
     }) else {
@@ -311,7 +344,11 @@ fn a_real_prometheus_scrapes_a_counter_the_workload_moved() {
         seen = server.query_one(&query);
         seen.is_some()
     });
-    assert!(scraped, "Prometheus never returned {query}; its log:\n{}", server.log_text());
+    assert!(
+        scraped,
+        "Prometheus never returned {query}; its log:\n{}",
+        server.log_text()
+    );
     assert_eq!(seen, Some(0.0), "nothing was read yet");
     a_workload(&m, 8);
     let fills = m.stat("pagecache", "fills");
@@ -335,7 +372,11 @@ fn a_real_prometheus_scrapes_a_counter_the_workload_moved() {
 fn warm_tree(root: &Path, n: usize, size: impl Fn(usize) -> usize) -> Vec<String> {
     let mut names: Vec<String> = (0..n).map(|i| format!("d{}/s{}/file{i:03}", i % 3, i % 2)).collect();
     names.sort();
-    let owned: Vec<(String, Vec<u8>)> = names.iter().enumerate().map(|(i, p)| (p.clone(), content(i, size(i)))).collect();
+    let owned: Vec<(String, Vec<u8>)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.clone(), content(i, size(i))))
+        .collect();
     let files: Vec<(&str, &[u8])> = owned.iter().map(|(p, c)| (p.as_str(), c.as_slice())).collect();
     write_tree(root, &files);
     names
@@ -351,29 +392,50 @@ fn warm(args: &[&str], dir: &Path) -> String {
 #[test]
 fn warm_turns_the_next_read_of_a_cold_tree_into_hits() {
     let mut names = Vec::new();
-    let Some(m) = Mount::with(&[], |src| names = warm_tree(src, 40, |i| i * 1500)) else { return };
+    let Some(m) = Mount::with(&[], |src| names = warm_tree(src, 40, |i| i * 1500)) else {
+        return;
+    };
     let before = m.stats();
     let summary = warm(&["--all", "--jobs", "3"], &m.mnt);
     assert!(!summary.contains("budget reached"), "{summary}");
     assert!(summary.contains("of 40 of 40 files"), "{summary}");
     let warmed = m.stats();
-    assert!(warmed["pagecache"]["fills"].as_u64() > before["pagecache"]["fills"].as_u64(), "{summary}");
+    assert!(
+        warmed["pagecache"]["fills"].as_u64() > before["pagecache"]["fills"].as_u64(),
+        "{summary}"
+    );
     assert_eq!(warmed["pagecache"]["evictions"], 0);
 
     // Every entry and every page read now is a hit.
     let (dhits, dmisses) = (m.stat("dcache", "hits"), m.stat("dcache", "misses"));
-    let (phits, pmisses, pfills) = (m.stat("pagecache", "hits"), m.stat("pagecache", "misses"), m.stat("pagecache", "fills"));
+    let (phits, pmisses, pfills) = (
+        m.stat("pagecache", "hits"),
+        m.stat("pagecache", "misses"),
+        m.stat("pagecache", "fills"),
+    );
     for (i, rel) in names.iter().enumerate() {
         assert_eq!(std::fs::read(m.at(rel)).unwrap(), content(i, i * 1500), "{rel}");
     }
     let after = m.stats();
-    assert_eq!(after["pagecache"]["misses"].as_u64(), Some(pmisses), "a read after the warm missed: {after}");
+    assert_eq!(
+        after["pagecache"]["misses"].as_u64(),
+        Some(pmisses),
+        "a read after the warm missed: {after}"
+    );
     assert_eq!(after["pagecache"]["fills"].as_u64(), Some(pfills), "{after}");
     let page_hits = after["pagecache"]["hits"].as_u64().unwrap() - phits;
     // At least one page per file: the read of the whole tree went through
     // the page cache and found everything.
-    assert!(page_hits >= names.len() as u64, "{page_hits} hits for {} files", names.len());
-    assert_eq!(after["dcache"]["misses"].as_u64(), Some(dmisses), "a lookup after the warm missed: {after}");
+    assert!(
+        page_hits >= names.len() as u64,
+        "{page_hits} hits for {} files",
+        names.len()
+    );
+    assert_eq!(
+        after["dcache"]["misses"].as_u64(),
+        Some(dmisses),
+        "a lookup after the warm missed: {after}"
+    );
     assert!(after["dcache"]["hits"].as_u64().unwrap() > dhits);
 }
 
@@ -381,12 +443,16 @@ fn warm_turns_the_next_read_of_a_cold_tree_into_hits() {
 fn warm_stops_at_the_page_budget_and_evicts_nothing_it_warmed() {
     // 64 pages of budget; 30 files of 16 KiB cost 5 pages each (150).
     let mut names = Vec::new();
-    let Some(m) = Mount::with(&["--page-cache-size", "256K"], |src| names = warm_tree(src, 30, |_| 16384)) else {
+    let Some(m) = Mount::with(&["--page-cache-size", "256K"], |src| {
+        names = warm_tree(src, 30, |_| 16384)
+    }) else {
         return;
     };
     let summary = warm(&["--pages"], &m.mnt);
     let budget_line = "page cache budget reached after ";
-    let at = summary.find(budget_line).unwrap_or_else(|| panic!("warm did not say it stopped: {summary}"));
+    let at = summary
+        .find(budget_line)
+        .unwrap_or_else(|| panic!("warm did not say it stopped: {summary}"));
     let number = |s: &str| -> u64 { s.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap() };
     let read = number(&summary[at + budget_line.len()..]);
     let not_warmed = number(summary.split(": ").last().unwrap());
@@ -394,7 +460,10 @@ fn warm_stops_at_the_page_budget_and_evicts_nothing_it_warmed() {
     // As many whole files as fit in 64 pages at 5 pages each.
     assert_eq!(read, 64 / 5, "{summary}");
     let stats = m.stats();
-    assert_eq!(stats["pagecache"]["evictions"], 0, "the warm made the cache evict: {stats}");
+    assert_eq!(
+        stats["pagecache"]["evictions"], 0,
+        "the warm made the cache evict: {stats}"
+    );
     assert_eq!(stats["pagecache"]["pages"].as_u64(), Some(read * 5), "{stats}");
     assert!(stats["pagecache"]["bytes_cached"].as_u64() <= stats["pagecache"]["budget_bytes"].as_u64());
 
@@ -410,7 +479,9 @@ fn warm_stops_at_the_page_budget_and_evicts_nothing_it_warmed() {
 
 #[test]
 fn warm_rejects_what_is_not_an_rcufs_directory() {
-    let Some(m) = Mount::with(&[], |src| write_tree(src, &[("f", b"x")])) else { return };
+    let Some(m) = Mount::with(&[], |src| write_tree(src, &[("f", b"x")])) else {
+        return;
+    };
     let out = run(&["warm".as_ref(), m.at("f").as_os_str()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a directory"));
