@@ -141,6 +141,34 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
         Kind::Counter,
         "Requests whose handler panicked (answered EIO)",
     ),
+    (
+        "warm.requests",
+        Kind::Counter,
+        "Warms requested with the user.rcufs.warm attribute",
+    ),
+    ("warm.completed", Kind::Counter, "Daemon-side warms finished"),
+    (
+        "warm.running",
+        Kind::Gauge,
+        "1 while a daemon-side warm is queued or running",
+    ),
+    (
+        "warm.entries",
+        Kind::Counter,
+        "Entries the daemon-side warms put in or found in the dentry cache",
+    ),
+    ("warm.files", Kind::Counter, "Files the daemon-side warms read"),
+    ("warm.pages", Kind::Counter, "Pages the daemon-side warms cached"),
+    (
+        "warm.budget_stops",
+        Kind::Counter,
+        "Daemon-side warms that stopped reading at the page budget",
+    ),
+    (
+        "warm.last_elapsed_ns",
+        Kind::Gauge,
+        "Duration of the last daemon-side warm",
+    ),
 ];
 
 /// Last words of a key that make an unlisted leaf a counter.

@@ -10,6 +10,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -488,4 +489,94 @@ fn warm_rejects_what_is_not_an_rcufs_directory() {
     let out = run(&["warm".as_ref(), m.src.as_os_str()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not on an rcufs mount"));
+}
+
+/// Waits for the daemon-side warm to finish (`warm.completed` reaching
+/// `n`); returns the stats then.
+fn wait_warm(m: &Mount, n: u64) -> serde_json::Value {
+    let mut last = serde_json::Value::Null;
+    let done = eventually(Duration::from_secs(30), || {
+        last = m.stats();
+        last["warm"]["completed"].as_u64() == Some(n) && last["warm"]["running"].as_u64() == Some(0)
+    });
+    assert!(done, "the warm did not finish: {last}\n{}", m.log_text());
+    last
+}
+
+#[test]
+fn xattr_warm_walks_the_source_and_the_next_read_is_all_hits() {
+    let mut names = Vec::new();
+    let Some(m) = Mount::with(&[], |src| names = warm_tree(src, 40, |i| i * 1500)) else {
+        return;
+    };
+    crate::sys::setxattr(&m.mnt, fuse_fs::protocol::XATTR_WARM, b"all", 0).expect("setxattr user.rcufs.warm");
+    let s = wait_warm(&m, 1);
+    // 40 files in d0..d2, each with s0 and s1: 9 directories below the root.
+    assert_eq!(s["warm"]["entries"], 49, "{s}");
+    assert_eq!(s["warm"]["files"], 40, "{s}");
+    assert_eq!(s["warm"]["budget_stops"], 0, "{s}");
+    assert_eq!(s["warm"]["errors"], 0, "{s}");
+    let expected_pages: u64 = (0..40).map(|i| (i * 1500) as u64 / 4096 + 1).sum();
+    assert_eq!(s["warm"]["pages"].as_u64(), Some(expected_pages), "{s}");
+    assert_eq!(s["pagecache"]["pages"].as_u64(), Some(expected_pages), "{s}");
+
+    let (pmisses, pfills, dmisses) = (
+        m.stat("pagecache", "misses"),
+        m.stat("pagecache", "fills"),
+        m.stat("dcache", "misses"),
+    );
+    for (i, rel) in names.iter().enumerate() {
+        assert_eq!(std::fs::read(m.at(rel)).unwrap(), content(i, i * 1500), "{rel}");
+    }
+    let after = m.stats();
+    assert_eq!(
+        after["pagecache"]["misses"].as_u64(),
+        Some(pmisses),
+        "a read after the warm missed: {after}"
+    );
+    assert_eq!(after["pagecache"]["fills"].as_u64(), Some(pfills), "{after}");
+    assert_eq!(
+        after["dcache"]["misses"].as_u64(),
+        Some(dmisses),
+        "a lookup after the warm missed: {after}"
+    );
+    // The counters reach the exposition without any change to the exporter.
+    let text = stdout(&run(&[
+        "stats".as_ref(),
+        "--format=prometheus".as_ref(),
+        m.mnt.as_os_str(),
+    ]));
+    assert_eq!(sample(&text, "rcufs_warm_files_total", &m.mnt), Some(40.0), "{text}");
+}
+
+#[test]
+fn xattr_warm_stops_at_the_page_budget_and_refuses_bad_requests() {
+    let Some(m) = Mount::with(&["--page-cache-size", "256K", "-o", "allow_other"], |src| {
+        warm_tree(src, 30, |_| 16384);
+    }) else {
+        return;
+    };
+    let name = fuse_fs::protocol::XATTR_WARM;
+    let errno = |r: std::io::Result<()>| r.err().and_then(|e| e.raw_os_error());
+    assert_eq!(errno(crate::sys::setxattr(&m.mnt, name, b"9", 0)), Some(libc::EINVAL));
+    assert_eq!(
+        errno(crate::sys::setxattr(&m.at("d0/s0/file000"), name, b"all", 0)),
+        Some(libc::ENOTDIR)
+    );
+    if crate::harness::can_switch_users() {
+        std::fs::set_permissions(m.src_at("d0"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        // The filesystem answers EPERM (root and the mount's owner only);
+        // the kernel may refuse first with EACCES (as for the drop xattr).
+        let by_nobody = crate::sys::setxattr_as(65534, 65534, &m.at("d0"), name, b"all");
+        assert!(matches!(by_nobody, Err(libc::EPERM | libc::EACCES)), "{by_nobody:?}");
+    }
+    crate::sys::setxattr(&m.mnt, name, b"pages", 0).unwrap();
+    let s = wait_warm(&m, 1);
+    assert_eq!(s["warm"]["budget_stops"], 1, "{s}");
+    // 64 pages of budget, 5 per file: 12 files, and nothing evicted.
+    assert_eq!(s["warm"]["files"], 12, "{s}");
+    assert_eq!(s["warm"]["pages"], 60, "{s}");
+    assert_eq!(s["pagecache"]["pages"], 60, "{s}");
+    assert_eq!(s["pagecache"]["evictions"], 0, "{s}");
+    assert_eq!(s["warm"]["requests"], 1, "the refused requests were not queued: {s}");
 }
