@@ -196,6 +196,12 @@ impl Fs {
             if self.warmer.closed() {
                 break;
             }
+            // A drop (or a rename over it) unhashed this directory's dentry
+            // since it was queued: what is inserted under it now could never
+            // be found, so its subtree is left alone.
+            if !dd.is_hashed() {
+                continue;
+            }
             let Ok(fd) = self.table.open(&d, libc::O_RDONLY | libc::O_DIRECTORY) else {
                 out.errors += 1;
                 continue;

@@ -580,3 +580,65 @@ fn xattr_warm_stops_at_the_page_budget_and_refuses_bad_requests() {
     assert_eq!(s["pagecache"]["evictions"], 0, "{s}");
     assert_eq!(s["warm"]["requests"], 1, "the refused requests were not queued: {s}");
 }
+
+#[test]
+fn xattr_warm_pages_never_hide_a_later_change_in_the_source() {
+    let Some(m) = Mount::with(&[], |src| write_tree(src, &[("d/f", &content(1, 9000))])) else {
+        return;
+    };
+    crate::sys::setxattr(&m.mnt, fuse_fs::protocol::XATTR_WARM, b"all", 0).unwrap();
+    let s = wait_warm(&m, 1);
+    assert_eq!(s["warm"]["files"], 1, "{s}");
+    // Changed directly in the source after the warm: same size, new bytes.
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(m.src_at("d/f"), content(2, 9000)).unwrap();
+    assert_eq!(
+        std::fs::read(m.at("d/f")).unwrap(),
+        content(2, 9000),
+        "the warmed pages hid the change"
+    );
+}
+
+#[test]
+fn xattr_warms_concurrent_with_drops_and_reads_stay_correct() {
+    let mut names = Vec::new();
+    let Some(m) = Mount::with(&["--page-cache-size", "1M"], |src| {
+        names = warm_tree(src, 120, |i| 500 + i * 97)
+    }) else {
+        return;
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for (i, rel) in names.iter().enumerate().step_by(7) {
+                    assert_eq!(std::fs::read(m.at(rel)).unwrap(), content(i, 500 + i * 97), "{rel}");
+                }
+            }
+        });
+        for round in 0..30 {
+            let r = crate::sys::setxattr(&m.mnt, fuse_fs::protocol::XATTR_WARM, b"all", 0);
+            assert!(
+                r.is_ok() || r.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EBUSY),
+                "round {round}: {r:?}"
+            );
+            let mode = if round % 2 == 0 {
+                b"3".as_slice()
+            } else {
+                b"1".as_slice()
+            };
+            crate::sys::setxattr(&m.at("d1"), fuse_fs::protocol::XATTR_DROP, mode, 0).unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let requests = m.stat("warm", "requests");
+    let s = wait_warm(&m, requests);
+    assert!(s["warm"]["busy_refusals"].as_u64().unwrap() + requests == 30, "{s}");
+    assert!(
+        s["pagecache"]["bytes_cached"].as_u64() <= s["pagecache"]["budget_bytes"].as_u64(),
+        "{s}"
+    );
+    for (i, rel) in names.iter().enumerate() {
+        assert_eq!(std::fs::read(m.at(rel)).unwrap(), content(i, 500 + i * 97), "{rel}");
+    }
+}
