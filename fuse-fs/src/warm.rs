@@ -202,7 +202,8 @@ pub fn warm(dir: &Path, mode: WarmMode, jobs: usize) -> Result<WarmReport> {
             .budget_bytes
             .saturating_sub(stat_u64(&now, "pagecache", "bytes_cached")?);
         let total: u64 = files.iter().map(|(_, size)| *size).sum();
-        bar.set_length(total);
+        // The reading stops at the budget: the bar's end is what can fit.
+        bar.set_length(total.min(report.free_bytes));
         bar.set_position(0);
         bar.set_message("reading".to_string());
         bar.set_style(
