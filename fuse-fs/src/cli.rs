@@ -5,7 +5,10 @@
 //!
 //! Three subcommands:
 //! - `rcufs mount SOURCE MOUNTPOINT [options]` serves SOURCE at MOUNTPOINT in
-//!   the foreground until SIGINT/SIGTERM or an unmount from outside;
+//!   the foreground until SIGINT/SIGTERM or an unmount from outside; each
+//!   of its flags also has an `-o` key (`mount_opts.rs` derives the keys
+//!   from the definition below, so a new flag needs nothing more), and the
+//!   last of repeated options wins (`args_override_self`);
 //! - `rcufs drop [--pages | --dentries | --all] DIR...` drops the caches under
 //!   each directory with the drop ioctl (the modes of the kernel's
 //!   `drop_caches`, as in seed 004, "VFS: Directory level cache cleaning");
@@ -23,8 +26,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use fuse_fs::MountOptions;
 use fuse_fs::protocol::DropMode;
+use fuse_fs::{CoherenceRequest, MountOptions};
 
 /// The default number of FUSE worker threads (the library's default: the
 /// machine's parallelism, at least 2).
@@ -75,6 +78,10 @@ pub struct Cli {
 pub enum Command {
     /// Mount a mirror of SOURCE at MOUNTPOINT and serve it in the foreground
     /// until unmounted or sent SIGINT/SIGTERM.
+    ///
+    /// Every option also has an `-o` spelling (`--dcache-entries 10` is
+    /// `-o dcache_entries=10`); the last one given wins.
+    #[command(args_override_self = true)]
     Mount(MountArgs),
     /// Drop the cached dentries and/or pages under each DIR (on an rcufs mount).
     Drop(DropCmd),
@@ -108,12 +115,27 @@ pub struct MountArgs {
     /// too (faster; every drop also invalidates the kernel's copies).
     #[arg(long)]
     pub kernel_cache: bool,
-    /// How soon names and attributes changed directly in SOURCE are seen, in
-    /// seconds (fractions allowed).
+    /// How changes made directly in SOURCE reach the mount: `watch` applies
+    /// each one as the kernel reports it (fanotify; needs root and a local
+    /// filesystem), `ttl` re-checks after --revalidate, `auto` watches where
+    /// it can and uses ttl elsewhere.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub coherence: CoherenceRequest,
+    /// With coherence ttl: how soon names and attributes changed directly in
+    /// SOURCE are seen, in seconds (fractions allowed).
     #[arg(long, value_name = "SECS", default_value = DEFAULT_REVALIDATE.as_str(), value_parser = parse_secs)]
     pub revalidate: Duration,
-    /// FUSE mount options, comma-separated, repeatable (allow_other, ro,
-    /// default_permissions, ...).
+    /// Append the log (and anything else written to stdout/stderr) to this
+    /// file instead of stderr.
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
+    /// Log line format: `text` (no colours unless stderr is a terminal) or
+    /// `json` (one object per line, for log collectors).
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Mount options, comma-separated, repeatable: every option above as
+    /// `key=value` or `key` (dcache_entries=N, kernel_cache, ...), and the
+    /// FUSE ones (allow_other, ro, default_permissions, ...).
     #[arg(short = 'o', value_name = "OPTS", value_delimiter = ',', action = clap::ArgAction::Append)]
     pub options: Vec<String>,
     /// Serve the counters in the Prometheus format at http://ADDR/metrics
@@ -126,6 +148,15 @@ pub struct MountArgs {
     /// authentication: anyone who can reach it reads the counters).
     #[arg(long, requires = "metrics_listen")]
     pub metrics_allow_remote: bool,
+}
+
+/// The format of the daemon's log lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines; ANSI colours only when stderr is a terminal.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Debug, Args)]

@@ -55,6 +55,10 @@ use crate::open_files::{self, FdGate, Handles, OpenDir, OpenFile, ShareKey, Shar
 use crate::protocol::{self, DropArgs, DropMode};
 use crate::sys::{self, cstr};
 
+mod watched;
+use watched::Watched;
+pub use watched::{Coherence, WATCH_REVALIDATE};
+
 /// The filesystem's configuration.
 #[derive(Clone, Debug)]
 pub struct FsConfig {
@@ -75,6 +79,11 @@ pub struct FsConfig {
     /// The process's descriptor limit (soft `RLIMIT_NOFILE`); non-root opens
     /// are refused before the descriptors reach it (see `open_files.rs`).
     pub fd_limit: u64,
+    /// How changes made directly in the source are seen (with `Watch`, the
+    /// caller runs a watcher that feeds [`Fs::apply_source_events`]).
+    pub coherence: Coherence,
+    /// Why that mode was chosen (for the stats and the log).
+    pub coherence_why: String,
 }
 
 impl Default for FsConfig {
@@ -88,6 +97,8 @@ impl Default for FsConfig {
             fd_pool: 4096,
             use_handles: sys::is_root(),
             fd_limit: sys::nofile_limit(),
+            coherence: Coherence::Ttl,
+            coherence_why: String::new(),
         }
     }
 }
@@ -344,6 +355,7 @@ pub struct Fs {
     dir_changes: AtomicU64,
     inval: InvalQueue,
     creds: Creds,
+    watched: Watched,
     warmer: warm::Warmer,
 }
 
@@ -441,7 +453,11 @@ impl Fs {
         sys::clear_umask();
         let path = sys::cstr(std::os::unix::ffi::OsStrExt::as_bytes(source.as_os_str()))?;
         let root_fd = sys::open_path(&path, libc::O_PATH | libc::O_DIRECTORY)?;
-        let (table, root) = InodeTable::new(root_fd, cfg.fd_pool, cfg.use_handles)?;
+        let (mut table, root) = InodeTable::new(root_fd, cfg.fd_pool, cfg.use_handles)?;
+        if cfg.coherence == Coherence::Watch {
+            // The watcher names objects by file handle.
+            table.index_handles(&root)?;
+        }
         let names = Names::new(cfg.dcache_entries, cfg.dcache_negative, &root);
         let data = Data::new(cfg.page_cache_bytes);
         let gate = FdGate::new(cfg.fd_limit, cfg.fd_pool as u64);
@@ -460,6 +476,7 @@ impl Fs {
             dir_changes: AtomicU64::new(0),
             inval: InvalQueue::default(),
             creds: Creds::new(sys::is_root()),
+            watched: Watched::default(),
             warmer: warm::Warmer::default(),
         })
     }
@@ -530,8 +547,9 @@ impl Fs {
     /// Re-reads `inode`'s attributes from the source.
     fn refresh(&self, inode: &Inode) -> FsResult<libc::stat> {
         let fd = self.table.path_fd(inode)?;
+        let before = self.source_seq();
         let st = sys::fstat(fd.as_fd())?;
-        inode.set_attr(st);
+        self.store_attr(inode, st, before);
         Ok(st)
     }
 
@@ -566,7 +584,17 @@ impl Fs {
         self.reap();
         let pfd = self.table.path_fd(parent)?;
         let cname = cstr(name)?;
-        match sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW) {
+        let before = self.source_seq();
+        let mut read = sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW);
+        if let Ok(st) = &read
+            && st.st_dev != parent.key.0
+            && self.entered_filesystem(pfd.as_fd(), &cname, st.st_dev)
+        {
+            // Read again now that changes there are reported.
+            read = sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW);
+        }
+        crate::fault::lookup_delay(name);
+        match read {
             Ok(st) => {
                 if st.st_dev != parent.key.0 {
                     tracing::debug!(name = %String::from_utf8_lossy(name), "entering a mount point inside the source");
@@ -581,10 +609,18 @@ impl Fs {
                     self.table.remember(&inode, 1);
                 }
                 self.names.insert(parent, name, Some(&inode));
+                if self.source_changed_since(before) {
+                    // The source changed while this was read: cache nothing.
+                    self.names.remove(parent, name);
+                    inode.expire_attr();
+                }
                 Ok(Some(inode))
             }
             Err(e) if e.errno() == libc::ENOENT => {
                 self.names.insert(parent, name, None);
+                if self.source_changed_since(before) {
+                    self.names.remove(parent, name);
+                }
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -654,8 +690,9 @@ impl Fs {
         if let Some(fh) = fh
             && let Ok(file) = self.files.get(fh)
         {
+            let before = self.source_seq();
             let st = sys::fstat(file.fd.as_fd())?;
-            inode.set_attr(st);
+            self.store_attr(&inode, st, before);
             return Ok(Attr::from_stat(ino, &st));
         }
         let a = inode.attr();
@@ -695,8 +732,9 @@ impl Fs {
             sys::utimens(&proc, &[timespec(set.atime), timespec(set.mtime)])?;
         }
         drop(guard);
+        let before = self.source_seq();
         let st = sys::fstat(pfd.as_fd())?;
-        inode.set_attr(st);
+        self.store_attr(&inode, st, before);
         // The cached pages stayed exact (a size change went through
         // `resized`), so the new ctime/mtime/size are rcufs's own doing.
         self.note_own_change(&inode, &st);
@@ -873,10 +911,11 @@ impl Fs {
         if op.ino != np.ino {
             self.touched_dir(&np);
         }
+        let before = self.source_seq();
         if let Ok(st) = sys::fstatat(nfd.as_fd(), &nname, libc::AT_SYMLINK_NOFOLLOW)
             && let Some(moved) = self.table.find(key_of(&st))
         {
-            moved.set_attr(st);
+            self.store_attr(&moved, st, before);
             self.note_own_change(&moved, &st);
             self.table.set_link(&moved, np.ino, new_name);
         }
@@ -922,8 +961,9 @@ impl Fs {
     }
 
     fn opened(&self, inode: Arc<Inode>, fd: Arc<SharedFd>, flags: i32) -> FsResult<Opened> {
+        let before = self.source_seq();
         let st = sys::fstat(fd.as_fd())?;
-        inode.set_attr(st);
+        self.store_attr(&inode, st, before);
         let now = Stamp::of(&st);
         let same = {
             let mut stamp = inode.data_stamp.lock();
@@ -986,6 +1026,7 @@ impl Fs {
         } else {
             sys::pwrite(file.fd.as_fd(), data, offset)?
         };
+        let before = self.source_seq();
         let st = sys::fstat(file.fd.as_fd())?;
         let new_size = st.st_size.max(0) as u64;
         if file.append {
@@ -999,7 +1040,7 @@ impl Fs {
             }
             self.data.wrote(inode.ino, offset, &data[..n]);
         }
-        inode.set_attr(st);
+        self.store_attr(inode, st, before);
         self.note_own_change(inode, &st);
         Ok(n as u32)
     }
@@ -1144,6 +1185,7 @@ impl Fs {
         self.gate.precheck(pfd.as_fd(), caller.uid)?;
         let fd = self.create_fd(&parent, &pfd, name, &cname, mode, flags, caller)?;
         self.touched_dir(&parent);
+        let before = self.source_seq();
         let st = sys::fstat(fd.as_fd())?;
         let inode = self.table.intern(NewInode {
             parent_ino: parent.ino,
@@ -1153,6 +1195,10 @@ impl Fs {
         })?;
         self.table.remember(&inode, 1);
         self.names.insert(&parent, name, Some(&inode));
+        if self.source_changed_since(before) {
+            self.names.remove(&parent, name);
+            inode.expire_attr();
+        }
         // A new (or truncated) file: whatever the cache held is stale.
         self.data.drop_inode(inode.ino);
         *inode.data_stamp.lock() = Some(Stamp::of(&st));
@@ -1225,8 +1271,9 @@ impl Fs {
         let old = file.inode.attr().st.st_size.max(0) as u64;
         self.data.invalidate_range(file.inode.ino, offset, len);
         self.data.invalidate_from(file.inode.ino, old.min(offset));
+        let before = self.source_seq();
         let st = sys::fstat(file.fd.as_fd())?;
-        file.inode.set_attr(st);
+        self.store_attr(&file.inode, st, before);
         self.note_own_change(&file.inode, &st);
         Ok(())
     }
@@ -1262,8 +1309,9 @@ impl Fs {
         if off_out > old {
             self.data.invalidate_from(dst.inode.ino, old);
         }
+        let before = self.source_seq();
         let st = sys::fstat(dst.fd.as_fd())?;
-        dst.inode.set_attr(st);
+        self.store_attr(&dst.inode, st, before);
         self.note_own_change(&dst.inode, &st);
         Ok(n as u32)
     }
@@ -1602,9 +1650,11 @@ impl Fs {
             .unwrap_or(0);
         serde_json::json!({
             "dcache": self.names.stats_json(),
+            "coherence": self.coherence_json(),
             "pagecache": self.data.stats_json(),
             "inodes": {
                 "known": self.table.known() as u64,
+                "by_name": self.table.by_name(),
                 "open_fds": open_fds,
                 "pooled_fds": self.table.pool.len() as u64,
                 "pool_opens": self.table.pool.opens(),

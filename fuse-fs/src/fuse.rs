@@ -857,11 +857,15 @@ pub mod session {
     /// invalidation worker.
     ///
     /// As root, rcufs calls mount(2) itself with the filesystem type
-    /// `fuse.rcufs` (fuser's own mount always says `fuse`), then hands the
-    /// `/dev/fuse` descriptor to fuser. Otherwise fuser mounts through
-    /// fusermount3 and the type shows as `fuse`.
+    /// `fuse.rcufs` (fuser's own mount always says `fuse`) and `source` as
+    /// the mount source, then hands the `/dev/fuse` descriptor to fuser.
+    /// (The source shows in mountinfo, `findmnt` and `df`, and mount(8)'s
+    /// `mount -a` compares it with fstab's to skip a mounted line.)
+    /// Otherwise fuser mounts through fusermount3, the type shows as `fuse`
+    /// and the source as `rcufs`.
     pub fn start(
         adapter: FuseAdapter,
+        source: &Path,
         mountpoint: &Path,
         threads: usize,
         options: &[String],
@@ -939,7 +943,8 @@ pub mod session {
         }
         let target = sys::cstr(mountpoint.as_os_str().as_bytes())?;
         let data = std::ffi::CString::new(data).expect("no NUL in mount data");
-        sys::mount(c"rcufs", &target, c"fuse.rcufs", flags, &data)?;
+        let source = sys::cstr(source.as_os_str().as_bytes())?;
+        sys::mount(&source, &target, c"fuse.rcufs", flags, &data)?;
         let canon = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
         // Read from mountinfo, not by stat: the mount cannot answer yet.
         let mount_id = mount_dev(&canon);

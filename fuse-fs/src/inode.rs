@@ -28,10 +28,14 @@
 //! demand through a bounded pool ([`FdPool`]) of `O_PATH` descriptors with
 //! CLOCK eviction, so the number of open descriptors stays bounded however
 //! many inodes the kernel knows. For a source filesystem that has no file
-//! handles (or when not running as root, since `open_by_handle_at` needs
-//! `CAP_DAC_READ_SEARCH`), the fallback is one pinned `O_PATH` descriptor per
-//! inode, as libfuse's passthrough does; that mode is bounded by
-//! `RLIMIT_NOFILE` and logs a warning when first used.
+//! handles (a FUSE or network filesystem, or when not running as root, since
+//! `open_by_handle_at` needs `CAP_DAC_READ_SEARCH`), an inode is reached by
+//! its name under its parent ([`Backing::ByName`]: the link holds the parent
+//! inode), opened into the same pool on demand and checked against its key
+//! `(st_dev, st_ino)`; a name that no longer leads to it (removed or renamed
+//! in the source) gives `ESTALE`, and the kernel looks the name up again.
+//! Renames through the mount move the link ([`InodeTable::set_link`]). Only
+//! the root keeps a pinned descriptor.
 //!
 //! # What is given back, and when
 //! - Node id leaves the table at the last FORGET (above), with its pooled
@@ -87,8 +91,13 @@ pub enum Backing {
         /// The mount id `name_to_handle_at` reported.
         mount_id: i32,
     },
-    /// The fallback: a pinned `O_PATH` descriptor.
+    /// A pinned `O_PATH` descriptor: the root only.
     Pinned(Arc<OwnedFd>),
+    /// The fallback for a source without file handles: the object is
+    /// reached by its name under its parent (the inode's link, which holds
+    /// the parent inode), opened into the pool on demand and checked
+    /// against the key; it holds no descriptor while not in use.
+    ByName,
 }
 
 /// The attributes last read from the source, and when.
@@ -171,6 +180,9 @@ pub struct Inode {
     link: Mutex<Link>,
     /// Told when this inode is freed (`None` for the root, which never is).
     reaper: Option<Arc<Reaper>>,
+    /// Its entry in the handle index (see [`InodeTable::find_handle`]),
+    /// when the table keeps one and this inode is the one listed.
+    hkey: Mutex<Option<Box<[u8]>>>,
 }
 
 /// Where an inode was last found, and where the children index lists it.
@@ -178,25 +190,32 @@ pub struct Inode {
 struct Link {
     parent: u64,
     name: Box<[u8]>,
+    /// [`Backing::ByName`] inodes: the parent inode, kept alive so that the
+    /// object can be reopened by name however long the kernel keeps it.
+    parent_ref: Option<Arc<Inode>>,
     /// The parent the children index lists this inode under: `Some` exactly
     /// while the node id is in the table.
     indexed: Option<u64>,
 }
 
 impl Link {
-    fn new(parent: u64, name: Box<[u8]>) -> Mutex<Self> {
+    fn new(parent: u64, name: Box<[u8]>, parent_ref: Option<Arc<Inode>>) -> Mutex<Self> {
         Mutex::new(Self {
             parent,
             name,
+            parent_ref,
             indexed: None,
         })
     }
 }
 
-/// Inodes freed since the last [`InodeTable::reap`]: their node ids and keys.
+/// An inode freed: its node id, key and handle-index key.
+type Gone = (u64, Key, Option<Box<[u8]>>);
+
+/// Inodes freed since the last [`InodeTable::reap`].
 #[derive(Debug, Default)]
 struct Reaper {
-    gone: parking_lot::Mutex<Vec<(u64, Key)>>,
+    gone: parking_lot::Mutex<Vec<Gone>>,
     /// A hint that `gone` is not empty, so callers need not take the lock.
     pending: AtomicBool,
 }
@@ -204,7 +223,8 @@ struct Reaper {
 impl Drop for Inode {
     fn drop(&mut self) {
         if let Some(r) = &self.reaper {
-            r.gone.lock().push((self.ino, self.key));
+            let hkey = self.hkey.get_mut().take();
+            r.gone.lock().push((self.ino, self.key, hkey));
             r.pending.store(true, Ordering::Relaxed);
         }
     }
@@ -406,6 +426,27 @@ impl FdPool {
 
 type InoShard = RwLock<HashMap<u64, Arc<Inode>>>;
 type KeyShard = Mutex<HashMap<Key, Weak<Inode>>>;
+type HandleShard = Mutex<HashMap<Box<[u8]>, Weak<Inode>>>;
+
+/// The handle index's key: the filesystem id, the handle type and the
+/// handle bytes, packed (at most 12 + `MAX_HANDLE_SZ` bytes).
+fn pack_handle(fsid: u64, handle_type: i32, bytes: &[u8], out: &mut [u8; 12 + sys::MAX_HANDLE_SZ]) -> usize {
+    let len = bytes.len().min(sys::MAX_HANDLE_SZ);
+    out[..8].copy_from_slice(&fsid.to_ne_bytes());
+    out[8..12].copy_from_slice(&handle_type.to_ne_bytes());
+    out[12..12 + len].copy_from_slice(&bytes[..len]);
+    12 + len
+}
+
+fn handle_shard(packed: &[u8]) -> usize {
+    // The last bytes of a handle vary most (inode number, generation).
+    let tail = &packed[packed.len().saturating_sub(8)..];
+    let mut h = 0u64;
+    for &b in tail {
+        h = h.rotate_left(7) ^ u64::from(b);
+    }
+    (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % SHARDS
+}
 
 /// The table of inodes the kernel knows, plus the key index.
 #[derive(Debug)]
@@ -415,11 +456,19 @@ pub struct InodeTable {
     next_ino: AtomicU64,
     /// One descriptor per source mount, for `open_by_handle_at`.
     mounts: RwLock<HashMap<i32, Arc<OwnedFd>>>,
+    /// The filesystem id (`f_fsid`) of each source mount.
+    fsids: RwLock<HashMap<i32, u64>>,
+    /// Source mounts whose file handles are not used (FUSE).
+    no_handles: RwLock<std::collections::HashSet<i32>>,
+    /// File handle -> inode, for the source watcher (`None` unless
+    /// [`index_handles`](Self::index_handles) turned it on).
+    by_handle: Option<Box<[HandleShard]>>,
     /// The pool of `O_PATH` descriptors.
     pub pool: FdPool,
     use_handles: bool,
     interns: AtomicU64,
-    pinned: AtomicU64,
+    /// Inodes created with [`Backing::ByName`].
+    by_name: AtomicU64,
     children: Children,
     /// Directory key -> the node id of that directory that the kernel
     /// forgot while inodes it still knows were listed under it (a file kept
@@ -452,10 +501,13 @@ impl InodeTable {
             by_key: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next_ino: AtomicU64::new(ROOT_INO + 1),
             mounts: RwLock::new(HashMap::new()),
+            fsids: RwLock::new(HashMap::new()),
+            no_handles: RwLock::new(std::collections::HashSet::new()),
+            by_handle: None,
             pool: FdPool::new(pool_capacity),
             use_handles,
             interns: AtomicU64::new(0),
-            pinned: AtomicU64::new(1),
+            by_name: AtomicU64::new(0),
             children: Children::default(),
             orphans: Mutex::new(HashMap::new()),
             reaper: Arc::new(Reaper::default()),
@@ -471,8 +523,9 @@ impl InodeTable {
             data_stamp: Mutex::new(None),
             dir: Mutex::new(None),
             dentry: Mutex::new(None),
-            link: Link::new(ROOT_INO, Box::default()),
+            link: Link::new(ROOT_INO, Box::default(), None),
             reaper: None,
+            hkey: Mutex::new(None),
         });
         table.by_ino[Self::ino_shard(ROOT_INO)]
             .write()
@@ -532,6 +585,10 @@ impl InodeTable {
         }
         // Build the backing outside the lock: it makes syscalls.
         let backing = self.make_backing(&new)?;
+        let parent_ref = match backing {
+            Backing::ByName => Some(self.get(new.parent_ino)?),
+            _ => None,
+        };
         let fresh = Arc::new(Inode {
             ino: self.next_ino.fetch_add(1, Ordering::Relaxed),
             key,
@@ -546,8 +603,9 @@ impl InodeTable {
             data_stamp: Mutex::new(None),
             dir: Mutex::new(None),
             dentry: Mutex::new(None),
-            link: Link::new(new.parent_ino, new.name.to_bytes().into()),
+            link: Link::new(new.parent_ino, new.name.to_bytes().into(), parent_ref),
             reaper: Some(self.reaper.clone()),
+            hkey: Mutex::new(None),
         });
         let (result, displaced) = {
             let mut map = shard.lock();
@@ -561,6 +619,7 @@ impl InodeTable {
             }
         };
         drop(displaced); // Any Arc<Inode> is dropped outside the key lock.
+        self.index_handle(&result);
         if self.interns.fetch_add(1, Ordering::Relaxed) % 65_536 == 65_535 {
             self.sweep_keys();
         }
@@ -582,6 +641,11 @@ impl InodeTable {
             Backing::Pinned(fd) => {
                 sys::fstat(fd.as_fd()).is_ok_and(|st| st.st_nlink > 0 || st.st_mode & libc::S_IFMT == libc::S_IFDIR)
             }
+            // Found by key under this very name: the same object, unless
+            // its inode number was reused while rcufs held the old inode
+            // (without a handle's generation that cannot be told apart; the
+            // data stamp at open still drops pages of a different file).
+            Backing::ByName => true,
         };
         if !same {
             if tracing::enabled!(tracing::Level::DEBUG) {
@@ -601,6 +665,7 @@ impl InodeTable {
     fn still_opens(&self, inode: &Inode) -> bool {
         match &inode.backing {
             Backing::Pinned(fd) => sys::fstat(fd.as_fd()).is_ok_and(|st| st.st_nlink > 0),
+            Backing::ByName => self.open_by_name(inode, false).is_ok(),
             Backing::Handle { handle, mount_id } => self
                 .mounts
                 .read()
@@ -613,6 +678,7 @@ impl InodeTable {
         let flags = if new.name.is_empty() { libc::AT_EMPTY_PATH } else { 0 };
         if self.use_handles {
             match sys::name_to_handle_at(new.parent, new.name, flags) {
+                Ok((_, mount_id)) if self.no_handles.read().contains(&mount_id) => {}
                 Ok((handle, mount_id)) => {
                     let known = self.mounts.read().contains_key(&mount_id);
                     if !known {
@@ -627,24 +693,31 @@ impl InodeTable {
                             0,
                         )
                         .or_else(|_| sys::reopen(new.parent, libc::O_RDONLY | libc::O_DIRECTORY))?;
+                        if sys::fs_magic(fd.as_fd()).is_ok_and(|m| m == sys::FUSE_SUPER_MAGIC) {
+                            // A FUSE filesystem hands out handles, but opens
+                            // them only while the kernel still caches the
+                            // inode (unless it exports, which the kernel
+                            // does not tell): useless once evicted.
+                            self.no_handles.write().insert(mount_id);
+                            return self.make_backing(new);
+                        }
+                        let fsid = sys::fsid(fd.as_fd()).unwrap_or(0);
+                        self.fsids.write().entry(mount_id).or_insert(fsid);
                         self.mounts.write().entry(mount_id).or_insert_with(|| Arc::new(fd));
                     }
                     return Ok(Backing::Handle { handle, mount_id });
                 }
-                Err(e) if matches!(e.errno(), libc::EOPNOTSUPP | libc::ENOSYS | libc::EOVERFLOW) => {
-                    if self.pinned.load(Ordering::Relaxed) == 1 {
-                        tracing::warn!(
-                            errno = e.errno(),
-                            "source has no kernel file handles here; falling back to one pinned descriptor per inode"
-                        );
-                    }
-                }
+                Err(e) if matches!(e.errno(), libc::EOPNOTSUPP | libc::ENOSYS | libc::EOVERFLOW) => {}
                 Err(e) => return Err(e),
             }
         }
-        let fd = sys::openat(new.parent, new.name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
-        self.pinned.fetch_add(1, Ordering::Relaxed);
-        Ok(Backing::Pinned(Arc::new(fd)))
+        if self.by_name.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::info!(
+                "no kernel file handles for the source here (not root, or a filesystem without them): \
+                 inodes are reopened by name from their parent, through the bounded descriptor pool"
+            );
+        }
+        Ok(Backing::ByName)
     }
 
     fn sweep_keys(&self) {
@@ -689,10 +762,18 @@ impl InodeTable {
     /// Records where `inode` was found, moving it in the children index if
     /// the kernel knows it.
     pub fn set_link(&self, inode: &Inode, parent: u64, name: &[u8]) {
+        // Taken before the link lock (lock order: table shard, then link).
+        let parent_ref = match inode.backing {
+            Backing::ByName => self.get(parent).ok(),
+            _ => None,
+        };
         let mut link = inode.link.lock();
         if link.parent != parent || &*link.name != name {
             link.parent = parent;
             link.name = name.into();
+            if let Some(p) = parent_ref {
+                link.parent_ref = Some(p);
+            }
         }
         if let Some(old) = link.indexed
             && old != parent
@@ -798,20 +879,56 @@ impl InodeTable {
             Backing::Handle { .. } => self
                 .pool
                 .get(inode.ino, || self.open(inode, libc::O_PATH | libc::O_NOFOLLOW)),
+            Backing::ByName => self.pool.get(inode.ino, || self.open_by_name(inode, true)),
         }
+    }
+
+    /// Opens a [`Backing::ByName`] inode (`O_PATH`): its name under its
+    /// parent (whose descriptor comes from the pool, recursively up to the
+    /// root), checked to still be the inode's `(st_dev, st_ino)`. A name
+    /// that is gone or names another object now means the object was
+    /// removed or renamed in the source: `ESTALE` (and, with `mark`, the
+    /// inode is marked stale), so the kernel looks the name up again.
+    fn open_by_name(&self, inode: &Inode, mark: bool) -> FsResult<OwnedFd> {
+        let (parent, name) = {
+            let l = inode.link.lock();
+            (l.parent_ref.clone(), l.name.clone())
+        };
+        let parent = parent.ok_or(FsError::STALE)?;
+        let pfd = self.path_fd(&parent)?;
+        let cname = sys::cstr(&name)?;
+        let stale = || {
+            if mark {
+                tracing::debug!(ino = inode.ino, name = %String::from_utf8_lossy(&name), "inode marked stale: its name no longer leads to it");
+                inode.stale.store(true, Ordering::Relaxed);
+            }
+            FsError::STALE
+        };
+        let fd = match sys::openat(pfd.as_fd(), &cname, libc::O_PATH | libc::O_NOFOLLOW, 0) {
+            Ok(fd) => fd,
+            Err(e) if matches!(e.errno(), libc::ENOENT | libc::ENOTDIR) => return Err(stale()),
+            Err(e) => return Err(e),
+        };
+        if key_of(&sys::fstat(fd.as_fd())?) != inode.key {
+            return Err(stale());
+        }
+        Ok(fd)
     }
 
     /// Opens `inode` afresh with `flags` (a real descriptor, not pooled).
     pub fn open(&self, inode: &Inode, flags: libc::c_int) -> FsResult<OwnedFd> {
-        match &inode.backing {
-            Backing::Pinned(fd) => {
-                if flags & libc::O_PATH != 0 {
-                    sys::openat(fd.as_fd(), sys::EMPTY, flags | libc::O_PATH, 0)
-                        .or_else(|_| sys::reopen(fd.as_fd(), flags))
-                } else {
-                    sys::reopen(fd.as_fd(), flags)
-                }
+        let reopen = |fd: &OwnedFd| {
+            if flags & libc::O_PATH != 0 {
+                sys::openat(fd.as_fd(), sys::EMPTY, flags | libc::O_PATH, 0).or_else(|_| sys::reopen(fd.as_fd(), flags))
+            } else {
+                sys::reopen(fd.as_fd(), flags)
             }
+        };
+        match &inode.backing {
+            Backing::Pinned(fd) => reopen(fd),
+            // Checked by name first (`O_PATH`), then reopened: an open with
+            // `O_TRUNC` never reaches an object the name no longer names.
+            Backing::ByName => reopen(&*self.path_fd(inode)?),
             Backing::Handle { handle, mount_id } => {
                 let mount_fd = self.mounts.read().get(mount_id).cloned().ok_or(FsError::STALE)?;
                 let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
@@ -831,6 +948,74 @@ impl InodeTable {
             .lock()
             .get(&key)
             .and_then(Weak::upgrade)
+    }
+
+    /// Turns on the handle index (before any lookup): from now on every
+    /// inode with a kernel file handle can be found by it
+    /// ([`find_handle`](Self::find_handle)), the root included (its handle
+    /// is taken from `root`'s descriptor). Costs one map entry per live
+    /// inode. Fails if the root has no file handle.
+    pub fn index_handles(&mut self, root: &Inode) -> FsResult<()> {
+        let Backing::Pinned(fd) = &root.backing else {
+            return Err(FsError::INVAL);
+        };
+        let (handle, _mount_id) = sys::name_to_handle_at(fd.as_fd(), sys::EMPTY, libc::AT_EMPTY_PATH)?;
+        let fsid = sys::fsid(fd.as_fd())?;
+        let mut buf = [0u8; 12 + sys::MAX_HANDLE_SZ];
+        let n = pack_handle(fsid, handle.handle_type(), handle.bytes(), &mut buf);
+        let index: Box<[HandleShard]> = (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect();
+        let root_arc = self.get(ROOT_INO)?;
+        index[handle_shard(&buf[..n])]
+            .lock()
+            .insert(buf[..n].into(), Arc::downgrade(&root_arc));
+        self.by_handle = Some(index);
+        Ok(())
+    }
+
+    /// Lists `inode` in the handle index, if the table keeps one.
+    fn index_handle(&self, inode: &Arc<Inode>) {
+        let (Some(index), Backing::Handle { handle, mount_id }) = (&self.by_handle, &inode.backing) else {
+            return;
+        };
+        let Some(&fsid) = self.fsids.read().get(mount_id) else {
+            return;
+        };
+        let mut buf = [0u8; 12 + sys::MAX_HANDLE_SZ];
+        let n = pack_handle(fsid, handle.handle_type(), handle.bytes(), &mut buf);
+        let key: Box<[u8]> = buf[..n].into();
+        let mut hk = inode.hkey.lock();
+        if hk.is_some() {
+            return;
+        }
+        index[handle_shard(&key)]
+            .lock()
+            .insert(key.clone(), Arc::downgrade(inode));
+        *hk = Some(key);
+    }
+
+    /// The live inode whose source object has this file handle, if any
+    /// (the source watcher's lookup: a hash lookup, no system call).
+    pub fn find_handle(&self, fsid: u64, handle_type: i32, bytes: &[u8]) -> Option<Arc<Inode>> {
+        let index = self.by_handle.as_ref()?;
+        if bytes.len() > sys::MAX_HANDLE_SZ {
+            return None;
+        }
+        let mut buf = [0u8; 12 + sys::MAX_HANDLE_SZ];
+        let n = pack_handle(fsid, handle_type, bytes, &mut buf);
+        let key = &buf[..n];
+        index[handle_shard(key)].lock().get(key).and_then(Weak::upgrade)
+    }
+
+    /// Entries in the handle index (live or not yet reaped).
+    pub fn indexed_handles(&self) -> usize {
+        self.by_handle
+            .as_ref()
+            .map_or(0, |index| index.iter().map(|s| s.lock().len()).sum())
+    }
+
+    /// Inodes created without a file handle ([`Backing::ByName`]).
+    pub fn by_name(&self) -> u64 {
+        self.by_name.load(Ordering::Relaxed)
     }
 
     /// Inodes the kernel knows.
@@ -881,15 +1066,23 @@ impl InodeTable {
             self.reaper.pending.store(false, Ordering::Relaxed);
             std::mem::take(&mut *g)
         };
-        for &(ino, key) in &gone {
+        for (ino, key, hkey) in &gone {
             // A dcache-only inode may have had a pooled descriptor.
-            self.pool.remove(ino);
-            let mut keys = self.by_key[Self::key_shard(&key)].lock();
-            if keys.get(&key).is_some_and(|w| w.strong_count() == 0) {
-                keys.remove(&key);
+            self.pool.remove(*ino);
+            {
+                let mut keys = self.by_key[Self::key_shard(key)].lock();
+                if keys.get(key).is_some_and(|w| w.strong_count() == 0) {
+                    keys.remove(key);
+                }
+            }
+            if let (Some(h), Some(index)) = (hkey, &self.by_handle) {
+                let mut map = index[handle_shard(h)].lock();
+                if map.get(h).is_some_and(|w| w.strong_count() == 0) {
+                    map.remove(h);
+                }
             }
         }
-        gone.into_iter().map(|(ino, _)| ino).collect()
+        gone.into_iter().map(|(ino, _, _)| ino).collect()
     }
 
     /// Every inode the kernel knows (for tests).

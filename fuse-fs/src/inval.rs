@@ -262,6 +262,29 @@ impl InvalQueue {
         ticket
     }
 
+    /// Queues `items` one by one, waiting (up to `max_wait` in all) for
+    /// room whenever the queue is full, instead of dropping; for a producer
+    /// that may wait (the source watcher is not a FUSE worker, so the
+    /// invalidation threads never wait for it). Returns how many were
+    /// dropped after all (counted in `overflows` too).
+    pub fn push_waiting(&self, items: Vec<Inval>, max_wait: Duration) -> u64 {
+        let deadline = Instant::now() + max_wait;
+        let before = self.overflows.load(Ordering::Relaxed);
+        for item in items {
+            {
+                let mut st = self.state.lock();
+                while !st.closed && st.len() >= self.bound {
+                    // `idle` is signalled at every pop and `done`.
+                    if self.idle.wait_until(&mut st, deadline).timed_out() {
+                        break;
+                    }
+                }
+            }
+            self.push([item]);
+        }
+        self.overflows.load(Ordering::Relaxed) - before
+    }
+
     /// The next invalidation of `lane` to send, waiting for one; `None` once
     /// the queue is closed and the lane empty. Entries in a held directory
     /// are parked instead. Report each with [`done`](Self::done) once sent.

@@ -58,5 +58,8 @@ pub mod open_files;
 pub mod protocol;
 pub mod ratelog;
 pub mod sys;
+pub mod watch;
 
-pub use mount::{MountOptions, Mounted, mount, validate};
+/// The FUSE mount options (`-o`) rcufs passes to the kernel mount.
+pub use fuse::session::KNOWN_OPTIONS as FUSE_OPTIONS;
+pub use mount::{CoherenceRequest, MountOptions, Mounted, mount, validate};

@@ -142,6 +142,51 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
         "Requests whose handler panicked (answered EIO)",
     ),
     (
+        "coherence.mode",
+        Kind::Gauge,
+        "The coherence mode in force (--coherence), as the label value",
+    ),
+    (
+        "coherence.why",
+        Kind::Gauge,
+        "Why that coherence mode was chosen, as the label value",
+    ),
+    (
+        "coherence.events",
+        Kind::Counter,
+        "Source change events the watcher read",
+    ),
+    (
+        "coherence.applied",
+        Kind::Counter,
+        "Source change events about objects rcufs knows (applied)",
+    ),
+    (
+        "coherence.batches",
+        Kind::Counter,
+        "Event batches that touched something rcufs knows",
+    ),
+    (
+        "coherence.overflows",
+        Kind::Counter,
+        "Watcher queue overflows (every cache of the mount was then dropped)",
+    ),
+    (
+        "coherence.inval_dropped",
+        Kind::Counter,
+        "Kernel invalidations the watcher could not queue",
+    ),
+    (
+        "coherence.unwatched_filesystems",
+        Kind::Gauge,
+        "Filesystems under the source that could not be watched",
+    ),
+    (
+        "coherence.indexed_handles",
+        Kind::Gauge,
+        "Inodes indexed by file handle for the watcher",
+    ),
+    (
         "warm.requests",
         Kind::Counter,
         "Warms requested with the user.rcufs.warm attribute",
@@ -203,6 +248,7 @@ pub const COUNTER_WORDS: &[&str] = &[
     "revalidations",
     "invalidations",
     "rescans",
+    "applied",
 ];
 
 /// How one leaf is exported.

@@ -68,7 +68,7 @@ pub fn check_exposure(addr: SocketAddr, allow_remote: bool) -> Result<bool> {
         bail!(
             "refusing to serve metrics on {addr}: it is not a loopback address, and the endpoint has no \
              authentication; listen on 127.0.0.1:PORT (or [::1]:PORT) and let Prometheus scrape locally, \
-             or add --metrics-allow-remote if every host that can reach {addr} may read them"
+             or add --metrics-allow-remote (-o metrics_allow_remote) if every host that can reach {addr} may read them"
         );
     }
     Ok(true)

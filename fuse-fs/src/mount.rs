@@ -14,10 +14,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use crate::fs::{Fs, FsConfig};
+use crate::fs::{Coherence, Fs, FsConfig, WATCH_REVALIDATE};
 use crate::fuse::{self, FuseAdapter};
 use crate::inval::Lane;
 use crate::sys;
+use crate::watch::{Stopper, Unwatchable, Watcher};
 
 /// How to mount.
 #[derive(Clone, Debug)]
@@ -41,6 +42,71 @@ pub struct MountOptions {
     /// `-o` options: allow_other, allow_root, default_permissions, ro, rw,
     /// dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync.
     pub fuse_options: Vec<String>,
+    /// How changes made directly in the source are seen (default `Auto`).
+    pub coherence: CoherenceRequest,
+}
+
+/// The `--coherence` choice: how changes made directly in the source reach
+/// the mount (see SEMANTICS.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CoherenceRequest {
+    /// Watch where possible (root, a local filesystem with file ids),
+    /// timeouts elsewhere.
+    #[default]
+    Auto,
+    /// Watch the source with fanotify; fail the mount if that is impossible.
+    Watch,
+    /// Re-check the source after `revalidate`.
+    Ttl,
+}
+
+impl std::str::FromStr for CoherenceRequest {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "watch" => Ok(Self::Watch),
+            "ttl" => Ok(Self::Ttl),
+            _ => Err(format!("unknown coherence mode `{s}` (use auto, watch or ttl)")),
+        }
+    }
+}
+
+/// Decides the coherence mode; with `Watch` chosen, returns the watcher
+/// (its marks are in place: no change after this point is missed).
+fn choose_coherence(opts: &MountOptions) -> Result<(Coherence, String, Option<Watcher>)> {
+    let watch = |force: bool| Watcher::new(&opts.source, force);
+    let describe = |w: &Watcher| {
+        let fs: Vec<String> = w
+            .marked()
+            .iter()
+            .map(|m| format!("{} at {}", m.fstype, m.mount_point.display()))
+            .collect();
+        format!("fanotify on {}", fs.join(", "))
+    };
+    match opts.coherence {
+        CoherenceRequest::Ttl => Ok((Coherence::Ttl, "asked for (coherence=ttl)".into(), None)),
+        CoherenceRequest::Watch => {
+            if !sys::is_root() {
+                bail!("coherence=watch needs root (fanotify filesystem marks and file handles); use ttl");
+            }
+            let w = watch(true).context("coherence=watch: cannot watch the source")?;
+            Ok((Coherence::Watch, describe(&w), Some(w)))
+        }
+        CoherenceRequest::Auto => {
+            if !sys::is_root() {
+                return Ok((Coherence::Ttl, "not root: no fanotify filesystem marks".into(), None));
+            }
+            match watch(false) {
+                Ok(w) => Ok((Coherence::Watch, describe(&w), Some(w))),
+                Err(e) if e.downcast_ref::<Unwatchable>().is_some() => {
+                    let why = e.downcast_ref::<Unwatchable>().map(|u| u.0.clone()).unwrap_or_default();
+                    Ok((Coherence::Ttl, format!("cannot watch: {why}"), None))
+                }
+                Err(e) => Err(e.context("setting up the source watch")),
+            }
+        }
+    }
 }
 
 impl Default for MountOptions {
@@ -59,6 +125,7 @@ impl Default for MountOptions {
             kernel_cache: false,
             revalidate: Duration::from_secs(1),
             fuse_options: Vec::new(),
+            coherence: CoherenceRequest::Auto,
         }
     }
 }
@@ -68,6 +135,7 @@ pub struct Mounted {
     mountpoint: PathBuf,
     running: Option<fuse::session::Running>,
     workers: Vec<JoinHandle<()>>,
+    watch_stop: Option<Stopper>,
     fs: Arc<Fs>,
 }
 
@@ -105,6 +173,9 @@ impl Mounted {
     }
 
     fn join_worker(&mut self) {
+        if let Some(s) = self.watch_stop.take() {
+            s.stop();
+        }
         // The adapter closed the invalidation queue when the session
         // dropped it, so the threads' loops have ended or are about to.
         for w in self.workers.drain(..) {
@@ -203,8 +274,14 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     let nofile = sys::raise_nofile_limit();
     // Leave room for open files, directories and the FUSE channels.
     let fd_pool = ((nofile / 4) as usize).clamp(64, 8192);
+    let (coherence, coherence_why, watcher) = choose_coherence(&opts)?;
+    let revalidate = if coherence == Coherence::Watch {
+        WATCH_REVALIDATE
+    } else {
+        opts.revalidate
+    };
     let cfg = FsConfig {
-        revalidate: opts.revalidate,
+        revalidate,
         kernel_cache: opts.kernel_cache,
         dcache_entries: opts.dcache_entries,
         dcache_negative: opts.dcache_negative,
@@ -212,14 +289,30 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         fd_pool,
         use_handles: sys::is_root(),
         fd_limit: nofile,
+        coherence,
+        coherence_why: coherence_why.clone(),
     };
     let fs = Arc::new(
         Fs::new(&opts.source, cfg).map_err(|e| anyhow::anyhow!("opening source {}: {e}", opts.source.display()))?,
     );
     let notifier = Arc::new(OnceLock::new());
+    let mut workers = Vec::new();
+    // The source watcher's thread: its marks are already in place, so a
+    // change made from now on is applied even if it is read later.
+    let mut watch_stop = None;
+    if let Some(w) = watcher {
+        watch_stop = Some(w.stopper()?);
+        fs.set_watch_marker(w.marker()?, w.marked().iter().map(|m| m.dev));
+        let fs = fs.clone();
+        workers.push(
+            std::thread::Builder::new()
+                .name("rcufs-watch".into())
+                .spawn(move || watch_worker(&w, &fs))
+                .context("starting the source watcher thread")?,
+        );
+    }
     // The invalidation threads (one per lane) and the thread that answers
     // drops once their invalidations are sent (`inval.rs`).
-    let mut workers = Vec::new();
     for (name, lane) in [("rcufs-inval-e", Lane::Entries), ("rcufs-inval-i", Lane::Inodes)] {
         let (notifier, fs) = (notifier.clone(), fs.clone());
         workers.push(
@@ -253,23 +346,65 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         .flat_map(|o| o.split(',').filter(|p| !p.is_empty()).map(String::from))
         .collect();
     let adapter = FuseAdapter::new(fs.clone(), notifier.clone());
-    let running = match fuse::session::start(adapter, &opts.mountpoint, opts.threads, &options, &notifier) {
+    let source = opts.source.canonicalize().unwrap_or_else(|_| opts.source.clone());
+    let running = match fuse::session::start(adapter, &source, &opts.mountpoint, opts.threads, &options, &notifier) {
         Ok(r) => r,
         Err(e) => {
             // The adapter was dropped with the failed session, closing the queue.
             fs.inval_queue().close();
             fs.warmer().close();
+            if let Some(s) = &watch_stop {
+                s.stop();
+            }
             for w in workers {
                 let _ = w.join();
             }
             return Err(anyhow::Error::new(e).context(format!("mounting on {}", opts.mountpoint.display())));
         }
     };
-    tracing::info!(source = %opts.source.display(), mountpoint = %opts.mountpoint.display(), fd_pool, "mounted");
+    // The one line an operator reads to know what is mounted and how.
+    tracing::info!(
+        source = %opts.source.display(),
+        mountpoint = %opts.mountpoint.display(),
+        threads = opts.threads,
+        dcache_entries = opts.dcache_entries,
+        dcache_negative = opts.dcache_negative,
+        page_cache_bytes = opts.page_cache_bytes,
+        kernel_cache = opts.kernel_cache,
+        coherence = coherence.name(),
+        coherence_why = %coherence_why,
+        revalidate_secs = revalidate.as_secs_f64(),
+        fuse_options = %options.join(","),
+        fd_pool,
+        "mounted"
+    );
     Ok(Mounted {
         mountpoint: opts.mountpoint,
         running: Some(running),
         workers,
+        watch_stop,
         fs,
     })
+}
+
+/// The source watcher's loop: applies each batch of events; a panic while
+/// applying one is logged and the watch goes on (the batch's changes are
+/// then seen only through the revalidation interval, or a drop).
+fn watch_worker(w: &Watcher, fs: &Fs) {
+    if let Some(stall) = crate::fault::watch_stall() {
+        std::thread::sleep(stall);
+    }
+    let r = w.run(|events| {
+        let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs.apply_source_events(events)));
+        if applied.is_err() {
+            crate::fault::record_panic();
+            tracing::error!("panic while applying source events; the watch goes on");
+        }
+    });
+    if let Err(e) = r {
+        tracing::error!(
+            "the source watch stopped: {e:#}; changes in the source are now seen only after {} s or a drop",
+            WATCH_REVALIDATE.as_secs()
+        );
+    }
 }

@@ -163,6 +163,110 @@ pub fn open_by_handle_at(mount_fd: BorrowedFd<'_>, handle: &KernelHandle, flags:
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+impl KernelHandle {
+    /// The handle type (`struct file_handle`'s `handle_type`).
+    pub fn handle_type(&self) -> i32 {
+        self.handle_type
+    }
+
+    /// The handle bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// The filesystem id `statfs` reports for the filesystem holding `fd`
+/// (`f_fsid`, the id fanotify names filesystems by), as one number: the
+/// first word in the low half.
+pub fn fsid(fd: BorrowedFd<'_>) -> FsResult<u64> {
+    // SAFETY: an all-zero `statfs` is a valid value of this plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a writable `statfs` the kernel fills in.
+    check(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) })?;
+    // `fsid_t` is two ints; its fields are private in libc, so read its bytes.
+    // SAFETY: `fsid_t` is 8 bytes of plain data (two `int`s).
+    let words: [i32; 2] = unsafe { std::mem::transmute(st.f_fsid) };
+    Ok(fsid_of(words))
+}
+
+/// The filesystem type (`statfs`'s `f_type`, a magic number) of the
+/// filesystem holding `fd`.
+pub fn fs_magic(fd: BorrowedFd<'_>) -> FsResult<i64> {
+    // SAFETY: an all-zero `statfs` is a valid value of this plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a writable `statfs` the kernel fills in.
+    check(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) })?;
+    Ok(st.f_type as i64)
+}
+
+/// `f_type` of FUSE filesystems.
+pub const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+
+/// Packs the two words of a `__kernel_fsid_t` as [`fsid`] does.
+pub fn fsid_of(words: [i32; 2]) -> u64 {
+    (words[0] as u32 as u64) | ((words[1] as u32 as u64) << 32)
+}
+
+/// `fanotify_init(flags, O_RDONLY | O_CLOEXEC)`.
+pub fn fanotify_init(flags: libc::c_uint) -> FsResult<OwnedFd> {
+    // SAFETY: plain system call with integer arguments.
+    let fd = check(unsafe { libc::fanotify_init(flags, (libc::O_RDONLY | libc::O_CLOEXEC) as libc::c_uint) })?;
+    // SAFETY: the call succeeded, so `fd` is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `fanotify_mark(fd, flags, mask, AT_FDCWD, path)`.
+pub fn fanotify_mark(fd: BorrowedFd<'_>, flags: libc::c_uint, mask: u64, path: &CStr) -> FsResult<()> {
+    // SAFETY: `path` is NUL-terminated; the other arguments are integers.
+    check(unsafe { libc::fanotify_mark(fd.as_raw_fd(), flags, mask, libc::AT_FDCWD, path.as_ptr()) })?;
+    Ok(())
+}
+
+/// An `eventfd` (non-blocking, close-on-exec), to wake a thread in `poll`.
+pub fn eventfd() -> FsResult<OwnedFd> {
+    // SAFETY: plain system call with integer arguments.
+    let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+    // SAFETY: the call succeeded, so `fd` is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds 1 to an eventfd's counter (wakes its pollers).
+pub fn eventfd_signal(fd: BorrowedFd<'_>) -> FsResult<()> {
+    let one = 1u64.to_ne_bytes();
+    // SAFETY: writes 8 bytes from a live buffer of 8 bytes.
+    check_size(unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), one.len()) })?;
+    Ok(())
+}
+
+/// Waits until one of `fds` is readable (or hung up); returns which are,
+/// in order. `EINTR` counts as "none".
+pub fn poll_readable(fds: &[BorrowedFd<'_>]) -> FsResult<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `pfds` is a live array of `pfds.len()` pollfd structs.
+    let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+        if e == libc::EINTR {
+            return Ok(vec![false; fds.len()]);
+        }
+        return Err(FsError::new(e));
+    }
+    Ok(pfds.iter().map(|p| p.revents != 0).collect())
+}
+
+/// `read(fd, buf)`.
+pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> FsResult<usize> {
+    // SAFETY: `buf` is a valid writable buffer of `buf.len()` bytes.
+    check_size(unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) })
+}
+
 /// `pread` until `buf` is full or end of file; returns the bytes read.
 pub fn pread_full(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> FsResult<usize> {
     let mut done = 0;

@@ -75,6 +75,14 @@ fn clippy() -> Result<()> {
 }
 
 fn test() -> Result<()> {
+    // The daily-operation mount tests (`fuse-fs/tests/it/ops.rs`) run the
+    // real util-linux tools.
+    crate::util::ensure_programs(&[
+        ("mount", "mount"),
+        ("umount", "mount"),
+        ("unshare", "util-linux"),
+        ("nsenter", "util-linux"),
+    ])?;
     // The metrics tests check the exposition with promtool and scrape a mount
     // with a Prometheus server of their own (Debian's `prometheus` package
     // has both; its own service is not started).

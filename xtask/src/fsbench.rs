@@ -5,7 +5,8 @@
 //! the real disk (`$TMPDIR`, else `/var/tmp`; never a tmpfs, so that cold
 //! reads are real), then runs the same suite on
 //! - `native`: the source directory itself (the limit),
-//! - `rcufs`: an rcufs mount of it with the default options,
+//! - `rcufs`: an rcufs mount of it with the default options (as root on a
+//!   local disk: `--coherence auto` chooses `watch`),
 //! - `rcufs-kc`: an rcufs mount with `--kernel-cache`,
 //!
 //! and the seeds' experiments on an rcufs mount:
@@ -23,6 +24,11 @@
 //!
 //! Each seed run also records the cache counters' change over its timed
 //! pass (hits, misses), so the table shows what the drop changed.
+//!
+//! The `coherence` section (`fsbench/coherence.rs`) compares `--coherence
+//! watch` with `ttl` in both modes: hot stat and missing names against
+//! native, how soon a change made in the source is seen, and hot stat under
+//! a churn of files elsewhere on the same filesystem.
 //!
 //! "Cold" passes first empty rcufs's caches (`rcufs drop --all` on the mount
 //! root) and then the kernel's (`sync; echo 3 > /proc/sys/vm/drop_caches`,
@@ -47,6 +53,8 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use crate::bench::out_dir;
+
+mod coherence;
 use crate::util::{Rng, cargo, ensure_programs, root, run};
 
 /// Sizes of the generated workloads.
@@ -832,14 +840,14 @@ pub fn fsbench(args: &[String]) -> Result<()> {
             "--skip" => {
                 skip.extend(
                     it.next()
-                        .context("--skip needs a list: metadata,data,fio,dbench,seed004,seed001")?
+                        .context("--skip needs a list: metadata,data,fio,dbench,seed004,seed001,coherence")?
                         .split(',')
                         .map(String::from),
                 );
             }
             other => bail!(
                 "unknown argument {other}; usage: cargo xtask fsbench [--quick] [--keep] [--modes native,rcufs,rcufs-kc] \
-                 [--skip metadata,data,fio,dbench,seed004,seed001]"
+                 [--skip metadata,data,fio,dbench,seed004,seed001,coherence]"
             ),
         }
     }
@@ -848,7 +856,8 @@ pub fn fsbench(args: &[String]) -> Result<()> {
 
     let needs_rcufs = modes.iter().any(|&m| m != Mode::Native)
         || !skip.iter().any(|x| x == "seed004")
-        || !skip.iter().any(|x| x == "seed001");
+        || !skip.iter().any(|x| x == "seed001")
+        || !skip.iter().any(|x| x == "coherence");
     let rcufs = if needs_rcufs {
         run(cargo().args(["build", "--release", "--locked", "-p", "fuse-fs", "--bin", "rcufs"]))
             .context("building rcufs")?;
@@ -963,6 +972,20 @@ pub fn fsbench(args: &[String]) -> Result<()> {
         }
     }
 
+    let mut coherence_md = String::new();
+    let mut coherence_records = Vec::new();
+    if let Some(rcufs) = rcufs.as_deref()
+        && !skip.iter().any(|x| x == "coherence")
+    {
+        match coherence::run(rcufs, &src, &mnt, &work.path, &s, &logs) {
+            Ok((r, md)) => {
+                coherence_records = r;
+                coherence_md = md;
+            }
+            Err(e) => errors.push(format!("coherence: {e:#}")),
+        }
+    }
+
     // Records: every non-native figure against native.
     let mut records = Vec::new();
     for m in measures.iter().filter(|m| m.mode != Mode::Native) {
@@ -977,8 +1000,10 @@ pub fn fsbench(args: &[String]) -> Result<()> {
         }
     }
     records.extend(seeds.iter().cloned());
+    records.extend(coherence_records);
 
-    let md = table(&measures, &seeds, &errors, &s, quick);
+    let mut md = table(&measures, &seeds, &errors, &s, quick);
+    md.push_str(&coherence_md);
     print!("\n{md}");
     let doc = json!({
         "machine": crate::util::machine(),

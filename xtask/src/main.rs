@@ -8,6 +8,7 @@ mod bench;
 mod ci;
 mod demo;
 mod fsbench;
+mod install;
 mod mount;
 mod soak;
 mod util;
@@ -28,6 +29,11 @@ Tasks:
   fsbench [--quick] [--keep]
                   the mount against the native source filesystem
   demo            mount a generated example tree and show what rcufs does
+  install [--prefix DIR] [--sbin DIR] [--debug]
+                  build rcufs (release unless --debug) and install it as
+                  PREFIX/bin/rcufs (default /usr/local) with the mount(8)
+                  helper links SBIN/mount.fuse.rcufs and SBIN/mount.rcufs
+                  (default /sbin)
   soak [--minutes N] [--mode default|kernel-cache|both] [--seed S] [--workers W]
        [--page-cache-size SIZE] [--release] [--keep] [--skip CLASS,...]
                   rcufs under a verified multi-process load, each mode in turn
@@ -60,6 +66,7 @@ fn run() -> Result<()> {
         Some("bench") => bench::bench(&rest),
         Some("fsbench") => fsbench::fsbench(&rest),
         Some("demo") => demo::demo(),
+        Some("install") => install::install(&rest),
         Some("soak") => soak::soak(&rest),
         // Started by `soak` itself, one process per worker.
         Some("soak-worker") => soak::worker::main(&rest),

@@ -15,7 +15,9 @@ use fuse_fs::protocol::{DropArgs, DropMode, IOC_DROP, XATTR_DROP};
 use crate::harness::{Mount, content, write_tree};
 use crate::sys::{self, errno};
 
-const SLOW_REVALIDATE: &[&str] = &["--revalidate", "3600"];
+/// Timeouts of an hour and no watch: a change made in the source stays
+/// unseen until a drop, which is what these tests check.
+const SLOW_REVALIDATE: &[&str] = &["--coherence", "ttl", "--revalidate", "3600"];
 
 fn tree(src: &Path) {
     for i in 0..20 {

@@ -98,15 +98,32 @@ impl Mount {
     /// set to `nofile` when given, so that a test can exceed the descriptor
     /// limit with a few thousand files rather than tens of thousands.
     pub fn with_nofile(args: &[&str], nofile: Option<u64>, setup: impl FnOnce(&Path)) -> Option<Mount> {
-        Self::spawn(args, nofile, &[], setup)
+        Self::spawn(None, args, nofile, &[], setup)
     }
 
     /// As [`Mount::with`], with `env` added to the daemon's environment.
     pub fn with_env(args: &[&str], env: &[(&str, &str)], setup: impl FnOnce(&Path)) -> Option<Mount> {
-        Self::spawn(args, None, env, setup)
+        Self::spawn(None, args, None, env, setup)
     }
 
-    fn spawn(args: &[&str], nofile: Option<u64>, env: &[(&str, &str)], setup: impl FnOnce(&Path)) -> Option<Mount> {
+    /// Mounts an existing directory `source` (for example another mount)
+    /// rather than a fresh one.
+    pub fn over(source: &Path, args: &[&str]) -> Option<Mount> {
+        Self::spawn(Some(source), args, None, &[], |_| {})
+    }
+
+    /// As [`Mount::over`], with the daemon's RLIMIT_NOFILE set to `nofile`.
+    pub fn over_with_nofile(source: &Path, args: &[&str], nofile: u64) -> Option<Mount> {
+        Self::spawn(Some(source), args, Some(nofile), &[], |_| {})
+    }
+
+    fn spawn(
+        source: Option<&Path>,
+        args: &[&str],
+        nofile: Option<u64>,
+        env: &[(&str, &str)],
+        setup: impl FnOnce(&Path),
+    ) -> Option<Mount> {
         if !mount_possible() {
             return None;
         }
@@ -114,10 +131,17 @@ impl Mount {
         // Other users (the permission tests) must be able to reach the mount.
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let base = std::fs::canonicalize(tmp.path()).unwrap();
-        let (src, mnt, log) = (base.join("src"), base.join("mnt"), base.join("rcufs.log"));
-        std::fs::create_dir(&src).unwrap();
+        let (mnt, log) = (base.join("mnt"), base.join("rcufs.log"));
+        let src = match source {
+            Some(s) => s.to_path_buf(),
+            None => {
+                let src = base.join("src");
+                std::fs::create_dir(&src).unwrap();
+                setup(&src);
+                src
+            }
+        };
         std::fs::create_dir(&mnt).unwrap();
-        setup(&src);
         let out = File::create(&log).unwrap();
         let mut cmd = rcufs();
         if let Some(limit) = nofile {

@@ -12,7 +12,9 @@ use fuse_fs::protocol::{DropMode, XATTR_DROP};
 use crate::harness::{Mount, content, eventually, write_tree};
 use crate::sys::{self, errno};
 
-const ARGS: &[&str] = &["--kernel-cache", "--revalidate", "3600"];
+/// No watch: the tests check what a drop does to copies a change in the
+/// source left stale (the watch, `watch.rs`, would refresh them first).
+const ARGS: &[&str] = &["--kernel-cache", "--coherence", "ttl", "--revalidate", "3600"];
 
 fn tree(src: &std::path::Path) {
     for i in 0..10 {

@@ -8,13 +8,16 @@
 //! instead. Every mount is unmounted and every daemon reaped when its test
 //! ends, even when the test fails.
 
+mod by_name;
 mod cli;
 mod drop;
 mod harness;
 mod identity;
 mod kernel_cache;
 mod lifecycle;
+mod ops;
 mod ops_metrics;
 mod posix;
 mod resources;
 mod sys;
+mod watch;

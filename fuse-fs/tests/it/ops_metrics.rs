@@ -164,7 +164,8 @@ fn stats_format_prometheus_passes_promtool_and_counts_the_workload() {
 
 #[test]
 fn metrics_endpoint_passes_promtool_and_ends_with_the_mount() {
-    let Some(mut m) = Mount::with_env(&["--metrics-listen", "127.0.0.1:0"], &[("RUST_LOG", "info")], |src| {
+    // Through the `-o` key, as an fstab line gives it.
+    let Some(mut m) = Mount::with_env(&["-o", "metrics_listen=127.0.0.1:0"], &[("RUST_LOG", "info")], |src| {
         files(src, 2)
     }) else {
         return;

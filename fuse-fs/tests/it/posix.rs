@@ -695,7 +695,7 @@ fn a_mount_point_inside_the_source_is_served_without_collisions() {
 
 #[test]
 fn names_and_attributes_changed_in_the_source_are_seen_within_revalidate() {
-    let Some(m) = Mount::with(&["--revalidate", "0.2"], tree) else {
+    let Some(m) = Mount::with(&["--coherence", "ttl", "--revalidate", "0.2"], tree) else {
         return;
     };
     assert_eq!(errno(&fs::metadata(m.at("a/born"))), Some(libc::ENOENT));

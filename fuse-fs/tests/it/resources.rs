@@ -80,7 +80,8 @@ fn create_read_delete_churn_gives_memory_back() {
     let (first, last) = (rss[0], rss[ROUNDS - 1]);
     assert!(
         last * 10 <= first * 11,
-        "the daemon's RSS grew from {first} kB after round 1 to {last} kB after round {ROUNDS}: {rss:?}"
+        "the daemon's RSS grew from {first} kB after round 1 to {last} kB after round {ROUNDS}: {rss:?}; stats {}",
+        m.stats()
     );
 }
 

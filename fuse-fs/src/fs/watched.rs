@@ -1,0 +1,304 @@
+//! Coherence with the source by watching it: what a source change
+//! reported by the watcher ([`crate::watch`]) does to the caches.
+//!
+//! # Design
+//! Each event names an object by file handle; the inode table's handle
+//! index finds the inode rcufs knows for it, or nothing (an object rcufs
+//! never looked up, or one it has forgotten: nothing of it is cached, and
+//! the event costs that one hash lookup). For a known object:
+//! - a name created, deleted or moved in a directory: the dcache entry under
+//!   it (positive or negative, and everything below it) is removed, the
+//!   directory's attributes expire; with `--kernel-cache`, the kernel's
+//!   entry and the directory's attributes are invalidated;
+//! - attributes changed: the cached attributes expire (kernel: attributes);
+//! - data changed: the cached pages are dropped and the attributes expire
+//!   (kernel: attributes and pages).
+//!
+//! A queue overflow (events lost) drops everything under the mount, as a
+//! root `rcufs drop --all` does, and is counted and logged once.
+//!
+//! # The race with lookups, and the change sequence
+//! An event is read after the change is visible in the source. A request
+//! that read the source *before* the change but stores what it read *after*
+//! the watcher applied the event would cache the old state, and with the
+//! watch there is no timeout to correct it. So every batch of events that
+//! touches something known bumps a change sequence (`seq`) before it is
+//! applied, and every path that reads the source and then caches the
+//! result takes the sequence before reading and checks it after storing
+//! ([`Fs::source_seq`], [`Fs::source_changed_since`]); if it moved, the path
+//! undoes its store (removes the dcache entry, expires the attributes).
+//! Either the watcher's removal comes after the store (and removes it) or
+//! the store's check comes after the bump (and sees it): the bump and the
+//! check are each followed/preceded by a `SeqCst` fence, the store-buffer
+//! pattern (Dekker). The sequence is global, not per object: a lookup that
+//! overlaps any applied change is not cached, which under heavy churn in
+//! watched directories costs only cache insertions, never correctness.
+//!
+//! Kernel invalidations (`--kernel-cache`) go through the same bounded
+//! queue as drops; the watcher waits for room rather than dropping one
+//! (with the watch, the kernel's timeouts are an hour), and gives up after
+//! 5 s, counting `inval_dropped`.
+
+use std::collections::HashSet;
+use std::ffi::CStr;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::{Caller, Fs, ROOT_INO};
+use crate::inode::Inode;
+use crate::inval::Inval;
+use crate::protocol::DropMode;
+use crate::watch::{Event, Handle, Marker};
+
+/// How the mount keeps up with changes made directly in the source.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Coherence {
+    /// Re-check the source after the revalidation interval.
+    #[default]
+    Ttl,
+    /// Watch the source (fanotify): every change reported is applied at once.
+    Watch,
+}
+
+impl Coherence {
+    /// The name used in options and the stats.
+    pub fn name(self) -> &'static str {
+        match self {
+            Coherence::Ttl => "ttl",
+            Coherence::Watch => "watch",
+        }
+    }
+}
+
+/// The revalidation interval in watch mode: the kernel's entry and
+/// attribute timeouts (`--kernel-cache`) and rcufs's own re-checks. A
+/// safety net only: changes are applied when their events arrive.
+pub const WATCH_REVALIDATE: Duration = Duration::from_secs(3600);
+
+/// How long the watcher waits for room in the kernel-invalidation queue.
+const INVAL_WAIT: Duration = Duration::from_secs(5);
+
+/// The watch's state and counters.
+#[derive(Debug, Default)]
+pub struct Watched {
+    /// The change sequence (see the module docs).
+    seq: AtomicU64,
+    /// Events read (after the daemon's own were skipped).
+    events: AtomicU64,
+    /// Events about objects rcufs knows (applied).
+    applied: AtomicU64,
+    /// Batches that touched something known (= bumps of `seq`).
+    batches: AtomicU64,
+    /// Queue overflows (everything dropped).
+    overflows: AtomicU64,
+    /// Kernel invalidations the watcher could not queue.
+    inval_dropped: AtomicU64,
+    /// How to mark filesystems mounted under the source after the mount
+    /// started, and the devices marked (or found unwatchable) so far.
+    marker: OnceLock<(Marker, Mutex<HashSet<u64>>)>,
+    /// Filesystems under the source that could not be watched.
+    unwatched: AtomicU64,
+}
+
+/// What one event does.
+enum Action<'a> {
+    Name(Arc<Inode>, &'a [u8]),
+    Attrib(Arc<Inode>),
+    Data(Arc<Inode>),
+}
+
+impl Fs {
+    fn watching(&self) -> bool {
+        self.cfg.coherence == Coherence::Watch
+    }
+
+    /// The change sequence, taken before reading the source.
+    pub(super) fn source_seq(&self) -> u64 {
+        if !self.watching() {
+            return 0;
+        }
+        self.watched.seq.load(Ordering::SeqCst)
+    }
+
+    /// After storing what was read from the source: whether a source change
+    /// was applied since `before` (then the store must be undone).
+    pub(super) fn source_changed_since(&self, before: u64) -> bool {
+        if !self.watching() {
+            return false;
+        }
+        // SeqCst fence: orders the caller's store into a cache before this
+        // load; pairs with the fence after the bump in `apply_source_events`.
+        fence(Ordering::SeqCst);
+        self.watched.seq.load(Ordering::Relaxed) != before
+    }
+
+    /// Stores freshly read attributes, unless a source change was applied
+    /// since `before` (taken before the `stat`): then they expire instead.
+    pub(super) fn store_attr(&self, inode: &Inode, st: libc::stat, before: u64) {
+        inode.set_attr(st);
+        if self.source_changed_since(before) {
+            inode.expire_attr();
+        }
+    }
+
+    /// Lets the filesystem mark filesystems mounted under the source later
+    /// (`devs`: the devices the watch marked at the start).
+    pub fn set_watch_marker(&self, marker: Marker, devs: impl IntoIterator<Item = u64>) {
+        let _ = self
+            .watched
+            .marker
+            .set((marker, Mutex::new(devs.into_iter().collect())));
+    }
+
+    /// A lookup found `name` under `dir` on device `dev`, which differs from
+    /// its parent's: a mount under the source. Marks its filesystem if the
+    /// watch has not yet; one that cannot be marked is logged and counted
+    /// (its changes are then seen only through a drop or the interval).
+    /// Returns whether a mark was added (the caller re-reads what it read).
+    pub(super) fn entered_filesystem(&self, dir: BorrowedFd<'_>, name: &CStr, dev: u64) -> bool {
+        let Some((marker, devs)) = self.watched.marker.get() else {
+            return false;
+        };
+        if !devs.lock().insert(dev) {
+            return false;
+        }
+        match marker.mark(dir, name) {
+            Ok(()) => {
+                tracing::info!(name = %name.to_string_lossy(), dev, "watching a filesystem mounted under the source");
+                true
+            }
+            Err(why) => {
+                self.watched.unwatched.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    name = %name.to_string_lossy(),
+                    dev,
+                    "cannot watch a filesystem mounted under the source ({why}): changes made directly there \
+                     are seen only after a drop or {} s",
+                    WATCH_REVALIDATE.as_secs()
+                );
+                false
+            }
+        }
+    }
+
+    fn find(&self, h: &Handle<'_>) -> Option<Arc<Inode>> {
+        self.table.find_handle(h.fsid, h.handle_type, h.bytes)
+    }
+
+    /// Applies a batch of source events (the watcher thread calls this).
+    pub fn apply_source_events(&self, events: &[Event<'_>]) {
+        let w = &self.watched;
+        w.events.fetch_add(events.len() as u64, Ordering::Relaxed);
+        let mut overflow = false;
+        let mut actions = Vec::new();
+        for ev in events {
+            match ev {
+                Event::Overflow => overflow = true,
+                Event::Name { dir, name } => {
+                    if let Some(d) = self.find(dir) {
+                        actions.push(Action::Name(d, name));
+                    }
+                }
+                Event::Attrib(h) => {
+                    if let Some(i) = self.find(h) {
+                        actions.push(Action::Attrib(i));
+                    }
+                }
+                Event::Data(h) => {
+                    if let Some(i) = self.find(h) {
+                        actions.push(Action::Data(i));
+                    }
+                }
+            }
+        }
+        if actions.is_empty() && !overflow {
+            return;
+        }
+        w.applied.fetch_add(actions.len() as u64, Ordering::Relaxed);
+        w.batches.fetch_add(1, Ordering::Relaxed);
+        w.seq.fetch_add(1, Ordering::SeqCst);
+        // SeqCst fence: the bump is visible before anything below removes a
+        // cached entry; pairs with the fence in `source_changed_since`.
+        fence(Ordering::SeqCst);
+        let kc = self.cfg.kernel_cache;
+        let known = |i: &Inode| i.ino == ROOT_INO || i.nlookup() > 0;
+        let mut inval = Vec::new();
+        for a in &actions {
+            match a {
+                Action::Name(dir, name) => {
+                    tracing::trace!(dir = dir.ino, name = %String::from_utf8_lossy(name), "source: name changed");
+                    self.names.remove(dir, name);
+                    dir.expire_attr();
+                    if kc && known(dir) {
+                        inval.push(Inval::Entry {
+                            parent: dir.ino,
+                            name: name.to_vec(),
+                        });
+                        inval.push(Inval::Inode {
+                            ino: dir.ino,
+                            offset: -1,
+                        });
+                    }
+                }
+                Action::Attrib(i) => {
+                    tracing::trace!(ino = i.ino, "source: attributes changed");
+                    i.expire_attr();
+                    if kc && known(i) {
+                        inval.push(Inval::Inode { ino: i.ino, offset: -1 });
+                    }
+                }
+                Action::Data(i) => {
+                    tracing::trace!(ino = i.ino, "source: data changed");
+                    i.expire_attr();
+                    self.data.drop_inode(i.ino);
+                    *i.data_stamp.lock() = None;
+                    if kc && known(i) {
+                        inval.push(Inval::Inode { ino: i.ino, offset: 0 });
+                    }
+                }
+            }
+        }
+        drop(actions);
+        if overflow {
+            let n = w.overflows.fetch_add(1, Ordering::Relaxed);
+            if n == 0 {
+                tracing::warn!(
+                    "the source watch lost events (its queue overflowed): dropping every cache of the mount; \
+                     further overflows are counted in the stats (coherence.overflows)"
+                );
+            }
+            let root = Caller::default();
+            match self.drop_dir(ROOT_INO, DropMode::All, root) {
+                Ok(out) => inval.extend(out.inval),
+                Err(e) => tracing::error!("dropping the caches after a watch overflow: {e}"),
+            }
+        }
+        if kc && !inval.is_empty() {
+            let dropped = self.inval.push_waiting(inval, INVAL_WAIT);
+            if dropped > 0 {
+                w.inval_dropped.fetch_add(dropped, Ordering::Relaxed);
+            }
+        }
+        self.reap();
+    }
+
+    /// The watch's counters as JSON (with the mode and why it was chosen).
+    pub(super) fn coherence_json(&self) -> serde_json::Value {
+        let w = &self.watched;
+        serde_json::json!({
+            "mode": self.cfg.coherence.name(),
+            "why": self.cfg.coherence_why,
+            "events": w.events.load(Ordering::Relaxed),
+            "applied": w.applied.load(Ordering::Relaxed),
+            "batches": w.batches.load(Ordering::Relaxed),
+            "overflows": w.overflows.load(Ordering::Relaxed),
+            "inval_dropped": w.inval_dropped.load(Ordering::Relaxed),
+            "unwatched_filesystems": w.unwatched.load(Ordering::Relaxed),
+            "indexed_handles": self.table.indexed_handles() as u64,
+        })
+    }
+}

@@ -1,0 +1,577 @@
+//! The source watcher: fanotify on every filesystem under the source, read
+//! by a thread of its own and handed on as [`Event`]s.
+//!
+//! # Design
+//! One fanotify group (`fanotify_init` with `FAN_REPORT_DFID_NAME |
+//! FAN_REPORT_FID`, so events name objects by file handle, never by an open
+//! descriptor) holds a *filesystem* mark (`FAN_MARK_FILESYSTEM`) on the
+//! source's filesystem and on every filesystem mounted below the source when
+//! the watch starts. A filesystem mark is the only kind that reports
+//! directory-entry events (create, delete, move) for a whole tree; it also
+//! reports every change elsewhere on the same filesystem, so the thread that
+//! applies the events must make an unknown object cost one hash lookup.
+//!
+//! Each event becomes at most three [`Event`]s:
+//! - a name created, deleted or moved in a directory: [`Event::Name`] with
+//!   the directory's handle and the name (from the `DFID_NAME` record);
+//! - attributes changed (`FAN_ATTRIB`: chmod, chown, utimes, link count,
+//!   xattrs; `FAN_MOVE_SELF`: a rename moves the object's ctime):
+//!   [`Event::Attrib`] with the object's handle (`FID` record);
+//! - data changed (`FAN_MODIFY`: write, truncate; `FAN_CLOSE_WRITE`: closed
+//!   after writing, which also covers writes through a shared mapping that
+//!   `FAN_MODIFY` never reports): [`Event::Data`] with the object's handle.
+//!
+//! Events caused by this process (the daemon's own changes, made through the
+//! mount and already applied to its caches) are skipped by pid. A queue
+//! overflow (`FAN_Q_OVERFLOW`: the kernel dropped events, the group's queue
+//! holds 16,384) becomes [`Event::Overflow`]; whoever applies events must
+//! then assume anything changed.
+//!
+//! The kernel's own rules (fanotify(7)): a file handle stays valid as long
+//! as the object exists; events on one object that are still queued may be
+//! merged; the event is queued after the change is visible, so anything
+//! that read the source before an event was read from the queue may have
+//! seen the old state (the applier deals with that race, see
+//! `fs/watched.rs`).
+//!
+//! # What it cannot see
+//! Changes the kernel never hears of: remote changes on a network
+//! filesystem (NFS, SMB, CephFS, a FUSE filesystem); and filesystems
+//! mounted below the source after the watch started. Writes through a
+//! shared mapping are reported only when the writer closes the file.
+//! [`Watcher::new`] refuses filesystems whose type is known to have remote
+//! writers or no file ids unless told to watch anyway, so `--coherence auto`
+//! falls back to timeouts there.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use crate::mountinfo::{self, MountEntry};
+use crate::sys;
+
+/// What fanotify tells the applier, borrowed from the read buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// `name` was created in, deleted from, or moved into or out of `dir`.
+    Name {
+        /// The directory.
+        dir: Handle<'a>,
+        /// The name in it.
+        name: &'a [u8],
+    },
+    /// The object's attributes changed.
+    Attrib(Handle<'a>),
+    /// The object's data changed.
+    Data(Handle<'a>),
+    /// Events were lost: anything may have changed.
+    Overflow,
+}
+
+/// A file handle as fanotify reports it: the filesystem id and the handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handle<'a> {
+    /// `f_fsid` of the filesystem, packed as [`sys::fsid_of`] does.
+    pub fsid: u64,
+    /// `struct file_handle`'s `handle_type`.
+    pub handle_type: i32,
+    /// The handle bytes.
+    pub bytes: &'a [u8],
+}
+
+/// The events the marks ask for.
+const MASK: u64 = libc::FAN_CREATE
+    | libc::FAN_DELETE
+    | libc::FAN_MOVED_FROM
+    | libc::FAN_MOVED_TO
+    | libc::FAN_ATTRIB
+    | libc::FAN_MODIFY
+    | libc::FAN_CLOSE_WRITE
+    | libc::FAN_MOVE_SELF
+    | libc::FAN_ONDIR;
+
+const NAME_EVENTS: u64 = libc::FAN_CREATE | libc::FAN_DELETE | libc::FAN_MOVED_FROM | libc::FAN_MOVED_TO;
+const DATA_EVENTS: u64 = libc::FAN_MODIFY | libc::FAN_CLOSE_WRITE;
+/// A rename changes the moved object's ctime, which no `FAN_ATTRIB` reports.
+const ATTRIB_EVENTS: u64 = libc::FAN_ATTRIB | libc::FAN_MOVE_SELF;
+
+/// `struct fanotify_event_metadata`'s size.
+const METADATA_LEN: usize = 24;
+/// Info record types (`FAN_EVENT_INFO_TYPE_*`).
+const INFO_FID: u8 = 1;
+const INFO_DFID_NAME: u8 = 2;
+const INFO_DFID: u8 = 3;
+
+/// Filesystem types whose changes can come from elsewhere (other machines)
+/// or that give no file ids: watching them would miss changes.
+const UNWATCHABLE: &[&str] = &[
+    "nfs",
+    "nfs4",
+    "cifs",
+    "smb3",
+    "smbfs",
+    "ceph",
+    "9p",
+    "afs",
+    "glusterfs",
+    "lustre",
+    "gfs2",
+    "ocfs2",
+    "virtiofs",
+];
+
+fn unwatchable(fstype: &str) -> bool {
+    UNWATCHABLE.contains(&fstype) || fstype == "fuse" || fstype.starts_with("fuse.") || fstype == "fuseblk"
+}
+
+/// One filesystem the watcher has marked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Marked {
+    /// Where it is mounted (the source itself, or a mount below it).
+    pub mount_point: PathBuf,
+    /// Its type.
+    pub fstype: String,
+    /// Its `f_fsid`.
+    pub fsid: u64,
+    /// Its device number (`st_dev`).
+    pub dev: u64,
+}
+
+/// A fanotify group with marks on the source's filesystems.
+#[derive(Debug)]
+pub struct Watcher {
+    fan: OwnedFd,
+    stop: OwnedFd,
+    marked: Vec<Marked>,
+    own_pid: i32,
+}
+
+/// Why watching is not possible (so `auto` falls back to timeouts).
+#[derive(Debug)]
+pub struct Unwatchable(pub String);
+
+impl std::fmt::Display for Unwatchable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unwatchable {}
+
+impl Watcher {
+    /// Marks the filesystem of `source` and of every mount below it. With
+    /// `force` false, a filesystem type that has remote writers or no file
+    /// ids is refused ([`Unwatchable`] in the error chain).
+    pub fn new(source: &Path, force: bool) -> Result<Self> {
+        let source = source
+            .canonicalize()
+            .with_context(|| format!("resolving {}", source.display()))?;
+        let text = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+        let mounts = mountinfo::parse_mountinfo(&text);
+        let targets = filesystems_under(&mounts, &source);
+        let fan = sys::fanotify_init(libc::FAN_CLASS_NOTIF | libc::FAN_REPORT_DFID_NAME | libc::FAN_REPORT_FID)
+            .map_err(|e| {
+                anyhow::Error::new(Unwatchable(format!(
+                    "fanotify_init: {e} (a filesystem watch needs CAP_SYS_ADMIN and Linux 5.9 or later)"
+                )))
+            })?;
+        let mut marked = Vec::new();
+        for (point, fstype) in targets {
+            if !force && unwatchable(&fstype) {
+                return Err(anyhow::Error::new(Unwatchable(format!(
+                    "{} is {fstype}: changes made elsewhere are not reported there",
+                    point.display()
+                ))));
+            }
+            let cpath = sys::cstr(std::os::unix::ffi::OsStrExt::as_bytes(point.as_os_str()))?;
+            let flags = libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM;
+            if let Err(e) = sys::fanotify_mark(fan.as_fd(), flags, MASK, &cpath) {
+                return Err(anyhow::Error::new(Unwatchable(format!(
+                    "fanotify_mark on {} ({fstype}): {e}",
+                    point.display()
+                ))));
+            }
+            let fd = sys::open_path(&cpath, libc::O_RDONLY | libc::O_DIRECTORY)
+                .with_context(|| format!("opening {}", point.display()))?;
+            let fsid = sys::fsid(fd.as_fd()).with_context(|| format!("statfs of {}", point.display()))?;
+            let dev = sys::fstat(fd.as_fd())?.st_dev;
+            marked.push(Marked {
+                mount_point: point,
+                fstype,
+                fsid,
+                dev,
+            });
+        }
+        if marked.is_empty() {
+            bail!("no mount holds {}", source.display());
+        }
+        Ok(Self {
+            fan,
+            stop: sys::eventfd()?,
+            marked,
+            own_pid: std::process::id() as i32,
+        })
+    }
+
+    /// The filesystems marked.
+    pub fn marked(&self) -> &[Marked] {
+        &self.marked
+    }
+
+    /// A handle that adds marks to this watch (for filesystems mounted under
+    /// the source later).
+    pub fn marker(&self) -> Result<Marker> {
+        Ok(Marker(
+            self.fan.try_clone().context("duplicating the fanotify descriptor")?,
+        ))
+    }
+
+    /// A handle that ends [`run`](Self::run) when signalled.
+    pub fn stopper(&self) -> Result<Stopper> {
+        Ok(Stopper(
+            self.stop
+                .try_clone()
+                .context("duplicating the watcher's stop descriptor")?,
+        ))
+    }
+
+    /// Reads events until stopped, handing each batch (the events of one
+    /// `read`) to `apply`. Returns when the stopper fires.
+    pub fn run(&self, mut apply: impl FnMut(&[Event<'_>])) -> Result<()> {
+        // 64 KiB holds several hundred events; the kernel returns as many
+        // whole events as fit.
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let ready = sys::poll_readable(&[self.fan.as_fd(), self.stop.as_fd()]).context("polling the watch")?;
+            if ready[1] {
+                return Ok(());
+            }
+            if !ready[0] {
+                continue;
+            }
+            let n = match sys::read(self.fan.as_fd(), &mut buf) {
+                Ok(n) => n,
+                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => continue,
+                Err(e) => bail!("reading fanotify events: {e}"),
+            };
+            let mut events = Vec::with_capacity(n / 64);
+            parse(&buf[..n], self.own_pid, &mut events);
+            if !events.is_empty() {
+                apply(&events);
+            }
+        }
+    }
+}
+
+/// Adds filesystem marks to a running watch.
+#[derive(Debug)]
+pub struct Marker(OwnedFd);
+
+impl Marker {
+    /// Marks the filesystem holding `name` under `dir` (a mount the request
+    /// path has just entered). Refuses filesystem types that
+    /// [`Watcher::new`] refuses without `force`.
+    pub fn mark(&self, dir: std::os::fd::BorrowedFd<'_>, name: &std::ffi::CStr) -> Result<(), String> {
+        let fd = sys::openat(dir, name, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)
+            .map_err(|e| format!("open: {e}"))?;
+        let dev = sys::fstat(fd.as_fd()).map_err(|e| format!("fstat: {e}"))?.st_dev;
+        let text = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("mountinfo: {e}"))?;
+        let fstype = mountinfo::parse_mountinfo(&text)
+            .into_iter()
+            .find(|m| libc::makedev(m.dev.0, m.dev.1) == dev)
+            .map(|m| m.fstype)
+            .ok_or("not in /proc/self/mountinfo")?;
+        if unwatchable(&fstype) {
+            return Err(format!("{fstype}: changes made elsewhere are not reported there"));
+        }
+        let path = sys::proc_path(fd.as_fd());
+        sys::fanotify_mark(
+            self.0.as_fd(),
+            libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM,
+            MASK,
+            &path,
+        )
+        .map_err(|e| format!("fanotify_mark: {e}"))
+    }
+}
+
+/// Ends a [`Watcher::run`].
+#[derive(Debug)]
+pub struct Stopper(OwnedFd);
+
+impl Stopper {
+    /// Makes the watcher's loop return.
+    pub fn stop(&self) {
+        let _ = sys::eventfd_signal(self.0.as_fd());
+    }
+}
+
+/// The mount points of the filesystem holding `source` and of every mount
+/// below it, with their types, each filesystem once (by device).
+fn filesystems_under(mounts: &[MountEntry], source: &Path) -> Vec<(PathBuf, String)> {
+    // The mount holding the source: the longest mount point that is a
+    // prefix of it (later lines win on equal points: they are mounted over).
+    let holder = mounts
+        .iter()
+        .filter(|m| source.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.as_os_str().len());
+    let mut out: Vec<(PathBuf, String)> = Vec::new();
+    let mut devs = Vec::new();
+    if let Some(h) = holder {
+        out.push((source.to_path_buf(), h.fstype.clone()));
+        devs.push(h.dev);
+    }
+    for m in mounts {
+        if m.mount_point != source && m.mount_point.starts_with(source) && !devs.contains(&m.dev) {
+            devs.push(m.dev);
+            out.push((m.mount_point.clone(), m.fstype.clone()));
+        }
+    }
+    out
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_ne_bytes([b[at], b[at + 1]])
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes(b[at..at + 4].try_into().unwrap_or_default())
+}
+
+fn i32_at(b: &[u8], at: usize) -> i32 {
+    u32_at(b, at) as i32
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_ne_bytes(b[at..at + 8].try_into().unwrap_or_default())
+}
+
+/// One info record's handle and, for `DFID_NAME`, the name after it.
+fn parse_fid(rec: &[u8]) -> Option<(Handle<'_>, &[u8])> {
+    // header (4) + fsid (8) + handle_bytes (4) + handle_type (4) + bytes + [name NUL pad]
+    if rec.len() < 20 {
+        return None;
+    }
+    let fsid = sys::fsid_of([i32_at(rec, 4), i32_at(rec, 8)]);
+    let len = u32_at(rec, 12) as usize;
+    let handle_type = i32_at(rec, 16);
+    let bytes = rec.get(20..20 + len)?;
+    let rest = &rec[20 + len..];
+    let name = rest.split(|&c| c == 0).next().unwrap_or_default();
+    Some((
+        Handle {
+            fsid,
+            handle_type,
+            bytes,
+        },
+        name,
+    ))
+}
+
+/// Parses the events in `buf` (whole events, as `read` returns them) into
+/// `out`, skipping those caused by `own_pid` and anything malformed.
+pub fn parse<'a>(buf: &'a [u8], own_pid: i32, out: &mut Vec<Event<'a>>) {
+    let mut at = 0;
+    while at + METADATA_LEN <= buf.len() {
+        let event_len = u32_at(buf, at) as usize;
+        if event_len < METADATA_LEN || at + event_len > buf.len() {
+            break;
+        }
+        let ev = &buf[at..at + event_len];
+        at += event_len;
+        let metadata_len = u16_at(ev, 6) as usize;
+        let mask = u64_at(ev, 8);
+        let pid = i32_at(ev, 20);
+        if mask & libc::FAN_Q_OVERFLOW != 0 {
+            out.push(Event::Overflow);
+            continue;
+        }
+        if pid == own_pid {
+            continue;
+        }
+        let mut dfid_name = None;
+        let mut fid = None;
+        let mut rat = metadata_len.max(METADATA_LEN);
+        while rat + 4 <= ev.len() {
+            let info_type = ev[rat];
+            let len = u16_at(ev, rat + 2) as usize;
+            if len < 4 || rat + len > ev.len() {
+                break;
+            }
+            let rec = &ev[rat..rat + len];
+            rat += len;
+            match info_type {
+                INFO_DFID_NAME => dfid_name = parse_fid(rec),
+                INFO_DFID if dfid_name.is_none() => dfid_name = parse_fid(rec).map(|(h, _)| (h, &b"."[..])),
+                INFO_FID => fid = parse_fid(rec).map(|(h, _)| h),
+                _ => {}
+            }
+        }
+        if mask & NAME_EVENTS != 0
+            && let Some((dir, name)) = dfid_name
+            && !name.is_empty()
+            && name != b"."
+        {
+            out.push(Event::Name { dir, name });
+        }
+        // The object: the FID record, or for an event on a directory
+        // reported only by its own handle, that handle (name ".").
+        let obj = fid.or_else(|| dfid_name.filter(|(_, n)| *n == b".").map(|(h, _)| h));
+        if mask & NAME_EVENTS == 0
+            && let Some(obj) = obj
+        {
+            if mask & ATTRIB_EVENTS != 0 {
+                out.push(Event::Attrib(obj));
+            }
+            if mask & DATA_EVENTS != 0 {
+                out.push(Event::Data(obj));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(kind: u8, fsid: [i32; 2], handle: &[u8], name: Option<&[u8]>) -> Vec<u8> {
+        let mut r = vec![kind, 0, 0, 0];
+        r.extend_from_slice(&fsid[0].to_ne_bytes());
+        r.extend_from_slice(&fsid[1].to_ne_bytes());
+        r.extend_from_slice(&(handle.len() as u32).to_ne_bytes());
+        r.extend_from_slice(&1i32.to_ne_bytes());
+        r.extend_from_slice(handle);
+        if let Some(n) = name {
+            r.extend_from_slice(n);
+            r.push(0);
+        }
+        while r.len() % 4 != 0 {
+            r.push(0);
+        }
+        let len = r.len() as u16;
+        r[2..4].copy_from_slice(&len.to_ne_bytes());
+        r
+    }
+
+    fn event(mask: u64, pid: i32, records: &[Vec<u8>]) -> Vec<u8> {
+        let body: Vec<u8> = records.concat();
+        let mut e = Vec::new();
+        e.extend_from_slice(&((METADATA_LEN + body.len()) as u32).to_ne_bytes());
+        e.push(3); // vers
+        e.push(0);
+        e.extend_from_slice(&(METADATA_LEN as u16).to_ne_bytes());
+        e.extend_from_slice(&mask.to_ne_bytes());
+        e.extend_from_slice(&(-1i32).to_ne_bytes());
+        e.extend_from_slice(&pid.to_ne_bytes());
+        e.extend_from_slice(&body);
+        e
+    }
+
+    #[test]
+    fn events_become_names_attributes_data_and_overflow() {
+        let dir = [1u8, 2, 3, 4, 5, 6, 7, 8];
+        let file = [9u8, 9, 9, 9, 9, 9, 9, 9];
+        let mut buf = Vec::new();
+        buf.extend(event(
+            libc::FAN_CREATE,
+            77,
+            &[
+                record(INFO_DFID_NAME, [5, 6], &dir, Some(b"new.txt")),
+                record(INFO_FID, [5, 6], &dir, None),
+            ],
+        ));
+        buf.extend(event(
+            libc::FAN_MODIFY | libc::FAN_ATTRIB,
+            77,
+            &[
+                record(INFO_DFID_NAME, [5, 6], &dir, Some(b"f")),
+                record(INFO_FID, [5, 6], &file, None),
+            ],
+        ));
+        // The daemon's own change: skipped.
+        buf.extend(event(
+            libc::FAN_DELETE,
+            42,
+            &[record(INFO_DFID_NAME, [5, 6], &dir, Some(b"x"))],
+        ));
+        // An attribute change of a directory reported by its own handle.
+        buf.extend(event(
+            libc::FAN_ATTRIB | libc::FAN_ONDIR,
+            77,
+            &[record(INFO_DFID_NAME, [5, 6], &dir, Some(b"."))],
+        ));
+        // A renamed file: its ctime moved.
+        buf.extend(event(libc::FAN_MOVE_SELF, 77, &[record(INFO_FID, [5, 6], &file, None)]));
+        buf.extend(event(libc::FAN_Q_OVERFLOW, -1, &[]));
+        let mut out = Vec::new();
+        parse(&buf, 42, &mut out);
+        let h = |b: &'static [u8]| Handle {
+            fsid: sys::fsid_of([5, 6]),
+            handle_type: 1,
+            bytes: b,
+        };
+        assert_eq!(
+            out,
+            vec![
+                Event::Name {
+                    dir: h(&[1, 2, 3, 4, 5, 6, 7, 8]),
+                    name: b"new.txt"
+                },
+                Event::Attrib(h(&[9; 8])),
+                Event::Data(h(&[9; 8])),
+                Event::Attrib(h(&[1, 2, 3, 4, 5, 6, 7, 8])),
+                Event::Attrib(h(&[9; 8])),
+                Event::Overflow,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_truncated_buffer_yields_the_whole_events_only() {
+        let dir = [1u8; 8];
+        let mut buf = event(libc::FAN_CREATE, 1, &[record(INFO_DFID_NAME, [0, 0], &dir, Some(b"a"))]);
+        let whole = buf.len();
+        buf.extend(event(
+            libc::FAN_CREATE,
+            1,
+            &[record(INFO_DFID_NAME, [0, 0], &dir, Some(b"b"))],
+        ));
+        let mut out = Vec::new();
+        parse(&buf[..whole + 10], 0, &mut out);
+        assert_eq!(out.len(), 1);
+        // A record claiming more bytes than the event has is ignored.
+        let mut bad = event(libc::FAN_CREATE, 1, &[record(INFO_DFID_NAME, [0, 0], &dir, Some(b"c"))]);
+        bad[METADATA_LEN + 2] = 0xff;
+        out.clear();
+        parse(&bad, 0, &mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn the_filesystems_under_a_source_are_its_own_and_the_mounts_below() {
+        let m = |dev: (u32, u32), point: &str, fstype: &str| MountEntry {
+            dev,
+            root: "/".into(),
+            mount_point: point.into(),
+            fstype: fstype.into(),
+            source: "x".into(),
+        };
+        let mounts = vec![
+            m((8, 1), "/", "ext4"),
+            m((0, 40), "/srv", "xfs"),
+            m((0, 41), "/srv/data/nfs", "nfs4"),
+            m((0, 40), "/srv/data/bind", "xfs"),
+            m((0, 42), "/srvother", "tmpfs"),
+        ];
+        let got = filesystems_under(&mounts, Path::new("/srv/data"));
+        assert_eq!(
+            got,
+            vec![
+                (PathBuf::from("/srv/data"), "xfs".to_string()),
+                (PathBuf::from("/srv/data/nfs"), "nfs4".to_string()),
+            ]
+        );
+        assert!(unwatchable("nfs4") && unwatchable("fuse.sshfs") && !unwatchable("ext4"));
+    }
+}

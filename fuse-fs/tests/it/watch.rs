@@ -1,0 +1,324 @@
+//! `--coherence watch`: changes made directly in the source reach the mount
+//! as soon as the watcher applies their events, in both modes, with the
+//! revalidation interval an hour; the daemon's own changes are not applied
+//! twice; a lost-event overflow drops everything; `auto` falls back to
+//! timeouts on a source that cannot be watched.
+
+use std::fs;
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::time::{Duration, Instant};
+
+use crate::harness::{Mount, content, eventually, write_tree};
+use crate::sys::errno;
+
+const DEFAULT: &[&str] = &["--coherence", "watch"];
+const KERNEL: &[&str] = &["--coherence", "watch", "--kernel-cache"];
+
+/// Generous: the watch applies a change within milliseconds; the point is
+/// that nothing else (an interval of an hour) would show it within this.
+const SOON: Duration = Duration::from_secs(3);
+
+fn tree(src: &std::path::Path) {
+    write_tree(
+        src,
+        &[("d/a", &content(1, 9000)), ("d/sub/x", b"x"), ("d/keep", b"keep")],
+    );
+}
+
+fn sees_source_changes(args: &[&str]) {
+    let Some(m) = Mount::with(args, tree) else { return };
+    assert_eq!(m.stats()["coherence"]["mode"], "watch", "{}", m.stats());
+    // Cache everything: names (a missing one too), attributes, and the
+    // pages of a file kept open.
+    assert_eq!(errno(&fs::metadata(m.at("d/new"))), Some(libc::ENOENT));
+    assert_eq!(fs::metadata(m.at("d/a")).unwrap().permissions().mode() & 0o777, 0o644);
+    assert!(fs::metadata(m.at("d/sub/x")).is_ok());
+    assert_eq!(errno(&fs::metadata(m.at("d/y"))), Some(libc::ENOENT));
+    let open = fs::File::open(m.at("d/a")).unwrap();
+    let mut buf = vec![0; 9000];
+    open.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, content(1, 9000));
+    // Twice, so the second answers come from the caches.
+    assert_eq!(errno(&fs::metadata(m.at("d/new"))), Some(libc::ENOENT));
+    open.read_exact_at(&mut buf, 0).unwrap();
+
+    // Change the source directly.
+    fs::write(m.src_at("d/new"), b"new").unwrap();
+    fs::set_permissions(m.src_at("d/a"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::rename(m.src_at("d/sub/x"), m.src_at("d/y")).unwrap();
+    // Same size, new bytes, in place: only the data changes.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(m.src_at("d/a"))
+        .unwrap()
+        .write_all_at(&content(2, 9000), 0)
+        .unwrap();
+
+    let start = Instant::now();
+    let seen = eventually(SOON, || {
+        fs::read(m.at("d/new")).is_ok_and(|b| b == b"new")
+            && fs::metadata(m.at("d/a")).is_ok_and(|md| md.permissions().mode() & 0o777 == 0o600)
+            && errno(&fs::metadata(m.at("d/sub/x"))) == Some(libc::ENOENT)
+            && fs::read(m.at("d/y")).is_ok_and(|b| b == b"x")
+            && open.read_exact_at(&mut buf, 0).is_ok()
+            && buf == content(2, 9000)
+    });
+    assert!(
+        seen,
+        "source changes not seen through the mount within {SOON:?} ({args:?}); stats: {}",
+        m.stats()
+    );
+    eprintln!("{args:?}: all changes seen after {:?}", start.elapsed());
+    let applied = m.stats()["coherence"]["applied"].as_u64().unwrap();
+    assert!(applied >= 4, "{}", m.stats());
+    // Unchanged things are still answered.
+    assert_eq!(fs::read(m.at("d/keep")).unwrap(), b"keep");
+}
+
+#[test]
+fn source_changes_are_seen_at_once() {
+    sees_source_changes(DEFAULT);
+}
+
+#[test]
+fn source_changes_are_seen_at_once_with_kernel_cache() {
+    sees_source_changes(KERNEL);
+}
+
+#[test]
+fn the_daemons_own_changes_are_not_applied_again() {
+    let Some(m) = Mount::with(DEFAULT, tree) else { return };
+    assert!(fs::metadata(m.at("d/a")).is_ok());
+    let before = m.stats()["coherence"]["applied"].as_u64().unwrap();
+    fs::write(m.at("d/a"), b"through the mount").unwrap();
+    fs::set_permissions(m.at("d/a"), fs::Permissions::from_mode(0o640)).unwrap();
+    fs::write(m.at("d/g"), b"g").unwrap();
+    fs::rename(m.at("d/g"), m.at("d/h")).unwrap();
+    fs::remove_file(m.at("d/h")).unwrap();
+    fs::create_dir(m.at("d/e")).unwrap();
+    assert_eq!(fs::read(m.at("d/a")).unwrap(), b"through the mount");
+    // Let the watcher read whatever those made the kernel report.
+    std::thread::sleep(Duration::from_millis(300));
+    let after = m.stats()["coherence"]["applied"].as_u64().unwrap();
+    assert_eq!(
+        before,
+        after,
+        "the daemon's own changes were applied as source changes: {}",
+        m.stats()
+    );
+    // A change from outside is.
+    fs::set_permissions(m.src_at("d/a"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(eventually(SOON, || {
+        m.stats()["coherence"]["applied"].as_u64().unwrap() > after
+    }));
+    assert_eq!(fs::metadata(m.at("d/a")).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn a_lost_event_overflow_drops_every_cache() {
+    // The watcher sleeps 8 s before its first read; 20,000 new files (a
+    // create and a close-after-write each) overflow the kernel's queue of
+    // 16,384 events meanwhile, even on a loaded machine.
+    let Some(m) = Mount::with_env(DEFAULT, &[("RCUFS_FAULT", "watch-stall:8000")], tree) else {
+        return;
+    };
+    assert_eq!(fs::read(m.at("d/a")).unwrap(), content(1, 9000));
+    assert!(m.stat("dcache", "entries") > 0);
+    let churn = m.src_at("churn");
+    fs::create_dir(&churn).unwrap();
+    for i in 0..20_000 {
+        fs::write(churn.join(format!("f{i}")), b"").unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || m.stat("coherence", "overflows") > 0),
+        "no overflow seen: {}",
+        m.stats()
+    );
+    // Everything cached was dropped (the root's own entry aside).
+    assert_eq!(m.stat("pagecache", "pages"), 0, "{}", m.stats());
+    assert!(m.stat("drops", "requests") >= 1, "{}", m.stats());
+    assert!(m.log_text().contains("lost events"), "{}", m.log_text());
+    // And the mount still works.
+    assert_eq!(fs::read(m.at("d/a")).unwrap(), content(1, 9000));
+    assert_eq!(fs::read_dir(m.at("churn")).unwrap().count(), 20_000);
+}
+
+#[test]
+fn auto_watches_a_local_source_and_falls_back_to_ttl_on_a_fuse_source() {
+    let Some(local) = Mount::with(&["--coherence", "auto"], tree) else {
+        return;
+    };
+    let s = local.stats();
+    assert_eq!(s["coherence"]["mode"], "watch", "{s}");
+    let Some(over) = Mount::over(&local.mnt, &["--coherence", "auto"]) else {
+        return;
+    };
+    let s = over.stats();
+    assert_eq!(s["coherence"]["mode"], "ttl", "{s}");
+    let why = s["coherence"]["why"].as_str().unwrap();
+    assert!(why.contains("fuse"), "{why}");
+    assert!(over.log_text().is_empty() || !over.log_text().contains("panicked"));
+    assert_eq!(fs::read(over.at("d/keep")).unwrap(), b"keep");
+    drop(over);
+    let Some(ttl) = Mount::with(&["--coherence", "ttl"], tree) else {
+        return;
+    };
+    assert_eq!(ttl.stats()["coherence"]["mode"], "ttl");
+}
+
+/// Lookups and attribute reads racing with changes in the source: whatever
+/// a request read before a change and stored after the watcher applied it
+/// must not outlive the change (the change sequence, `fs/watched.rs`).
+fn races_settle(args: &[&str]) {
+    let Some(m) = Mount::with(args, |src| write_tree(src, &[("d/m", b"m")])) else {
+        return;
+    };
+    const NAMES: usize = 8;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let flips = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|sc| {
+        // Two readers keep asking the mount about every name.
+        for _ in 0..2 {
+            sc.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for i in 0..NAMES {
+                        let _ = fs::symlink_metadata(m.at(&format!("d/t{i}")));
+                    }
+                    let _ = fs::symlink_metadata(m.at("d/m"));
+                }
+            });
+        }
+        // The source changes under them.
+        let start = Instant::now();
+        let mut k = 0usize;
+        while start.elapsed() < Duration::from_secs(4) {
+            let p = m.src_at(&format!("d/t{}", k % NAMES));
+            if p.exists() {
+                fs::remove_file(&p).unwrap();
+            } else {
+                fs::write(&p, b"t").unwrap();
+            }
+            let mode = if k.is_multiple_of(2) { 0o600 } else { 0o644 };
+            fs::set_permissions(m.src_at("d/m"), fs::Permissions::from_mode(mode)).unwrap();
+            k += 1;
+            flips.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    // The last events are applied within milliseconds; then every answer
+    // must be the source's, and stay so (nothing times out for an hour).
+    std::thread::sleep(Duration::from_millis(300));
+    for round in 0..3 {
+        for i in 0..NAMES {
+            let rel = format!("d/t{i}");
+            assert_eq!(
+                m.src_at(&rel).exists(),
+                fs::symlink_metadata(m.at(&rel)).is_ok(),
+                "{rel} through the mount differs from the source (round {round}, {} flips, {args:?}); stats {}",
+                flips.load(std::sync::atomic::Ordering::Relaxed),
+                m.stats()
+            );
+        }
+        let mode = |p: &std::path::Path| fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&m.src_at("d/m")), mode(&m.at("d/m")), "d/m's mode ({args:?})");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn lookups_racing_with_source_changes_settle_on_the_source() {
+    races_settle(DEFAULT);
+}
+
+#[test]
+fn lookups_racing_with_source_changes_settle_on_the_source_with_kernel_cache() {
+    races_settle(KERNEL);
+}
+
+/// A LOOKUP that read "missing" just before the name was created in the
+/// source, and stores its answer after the watcher applied the create,
+/// must not leave a negative entry behind (with the watch nothing would
+/// ever expire it). The daemon holds the LOOKUP between its read and its
+/// store for 500 ms (`RCUFS_FAULT=lookup-delay`), and the create lands
+/// inside that window.
+fn a_lookup_overtaken_by_a_change_caches_nothing(args: &[&str]) {
+    let Some(m) = Mount::with_env(args, &[("RCUFS_FAULT", "lookup-delay:late:500")], tree) else {
+        return;
+    };
+    assert!(fs::metadata(m.at("d")).is_ok());
+    std::thread::scope(|sc| {
+        let slow = sc.spawn(|| fs::symlink_metadata(m.at("d/late")).is_ok());
+        // The LOOKUP has read the source by now and waits to store.
+        std::thread::sleep(Duration::from_millis(200));
+        fs::write(m.src_at("d/late"), b"late").unwrap();
+        // The overlapping LOOKUP may answer either way.
+        let _ = slow.join().unwrap();
+    });
+    // Well after the event: the name is there, through every later lookup.
+    std::thread::sleep(Duration::from_millis(100));
+    for _ in 0..3 {
+        assert_eq!(
+            fs::read(m.at("d/late")).ok().as_deref(),
+            Some(&b"late"[..]),
+            "a stale negative entry survived the create ({args:?}); stats {}",
+            m.stats()
+        );
+        std::thread::sleep(Duration::from_millis(600));
+    }
+}
+
+#[test]
+fn a_lookup_overtaken_by_a_source_change_caches_nothing() {
+    a_lookup_overtaken_by_a_change_caches_nothing(DEFAULT);
+}
+
+#[test]
+fn a_lookup_overtaken_by_a_source_change_caches_nothing_with_kernel_cache() {
+    a_lookup_overtaken_by_a_change_caches_nothing(KERNEL);
+}
+
+/// Unmounts (lazily) a filesystem a test mounted, when dropped.
+struct Submount(std::path::PathBuf);
+
+impl Drop for Submount {
+    fn drop(&mut self) {
+        let c = crate::sys::cpath(&self.0);
+        // SAFETY: the path is NUL-terminated.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+#[test]
+fn a_filesystem_mounted_under_the_source_later_is_watched_too() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: mounting a tmpfs inside the source needs root");
+        return;
+    }
+    let Some(m) = Mount::with(DEFAULT, |src| fs::create_dir(src.join("sub")).unwrap()) else {
+        return;
+    };
+    // Mounted after rcufs started: the watch's first marks missed it.
+    let sub = m.src_at("sub");
+    let (what, c) = (std::ffi::CString::new("tmpfs").unwrap(), crate::sys::cpath(&sub));
+    // SAFETY: all strings are NUL-terminated; no data argument.
+    let rc = unsafe { libc::mount(what.as_ptr(), c.as_ptr(), what.as_ptr(), 0, std::ptr::null()) };
+    assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+    let _guard = Submount(sub.clone());
+    fs::write(sub.join("a"), b"a").unwrap();
+    assert_eq!(fs::read(m.at("sub/a")).unwrap(), b"a");
+    assert_eq!(errno(&fs::metadata(m.at("sub/b"))), Some(libc::ENOENT));
+    fs::write(sub.join("b"), b"b").unwrap();
+    fs::set_permissions(sub.join("a"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(
+        eventually(SOON, || {
+            fs::read(m.at("sub/b")).is_ok_and(|b| b == b"b")
+                && fs::metadata(m.at("sub/a")).is_ok_and(|md| md.permissions().mode() & 0o777 == 0o600)
+        }),
+        "changes in the submount not seen: {}\n{}",
+        m.stats(),
+        m.log_text()
+    );
+    assert_eq!(m.stat("coherence", "unwatched_filesystems"), 0);
+    drop(m);
+}

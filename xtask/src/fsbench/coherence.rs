@@ -1,0 +1,302 @@
+//! The `coherence` section of `cargo xtask fsbench`: what watching the
+//! source (`--coherence watch`) costs and gains against timeouts
+//! (`--coherence ttl`, the default 1 s), in both modes.
+//!
+//! For each of four mounts (default mode and `--kernel-cache`, each with
+//! `watch` and `ttl`), measured with the native source in the same minute:
+//! - hot `stat` of the first 15,000 files of the metadata tree (10,000 with
+//!   `--quick`), one thread, and hot `stat` of missing names (medians of 5
+//!   passes after a warm-up);
+//! - visibility: how long after a change made directly in the source
+//!   (a file created under a name the mount has just answered "missing",
+//!   and a chmod of a file whose attributes it has just answered) a `stat`
+//!   through the mount first shows it; the `stat` is repeated every 50 µs.
+//!   200 samples of each kind with `watch` (40 with `--quick`), 5 with `ttl`
+//!   (each takes about the interval);
+//! - with `watch` only: hot `stat` while another thread creates and deletes
+//!   100,000 files in a directory outside the source on the same
+//!   filesystem (the watch's filesystem mark reports all of them), against
+//!   the same without churn; the native source's own slowdown under the same
+//!   churn is measured alongside, so the watch's cost is the ratio of the two.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+
+use super::{Mount, Scale, hot_rate, median, meta_files, stat_all, stat_missing};
+
+/// One mount configuration of the section.
+struct Config {
+    name: &'static str,
+    args: &'static [&'static str],
+    watch: bool,
+}
+
+const CONFIGS: &[Config] = &[
+    Config {
+        name: "rcufs watch",
+        args: &["--coherence", "watch"],
+        watch: true,
+    },
+    Config {
+        name: "rcufs ttl",
+        args: &["--coherence", "ttl"],
+        watch: false,
+    },
+    Config {
+        name: "rcufs-kc watch",
+        args: &["--coherence", "watch", "--kernel-cache"],
+        watch: true,
+    },
+    Config {
+        name: "rcufs-kc ttl",
+        args: &["--coherence", "ttl", "--kernel-cache"],
+        watch: false,
+    },
+];
+
+/// Percentile `p` (0..=100) of `v` (sorted here).
+fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+/// Spins (50 µs apart) until `f` holds; the time it took, or `None` after 10 s.
+fn until(f: impl Fn() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    loop {
+        if f() {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// Visibility samples, in milliseconds: `(creates, chmods, timeouts)`.
+fn visibility(src: &Path, mnt: &Path, tag: &str, samples: usize) -> Result<(Vec<f64>, Vec<f64>, usize)> {
+    let dir = format!("coherence-{tag}");
+    fs::create_dir_all(src.join(&dir))?;
+    // Let the mount see the directory.
+    until(|| mnt.join(&dir).exists()).context("the sample directory never appeared through the mount")?;
+    let (mut creates, mut chmods, mut timeouts) = (Vec::new(), Vec::new(), 0);
+    for i in 0..samples {
+        let rel = format!("{dir}/f{i}");
+        let (s, m) = (src.join(&rel), mnt.join(&rel));
+        // The mount answers "missing" (and caches that), twice.
+        for _ in 0..2 {
+            if fs::symlink_metadata(&m).is_ok() {
+                anyhow::bail!("{} exists before it was created", m.display());
+            }
+        }
+        fs::write(&s, b"x")?;
+        match until(|| fs::symlink_metadata(&m).is_ok()) {
+            Some(d) => creates.push(d.as_secs_f64() * 1e3),
+            None => timeouts += 1,
+        }
+        // Its attributes are cached; change them in the source.
+        let mode = |p: &Path| fs::symlink_metadata(p).map(|md| md.permissions().mode() & 0o777);
+        mode(&m)?;
+        mode(&m)?;
+        fs::set_permissions(&s, fs::Permissions::from_mode(0o600))?;
+        match until(|| mode(&m).is_ok_and(|x| x == 0o600)) {
+            Some(d) => chmods.push(d.as_secs_f64() * 1e3),
+            None => timeouts += 1,
+        }
+    }
+    Ok((creates, chmods, timeouts))
+}
+
+/// Stats every path of `paths` over and over for at least `secs`; the rate.
+fn stat_for(paths: &[PathBuf], secs: f64) -> Result<f64> {
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        n += stat_all(paths, 1)?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Creates and deletes `n` files under `dir`, over and over, until `stop`.
+fn churn(dir: &Path, n: usize, stop: &AtomicBool, ops: &AtomicU64) -> Result<()> {
+    fs::create_dir_all(dir)?;
+    while !stop.load(Ordering::Relaxed) {
+        for i in 0..n {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            fs::write(dir.join(format!("c{i}")), b"")?;
+            ops.fetch_add(1, Ordering::Relaxed);
+        }
+        for i in 0..n {
+            let _ = fs::remove_file(dir.join(format!("c{i}")));
+            ops.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    Ok(())
+}
+
+/// Runs the section; returns its records and its markdown table.
+pub(super) fn run(
+    rcufs: &Path,
+    src: &Path,
+    mnt: &Path,
+    work: &Path,
+    s: &Scale,
+    logs: &Path,
+) -> Result<(Vec<Value>, String)> {
+    let all = meta_files(src, s);
+    let count = all.len().min(15_000);
+    let rel: Vec<PathBuf> = all[..count]
+        .iter()
+        .map(|p| p.strip_prefix(src).expect("under src").to_path_buf())
+        .collect();
+    let missing_rel: Vec<PathBuf> = (0..s.meta_dirs.min(15))
+        .flat_map(|d| (0..s.missing_per_dir).map(move |i| PathBuf::from(format!("meta/d{d:03}/gone{i:04}"))))
+        .collect();
+    let under = |root: &Path, v: &[PathBuf]| -> Vec<PathBuf> { v.iter().map(|r| root.join(r)).collect() };
+    let (native_files, native_missing) = (under(src, &rel), under(src, &missing_rel));
+    let quick = s.meta_files < 1_000;
+    let mut records = Vec::new();
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "\n### coherence: watch vs ttl ({count} files hot, {} missing names; native measured alongside)\n",
+        missing_rel.len()
+    );
+    let _ = writeln!(
+        md,
+        "| mount | hot stat/s | vs native | missing/s | vs native | create seen p50 / p99 (ms) | chmod seen p50 / p99 (ms) | timeouts |\n|---|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    let mut churn_md = String::new();
+    let mut hot_by_config = Vec::new();
+    for c in CONFIGS {
+        let extra: Vec<String> = c.args.iter().map(|a| a.to_string()).collect();
+        let log = logs.join(format!("coherence-{}.log", c.name.replace(' ', "-")));
+        let m = Mount::new(rcufs, src, mnt, &extra, &log)?;
+        let files = under(m.path(), &rel);
+        let missing = under(m.path(), &missing_rel);
+        // Interleaved: native, mount, native, mount, ... (medians of 5).
+        let (mut nat, mut ours, mut nat_miss, mut ours_miss) = (vec![], vec![], vec![], vec![]);
+        for _ in 0..5 {
+            nat.push(hot_rate(1, || stat_all(&native_files, 1))?);
+            ours.push(hot_rate(1, || stat_all(&files, 1))?);
+            nat_miss.push(hot_rate(1, || stat_missing(&native_missing))?);
+            ours_miss.push(hot_rate(1, || stat_missing(&missing))?);
+        }
+        let (nat, ours, nat_miss, ours_miss) = (median(nat), median(ours), median(nat_miss), median(ours_miss));
+        hot_by_config.push((c.name, ours / nat));
+        let samples = if c.watch { if quick { 40 } else { 200 } } else { 5 };
+        let tag = c.name.replace(' ', "-");
+        let (creates, chmods, timeouts) = visibility(src, m.path(), &tag, samples)?;
+        let (c50, c99, m50, m99) = (
+            percentile(creates.clone(), 50.0),
+            percentile(creates, 99.0),
+            percentile(chmods.clone(), 50.0),
+            percentile(chmods, 99.0),
+        );
+        let _ = writeln!(
+            md,
+            "| {} | {ours:.0} | {:.2}x | {ours_miss:.0} | {:.2}x | {c50:.2} / {c99:.2} | {m50:.2} / {m99:.2} | {timeouts} |",
+            c.name,
+            ours / nat,
+            ours_miss / nat_miss
+        );
+        records.push(json!({"name": format!("coherence: hot stat, {} vs native", c.name),
+            "ours": ours, "baseline": nat, "unit": "stat/s", "ratio": ours / nat,
+            "target": if c.name == "rcufs-kc watch" { json!(0.85) } else { Value::Null }}));
+        records.push(
+            json!({"name": format!("coherence: stat of missing names, {} vs native", c.name),
+            "ours": ours_miss, "baseline": nat_miss, "unit": "stat/s", "ratio": ours_miss / nat_miss,
+            "target": if c.name == "rcufs-kc watch" { json!(0.85) } else { Value::Null }}),
+        );
+        records.push(
+            json!({"name": format!("coherence: change visible through the mount, {}", c.name),
+            "create_ms_p50": c50, "create_ms_p99": c99, "chmod_ms_p50": m50, "chmod_ms_p99": m99,
+            "samples": samples, "timeouts": timeouts, "unit": "ms",
+            "target_p99_ms": if c.watch { json!(10.0) } else { Value::Null }}),
+        );
+        if c.watch {
+            // Churn elsewhere on the same filesystem: 100,000 files (10,000
+            // with --quick) created and deleted in a loop.
+            let n = if quick { 10_000 } else { 100_000 };
+            let dir = work.join(format!("churn-{tag}"));
+            let stop = Arc::new(AtomicBool::new(false));
+            let ops = Arc::new(AtomicU64::new(0));
+            let before = m.stats();
+            let (nq, oq, nc, oc, churned) = std::thread::scope(|sc| -> Result<(f64, f64, f64, f64, u64)> {
+                // Quiet first, then under churn, each interleaved with
+                // native, each sample at least 1.5 s long (so that the
+                // churn really runs during the mount's samples).
+                let (mut nq, mut oq) = (vec![], vec![]);
+                for _ in 0..3 {
+                    nq.push(stat_for(&native_files, 1.5)?);
+                    oq.push(stat_for(&files, 1.5)?);
+                }
+                let h = {
+                    let (stop, ops, dir) = (stop.clone(), ops.clone(), dir.clone());
+                    sc.spawn(move || churn(&dir, n, &stop, &ops))
+                };
+                // Let the churn get going.
+                std::thread::sleep(Duration::from_millis(500));
+                let (mut nc, mut oc) = (vec![], vec![]);
+                let mut churned = 0;
+                for _ in 0..3 {
+                    nc.push(stat_for(&native_files, 1.5)?);
+                    let start = ops.load(Ordering::Relaxed);
+                    oc.push(stat_for(&files, 1.5)?);
+                    churned += ops.load(Ordering::Relaxed) - start;
+                }
+                stop.store(true, Ordering::Relaxed);
+                h.join().expect("churn thread panicked")?;
+                Ok((median(nq), median(oq), median(nc), median(oc), churned))
+            })?;
+            let _ = fs::remove_dir_all(&dir);
+            let after = m.stats();
+            let events = after["coherence"]["events"].as_u64().unwrap_or(0)
+                - before["coherence"]["events"].as_u64().unwrap_or(0);
+            let own = oc / oq;
+            let native = nc / nq;
+            let _ = writeln!(
+                churn_md,
+                "| {} | {oq:.0} | {oc:.0} | {own:.3} | {native:.3} | {:.3} | {churned} | {events} |",
+                c.name,
+                own / native
+            );
+            records.push(
+                json!({"name": format!("coherence: hot stat under churn of {n} files elsewhere, {}", c.name),
+                "ours": oc, "baseline": oq, "unit": "stat/s", "ratio": own,
+                "native_ratio": native, "relative_to_native": own / native, "churn_ops": churned,
+                "watch_events": events, "target_relative": 0.9}),
+            );
+        }
+        drop(m);
+    }
+    let _ = writeln!(
+        md,
+        "\n| mount under churn elsewhere | hot stat/s quiet | under churn | ratio | native's ratio | relative | churn ops during the mount's samples | watch events |\n|---|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    md.push_str(&churn_md);
+    let get = |n: &str| hot_by_config.iter().find(|(c, _)| *c == n).map(|(_, r)| *r);
+    if let (Some(w), Some(t)) = (get("rcufs watch"), get("rcufs ttl")) {
+        records.push(
+            json!({"name": "coherence: default-mode hot stat, watch vs ttl (ratios to native)",
+            "ours": w, "baseline": t, "unit": "x native", "ratio": w / t}),
+        );
+        let _ = writeln!(md, "\nDefault mode hot stat, watch vs ttl: {:.2}x.", w / t);
+    }
+    Ok((records, md))
+}
