@@ -145,8 +145,9 @@ pub struct MountArgs {
     #[arg(long, value_name = "ADDR", value_parser = fuse_fs::metrics_http::parse_listen)]
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Allow --metrics-listen on a non-loopback address (the endpoint has no
-    /// authentication: anyone who can reach it reads the counters).
-    #[arg(long, requires = "metrics_listen")]
+    /// authentication: anyone who can reach it reads the counters); nothing
+    /// without --metrics-listen.
+    #[arg(long)]
     pub metrics_allow_remote: bool,
 }
 
