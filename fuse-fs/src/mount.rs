@@ -276,6 +276,13 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     let fd_pool = ((nofile / 4) as usize).clamp(64, 8192);
     let (coherence, coherence_why, watcher) = choose_coherence(&opts)?;
     let revalidate = if coherence == Coherence::Watch {
+        if opts.revalidate != MountOptions::default().revalidate {
+            tracing::info!(
+                revalidate_secs = opts.revalidate.as_secs_f64(),
+                "the source is watched, so --revalidate is not used (the interval is an hour, a safety net); \
+                 give --coherence ttl to re-check the source by time instead"
+            );
+        }
         WATCH_REVALIDATE
     } else {
         opts.revalidate

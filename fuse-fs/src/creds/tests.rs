@@ -24,6 +24,29 @@ fn ids() -> (u32, u32, Vec<u32>, String) {
     (nth(status("Uid:"), 3), nth(status("Gid:"), 3), groups, status("Umask:"))
 }
 
+/// Makes a thread that fails before its rendezvous still arrive at them,
+/// so that its partner fails the test by the panic it reports rather than
+/// waiting on the barrier for ever.
+struct Rendezvous<'a> {
+    barrier: &'a Barrier,
+    left: std::cell::Cell<usize>,
+}
+
+impl Rendezvous<'_> {
+    fn wait(&self) {
+        self.left.set(self.left.get() - 1);
+        self.barrier.wait();
+    }
+}
+
+impl Drop for Rendezvous<'_> {
+    fn drop(&mut self) {
+        for _ in 0..self.left.get() {
+            self.barrier.wait();
+        }
+    }
+}
+
 fn root() -> bool {
     if sys::is_root() {
         return true;
@@ -86,10 +109,16 @@ fn a_thread_takes_the_caller_identity_and_gives_it_back_alone() {
         umask: 0o027,
     };
     let dir = tempfile::tempdir().expect("tempdir");
+    // 0700 whatever the process umask is now (other tests set it to 0).
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     let before = ids();
     let barrier = Barrier::new(2);
     std::thread::scope(|s| {
         let acting = s.spawn(|| {
+            let rendezvous = Rendezvous {
+                barrier: &barrier,
+                left: std::cell::Cell::new(2),
+            };
             // A first umask gives the thread its own fs context, so that
             // other tests resetting the process umask cannot touch it.
             drop(
@@ -113,8 +142,8 @@ fn a_thread_takes_the_caller_identity_and_gives_it_back_alone() {
             let c = sys::cstr(dir.path().join("x").as_os_str().as_encoded_bytes()).unwrap();
             let e = sys::open_path(&c, libc::O_CREAT | libc::O_WRONLY).expect_err("created as nobody");
             assert_eq!(e.errno(), libc::EACCES);
-            barrier.wait(); // the other thread checks itself now
-            barrier.wait();
+            rendezvous.wait(); // the other thread checks itself now
+            rendezvous.wait();
             drop(g);
             let after = ids();
             assert_eq!(after.0, 0);

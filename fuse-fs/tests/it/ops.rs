@@ -277,7 +277,7 @@ fn mount_t_fuse_rcufs_returns_a_live_mount_with_a_detached_daemon_that_umount_en
     let _link = HelperLink::install();
     let d = Dirs::new();
     let opts = format!(
-        "dcache_entries=1000,page_cache_size=16M,kernel_cache,threads=2,revalidate=0.5,nofail,_netdev,defaults,log_file={}",
+        "dcache_entries=1000,page_cache_size=16M,kernel_cache,threads=2,coherence=ttl,revalidate=0.5,nofail,_netdev,defaults,log_file={}",
         d.log.display()
     );
     // A descriptor mount's caller leaks (no close-on-exec), as a script's
@@ -337,6 +337,7 @@ fn mount_t_fuse_rcufs_returns_a_live_mount_with_a_detached_daemon_that_umount_en
         "page_cache_bytes=16777216",
         "kernel_cache=true",
         "threads=2",
+        "coherence=\"ttl\"",
         "revalidate_secs=0.5",
     ] {
         assert!(mounted.contains(field), "the mount line lacks {field}: {mounted}");
