@@ -12,7 +12,10 @@
 //! - `rcufs drop [--pages | --dentries | --all] DIR...` drops the caches under
 //!   each directory with the drop ioctl (the modes of the kernel's
 //!   `drop_caches`, as in seed 004, "VFS: Directory level cache cleaning");
-//! - `rcufs stats PATH [--json]` prints the counters of the mount holding PATH.
+//! - `rcufs stats PATH [--format table|json|prometheus]` prints the counters
+//!   of the mount holding PATH;
+//! - `rcufs warm [--pages | --dentries | --all] DIR...` fills the caches
+//!   under each directory within the page cache budget (`warm.rs`).
 //!
 //! Sizes are binary: `K`, `M`, `G`, `T` mean 2^10, 2^20, 2^30, 2^40 bytes
 //! (an optional `B` or `iB` may follow), and a decimal fraction is allowed
@@ -84,6 +87,9 @@ pub enum Command {
     Drop(DropCmd),
     /// Print the cache counters of the rcufs mount that holds PATH.
     Stats(StatsCmd),
+    /// Fill the cached dentries and/or pages under each DIR (on an rcufs
+    /// mount), within the caches' budgets: the inverse of `drop`.
+    Warm(WarmCmd),
 }
 
 #[derive(Debug, Args)]
@@ -132,6 +138,17 @@ pub struct MountArgs {
     /// FUSE ones (allow_other, ro, default_permissions, ...).
     #[arg(short = 'o', value_name = "OPTS", value_delimiter = ',', action = clap::ArgAction::Append)]
     pub options: Vec<String>,
+    /// Serve the counters in the Prometheus format at http://ADDR/metrics
+    /// (ADDR: 127.0.0.1:9101, [::1]:9101, localhost:9101, or :9101 for
+    /// 127.0.0.1; port 0 picks one and the log names it). Loopback only
+    /// unless --metrics-allow-remote.
+    #[arg(long, value_name = "ADDR", value_parser = fuse_fs::metrics_http::parse_listen)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Allow --metrics-listen on a non-loopback address (the endpoint has no
+    /// authentication: anyone who can reach it reads the counters); nothing
+    /// without --metrics-listen.
+    #[arg(long)]
+    pub metrics_allow_remote: bool,
 }
 
 /// The format of the daemon's log lines.
@@ -173,12 +190,61 @@ impl DropCmd {
 }
 
 #[derive(Debug, Args)]
+pub struct WarmCmd {
+    /// Read the files (their pages; the walk caches their dentries too).
+    #[arg(long, conflicts_with_all = ["dentries", "all"])]
+    pub pages: bool,
+    /// Look up every entry only (no file is read).
+    #[arg(long, conflicts_with_all = ["pages", "all"])]
+    pub dentries: bool,
+    /// Both (the default).
+    #[arg(long, conflicts_with_all = ["pages", "dentries"])]
+    pub all: bool,
+    /// Threads walking and reading in parallel.
+    #[arg(long, short = 'j', value_name = "N", default_value_t = 4, value_parser = parse_positive)]
+    pub jobs: usize,
+    /// Directories on an rcufs mount; everything under each is warmed.
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+}
+
+impl WarmCmd {
+    /// The mode the flags select (`--all` when none is given).
+    pub fn mode(&self) -> crate::warm::WarmMode {
+        use crate::warm::WarmMode;
+        if self.pages {
+            WarmMode::Pages
+        } else if self.dentries {
+            WarmMode::Dentries
+        } else {
+            WarmMode::All
+        }
+    }
+}
+
+#[derive(Debug, Args)]
 pub struct StatsCmd {
     /// Any path on the mount (the mount point itself, or a file or directory in it).
     pub path: PathBuf,
-    /// Print the JSON exactly as the filesystem returns it.
-    #[arg(long)]
+    /// Print the JSON exactly as the filesystem returns it (same as `--format json`).
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Output format: `table` (for people), `json` (as the filesystem
+    /// returns it) or `prometheus` (the text exposition format, as the
+    /// `--metrics-listen` endpoint serves it).
+    #[arg(long, value_enum, default_value_t = StatsFormat::Table)]
+    pub format: StatsFormat,
+}
+
+/// The output formats of `rcufs stats`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatsFormat {
+    /// A table, one block per section.
+    Table,
+    /// The stats JSON as the filesystem returns it.
+    Json,
+    /// The Prometheus (OpenMetrics) text exposition format.
+    Prometheus,
 }
 
 /// Parses a size: a whole number of bytes (`4096`) or a number with a binary

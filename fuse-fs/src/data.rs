@@ -127,6 +127,16 @@ impl Data {
         }
     }
 
+    /// Bytes of budget not used by cached pages.
+    pub fn room(&self) -> u64 {
+        self.budget.saturating_sub(self.cache.stats().bytes_cached)
+    }
+
+    /// The page size (every cached page costs this much of the budget).
+    pub fn page_size(&self) -> u64 {
+        self.ps()
+    }
+
     /// Inodes with a page-cache entry.
     pub fn inode_count(&self) -> usize {
         self.cache.inode_count()

@@ -356,6 +356,7 @@ pub struct Fs {
     inval: InvalQueue,
     creds: Creds,
     watched: Watched,
+    warmer: warm::Warmer,
 }
 
 fn name_ok(name: &[u8]) -> FsResult<()> {
@@ -476,7 +477,13 @@ impl Fs {
             inval: InvalQueue::default(),
             creds: Creds::new(sys::is_root()),
             watched: Watched::default(),
+            warmer: warm::Warmer::default(),
         })
+    }
+
+    /// The daemon's warm queue (`fs/warm.rs`).
+    pub fn warmer(&self) -> &warm::Warmer {
+        &self.warmer
     }
 
     /// The kernel-invalidation queue (filled by the adapter after replies,
@@ -1315,10 +1322,15 @@ impl Fs {
         Ok((fd, p))
     }
 
-    /// SETXATTR. `user.rcufs.drop` drops the directory's caches; other
+    /// SETXATTR. `user.rcufs.drop` drops the directory's caches,
+    /// `user.rcufs.warm` queues a walk that fills them (`fs/warm.rs`); other
     /// `user.rcufs.` names are refused; everything else goes to the source.
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32, caller: Caller) -> FsResult<Vec<Inval>> {
         if let Some(rest) = name.strip_prefix(protocol::XATTR_PREFIX.as_bytes()) {
+            if rest == b"warm" {
+                self.request_warm(ino, value, caller)?;
+                return Ok(Vec::new());
+            }
             if rest != b"drop" {
                 return Err(FsError::new(libc::ENOTSUP));
             }
@@ -1667,6 +1679,7 @@ impl Fs {
             },
             "kernel_cache": self.cfg.kernel_cache,
             "panics": crate::fault::panics(),
+            "warm": self.warmer.stats_json(),
             "kernel_inval": {
                 "queued": inval.queued,
                 "pushed": inval.pushed,
@@ -1677,6 +1690,9 @@ impl Fs {
         })
     }
 }
+
+mod warm;
+pub use warm::{WalkOutcome, Warmer};
 
 #[cfg(test)]
 mod tests;

@@ -144,8 +144,9 @@ impl FuseAdapter {
 
 impl Drop for FuseAdapter {
     fn drop(&mut self) {
-        // The session is over: let the invalidation thread finish.
+        // The session is over: let the invalidation and warm threads finish.
         self.fs.inval_queue().close();
+        self.fs.warmer().close();
     }
 }
 

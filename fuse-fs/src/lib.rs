@@ -13,7 +13,10 @@
 //!   `sys.rs` the libc calls; `error.rs` the one error type;
 //!   `open_files.rs` open handles, shared descriptors and the root reserve;
 //!   `children.rs` the index a directory drop walks; `inval.rs` the bounded
-//!   kernel-invalidation queue; `ratelog.rs` rate-limited log lines.
+//!   kernel-invalidation queue; `ratelog.rs` rate-limited log lines;
+//!   `fs/warm.rs` the daemon-side warm (`user.rcufs.warm`); `metrics.rs`
+//!   the stats as a Prometheus exposition and `metrics_http.rs` the
+//!   `/metrics` endpoint that serves it.
 //! - `mount.rs` is the interface the command line uses: [`MountOptions`],
 //!   [`mount`], [`Mounted`].
 //!
@@ -46,6 +49,8 @@ pub mod fs;
 mod fuse;
 pub mod inode;
 pub mod inval;
+pub mod metrics;
+pub mod metrics_http;
 mod mount;
 pub mod mountinfo;
 pub mod names;

@@ -6,8 +6,10 @@
 //! signal thread: a plain unmount if nothing on the mount is in use, else a
 //! lazy one (the mount leaves the namespace at once, open files keep working
 //! and the daemon exits when the last one closes, as libfuse does); a second
-//! signal exits at once, which aborts the FUSE connection. `rcufs drop` and
-//! `rcufs stats` are clients of a running mount (see `client.rs`).
+//! signal exits at once, which aborts the FUSE connection. `rcufs drop`,
+//! `rcufs stats` and `rcufs warm` are clients of a running mount (see
+//! `client.rs` and `warm.rs`). With `--metrics-listen` the daemon also
+//! serves `/metrics` (`fuse_fs::metrics_http`) until the mount goes away.
 //!
 //! Started as `mount.fuse.rcufs` (a symlink), the binary is the mount(8)
 //! helper instead (`helper.rs`), which starts `rcufs mount` detached. The
@@ -29,6 +31,7 @@ mod client;
 mod helper;
 mod mount_opts;
 mod notify;
+mod warm;
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
@@ -42,7 +45,8 @@ use fuse_fs::MountOptions;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use cli::{Cli, Command, DropCmd, LogFormat, MountArgs, StatsCmd};
+use cli::{Cli, Command, DropCmd, LogFormat, MountArgs, StatsCmd, StatsFormat, WarmCmd};
+use fuse_fs::metrics_http;
 
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
@@ -83,6 +87,7 @@ fn main() -> ExitCode {
         Command::Mount(args) => mount(args),
         Command::Drop(args) => drop_dirs(&args),
         Command::Stats(args) => stats(&args),
+        Command::Warm(args) => warm_dirs(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -166,8 +171,25 @@ fn mount(args: MountArgs) -> Result<()> {
     // mount is being set up is queued rather than killing the process with
     // a mount half made.
     let mut signals = Signals::new([SIGINT, SIGTERM]).context("installing the SIGINT/SIGTERM handlers")?;
+    // Bound before mounting, so that a taken port or a refused address
+    // fails before anything is mounted.
+    let metrics_bound = args
+        .metrics_listen
+        .map(|addr| metrics_http::bind(addr, args.metrics_allow_remote))
+        .transpose()?;
     let mounted = fuse_fs::mount(opts)?;
     let mountpoint = std::fs::canonicalize(mounted.mountpoint()).context("resolving the mount point")?;
+    // Serving before the readiness notification, so that a mount reported
+    // ready answers scrapes.
+    let metrics_server = match metrics_bound {
+        Some(bound) => {
+            let (fs, label) = (mounted.fs().clone(), mountpoint.to_string_lossy().into_owned());
+            Some(metrics_http::MetricsServer::start(bound, move || {
+                fuse_fs::metrics::render(&fs.stats_json(), &label)
+            })?)
+        }
+        None => None,
+    };
     if !fuse_fs::fault::withhold_ready() {
         notify::send_logged(&format!(
             "READY=1\nSTATUS=serving {}\nMAINPID={}",
@@ -204,6 +226,10 @@ fn mount(args: MountArgs) -> Result<()> {
         })
         .context("starting the signal thread")?;
     let result = mounted.wait();
+    // The endpoint ends with the mount.
+    if let Some(server) = metrics_server {
+        server.stop();
+    }
     handle.close();
     // The thread leaves its loop once the handle is closed.
     let _ = signal_thread.join();
@@ -236,13 +262,38 @@ fn drop_dirs(args: &DropCmd) -> Result<()> {
     Ok(())
 }
 
+fn warm_dirs(args: &WarmCmd) -> Result<()> {
+    let mode = args.mode();
+    let mut failed = 0usize;
+    for dir in &args.dirs {
+        match warm::warm(dir, mode, args.jobs) {
+            Ok(report) => println!("{}", warm::format_report(dir, mode, &report)),
+            Err(e) => {
+                eprintln!("rcufs: warm: {e:#}");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} directories could not be warmed", args.dirs.len());
+    }
+    Ok(())
+}
+
 fn stats(args: &StatsCmd) -> Result<()> {
     let mount = client::find_rcufs_mount(&args.path)?;
     let json = client::read_stats(&mount.mount_point)?;
-    if args.json {
-        println!("{}", json.trim_end());
-    } else {
-        print!("{}", client::format_stats(&json, &mount)?);
+    let format = if args.json { StatsFormat::Json } else { args.format };
+    match format {
+        StatsFormat::Json => println!("{}", json.trim_end()),
+        StatsFormat::Table => print!("{}", client::format_stats(&json, &mount)?),
+        StatsFormat::Prometheus => {
+            let value: serde_json::Value = serde_json::from_str(&json).context("the stats are not valid JSON")?;
+            print!(
+                "{}",
+                fuse_fs::metrics::render(&value, &mount.mount_point.to_string_lossy())
+            );
+        }
     }
     Ok(())
 }

@@ -338,6 +338,15 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
                 .context("starting the drop-answer thread")?,
         );
     }
+    {
+        let fs = fs.clone();
+        workers.push(
+            std::thread::Builder::new()
+                .name("rcufs-warm".into())
+                .spawn(move || fs.warm_worker())
+                .context("starting the warm thread")?,
+        );
+    }
     let options: Vec<String> = opts
         .fuse_options
         .iter()
@@ -350,6 +359,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         Err(e) => {
             // The adapter was dropped with the failed session, closing the queue.
             fs.inval_queue().close();
+            fs.warmer().close();
             if let Some(s) = &watch_stop {
                 s.stop();
             }

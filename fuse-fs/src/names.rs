@@ -118,7 +118,15 @@ impl Names {
     /// Records `(parent, name) -> child` (`None`: a negative entry).
     pub fn insert(&self, parent: &Inode, name: &[u8], child: Option<&Arc<Inode>>) {
         let Some(pd) = self.dentry_of(parent) else { return };
-        let d = self.cache.insert(&pd, name, child.cloned());
+        self.insert_under(&pd, name, child);
+    }
+
+    /// As [`Names::insert`], under the parent dentry `pd` itself, and
+    /// returns the child's dentry (a counted handle). The daemon's warm walk
+    /// uses it: it holds the dentries of the directories it walks, which the
+    /// kernel does not know, so their inodes keep no handle of their own.
+    pub fn insert_under(&self, pd: &DentryHandle, name: &[u8], child: Option<&Arc<Inode>>) -> DentryHandle {
+        let d = self.cache.insert(pd, name, child.cloned());
         let same = match (d.payload(), child) {
             (Some(p), Some(c)) => Arc::ptr_eq(p, c),
             (None, None) => true,
@@ -127,14 +135,36 @@ impl Names {
         let d = if same {
             d
         } else {
-            self.cache.replace(&pd, name, child.cloned())
+            self.cache.replace(pd, name, child.cloned())
         };
         if let Some(c) = child
             && c.nlookup() > 0
         {
-            let old = c.dentry.lock().replace(d);
+            let old = c.dentry.lock().replace(d.clone());
             drop(old);
         }
+        d
+    }
+
+    /// The cached positive entry `(pd, name)` with its dentry, if any.
+    pub fn lookup_under(&self, pd: &DentryHandle, name: &[u8]) -> Option<(DentryHandle, Arc<Inode>)> {
+        match self.cache.lookup(pd, name) {
+            Lookup::Positive(d) => {
+                let inode = d.payload().cloned()?;
+                Some((d, inode))
+            }
+            _ => None,
+        }
+    }
+
+    /// The live dentry of `dir`, if it has one (the root always does).
+    pub fn dentry(&self, dir: &Inode) -> Option<DentryHandle> {
+        self.dentry_of(dir)
+    }
+
+    /// Entries the cache can still take before it evicts.
+    pub fn room(&self) -> u64 {
+        (self.capacity as u64).saturating_sub(self.cache.stats().entries)
     }
 
     /// Forgets `(parent, name)` and anything cached under it.

@@ -22,6 +22,13 @@ pub const DROP_ARGS_VERSION: u32 = 1;
 /// set. Values: `1`, `2`, `3`, `pages`, `dentries`, `all`.
 pub const XATTR_DROP: &str = "user.rcufs.drop";
 
+/// The name of the extended attribute that, when set on a directory, makes
+/// the filesystem walk that directory's subtree in the source and fill its
+/// caches, in the background, within their budgets. Values as for
+/// [`XATTR_DROP`]; `EBUSY` while a walk is under way; root and the mount's
+/// owner only.
+pub const XATTR_WARM: &str = "user.rcufs.warm";
+
 /// The name of the extended attribute whose value is the mount's statistics
 /// as JSON.
 pub const XATTR_STATS: &str = "user.rcufs.stats";

@@ -1,7 +1,8 @@
 //! `cargo xtask ci`, `cargo xtask loom`, `cargo xtask tidy`.
 //!
-//! `ci` runs fmt, clippy, the tests, a one-minute soak (30 s of each mode),
-//! the bench build and the loom models.
+//! `ci` runs fmt, clippy, the tests (installing Debian's `prometheus`
+//! package first, for promtool and a real scrape), a one-minute soak (30 s
+//! of each mode), the bench build and the loom models.
 
 use std::time::Instant;
 
@@ -82,11 +83,16 @@ fn test() -> Result<()> {
         ("unshare", "util-linux"),
         ("nsenter", "util-linux"),
     ])?;
-    // The mount tests must run here: with this variable set they fail, rather
-    // than skip, when they cannot mount.
+    // The metrics tests check the exposition with promtool and scrape a mount
+    // with a Prometheus server of their own (Debian's `prometheus` package
+    // has both; its own service is not started).
+    crate::util::ensure_programs_without_services(&[("promtool", "prometheus"), ("prometheus", "prometheus")])?;
+    // The mount tests must run here: with these variables set they fail,
+    // rather than skip, when they cannot mount or find the Prometheus tools.
     run(cargo()
         .args(["test", "--workspace", "--locked"])
-        .env("RCUFS_REQUIRE_MOUNT", "1"))
+        .env("RCUFS_REQUIRE_MOUNT", "1")
+        .env("RCUFS_REQUIRE_PROMETHEUS", "1"))
 }
 
 /// One minute of `cargo xtask soak` on the debug binary: 30 seconds of each

@@ -70,6 +70,32 @@ pub fn ensure_programs(programs: &[(&str, &str)]) -> Result<()> {
         .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
+/// As [`ensure_programs`], but no service a package ships is started by the
+/// install: a `policy-rc.d` that denies every start (exit 101, the Debian
+/// policy interface that `invoke-rc.d` and `deb-systemd-invoke` obey) is in
+/// place while `apt-get` runs, and removed afterwards if this wrote it.
+pub fn ensure_programs_without_services(programs: &[(&str, &str)]) -> Result<()> {
+    if programs.iter().all(|(prog, _)| have(prog)) {
+        return Ok(());
+    }
+    let policy = std::path::Path::new("/usr/sbin/policy-rc.d");
+    let ours = !policy.exists();
+    if ours {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(
+            policy,
+            "#!/bin/sh\n# Written by cargo xtask for one apt-get install: start no service.\nexit 101\n",
+        )
+        .with_context(|| format!("writing {}", policy.display()))?;
+        std::fs::set_permissions(policy, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let result = ensure_programs(programs);
+    if ours {
+        let _ = std::fs::remove_file(policy);
+    }
+    result
+}
+
 /// A short description of this machine (CPU model, cores, memory, kernel) for
 /// the benchmark summaries.
 pub fn machine() -> serde_json::Value {

@@ -181,3 +181,77 @@ fn sizes_show_in_the_largest_exact_unit() {
         assert_eq!(parse_size(&show_size(n)), Ok(n), "round trip of {n}");
     }
 }
+
+#[test]
+fn warm_modes_and_jobs() {
+    use crate::warm::WarmMode;
+    let parse = |argv: &[&str]| match Cli::try_parse_from(argv).map(|c| c.command) {
+        Ok(Command::Warm(w)) => Ok((w.mode(), w.jobs, w.dirs.len())),
+        Ok(other) => panic!("not a warm: {other:?}"),
+        Err(e) => Err(e.kind()),
+    };
+    assert_eq!(parse(&["rcufs", "warm", "d"]), Ok((WarmMode::All, 4, 1)));
+    assert_eq!(
+        parse(&["rcufs", "warm", "--pages", "-j", "2", "d", "e"]),
+        Ok((WarmMode::Pages, 2, 2))
+    );
+    assert_eq!(
+        parse(&["rcufs", "warm", "--dentries", "d"]),
+        Ok((WarmMode::Dentries, 4, 1))
+    );
+    assert_eq!(
+        parse(&["rcufs", "warm", "--pages", "--all", "d"]),
+        Err(clap::error::ErrorKind::ArgumentConflict)
+    );
+    assert!(parse(&["rcufs", "warm", "--jobs", "0", "d"]).is_err());
+    assert_eq!(
+        parse(&["rcufs", "warm"]),
+        Err(clap::error::ErrorKind::MissingRequiredArgument)
+    );
+}
+
+#[test]
+fn stats_formats_and_metrics_listen() {
+    let format = |argv: &[&str]| match Cli::try_parse_from(argv).map(|c| c.command) {
+        Ok(Command::Stats(s)) => Ok((s.format, s.json)),
+        Ok(other) => panic!("not stats: {other:?}"),
+        Err(e) => Err(e.kind()),
+    };
+    assert_eq!(format(&["rcufs", "stats", "p"]), Ok((StatsFormat::Table, false)));
+    assert_eq!(
+        format(&["rcufs", "stats", "p", "--json"]),
+        Ok((StatsFormat::Table, true))
+    );
+    assert_eq!(
+        format(&["rcufs", "stats", "p", "--format", "prometheus"]),
+        Ok((StatsFormat::Prometheus, false))
+    );
+    assert_eq!(
+        format(&["rcufs", "stats", "p", "--json", "--format", "table"]),
+        Err(clap::error::ErrorKind::ArgumentConflict)
+    );
+    assert!(format(&["rcufs", "stats", "p", "--format", "xml"]).is_err());
+
+    let listen = |extra: &[&str]| {
+        let mut argv = vec!["rcufs", "mount", "/s", "/m"];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(&argv).map(|c| c.command) {
+            Ok(Command::Mount(m)) => Ok((m.metrics_listen, m.metrics_allow_remote)),
+            Ok(other) => panic!("not a mount: {other:?}"),
+            Err(e) => Err(e.kind()),
+        }
+    };
+    assert_eq!(listen(&[]), Ok((None, false)));
+    assert_eq!(
+        listen(&["--metrics-listen", ":9101"]),
+        Ok((Some("127.0.0.1:9101".parse().unwrap()), false))
+    );
+    assert_eq!(
+        listen(&["--metrics-listen", "0.0.0.0:9101", "--metrics-allow-remote"]),
+        Ok((Some("0.0.0.0:9101".parse().unwrap()), true))
+    );
+    assert!(listen(&["--metrics-listen", "nowhere"]).is_err());
+    // --metrics-allow-remote alone changes nothing (an fstab line may keep it
+    // while the endpoint is switched off).
+    assert_eq!(listen(&["--metrics-allow-remote"]), Ok((None, true)));
+}

@@ -17,6 +17,8 @@ const SAMPLES: &[(&str, Option<&str>)] = &[
     ("coherence", Some("ttl")),
     ("log_file", Some("/var/log/x.log")),
     ("log_format", Some("json")),
+    ("metrics_listen", Some("127.0.0.1:9101")),
+    ("metrics_allow_remote", None),
 ];
 
 fn parse(args: &[&str]) -> Result<MountArgs, String> {

@@ -16,6 +16,7 @@ mod identity;
 mod kernel_cache;
 mod lifecycle;
 mod ops;
+mod ops_metrics;
 mod posix;
 mod resources;
 mod sys;
