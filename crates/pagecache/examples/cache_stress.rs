@@ -1,6 +1,6 @@
 //! A stress run of the radix tree and the page cache, with verification,
 //! small enough to run under valgrind memcheck:
-//! `valgrind --tool=memcheck --error-exitcode=1 target/debug/examples/stress`.
+//! `valgrind --tool=memcheck --error-exitcode=1 target/debug/examples/cache_stress`.
 //!
 //! Threads insert, tag, untag and remove interleaved keys of a tree in each
 //! mode while a reader gang-looks-up; then threads fill, hit, read ranges
