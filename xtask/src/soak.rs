@@ -94,10 +94,13 @@ struct Opts {
     skip: Vec<String>,
     max_ops: u64,
     out: Option<std::path::PathBuf>,
+    /// `--coherence` for the daemon (auto, watch or ttl).
+    coherence: String,
 }
 
 const USAGE: &str = "cargo xtask soak [--minutes N] [--mode default|kernel-cache|both] [--seed S] [--workers W]
-                 [--page-cache-size SIZE] [--release] [--keep] [--skip CLASS,...] [--max-ops N] [--out DIR]";
+                 [--page-cache-size SIZE] [--coherence auto|watch|ttl] [--release] [--keep] [--skip CLASS,...]
+                 [--max-ops N] [--out DIR]";
 
 fn parse_size(s: &str) -> Option<u64> {
     let (num, mult) = match s.chars().last()? {
@@ -123,6 +126,7 @@ fn parse(args: &[String]) -> Result<Opts> {
         skip: Vec::new(),
         max_ops: 100_000_000,
         out: None,
+        coherence: "auto".into(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -172,6 +176,13 @@ fn parse(args: &[String]) -> Result<Opts> {
                 }
             }
             "--max-ops" => o.max_ops = value()?.parse().context("--max-ops")?,
+            "--coherence" => {
+                let v = value()?.clone();
+                if !["auto", "watch", "ttl"].contains(&v.as_str()) {
+                    bail!("--coherence {v}: expected auto, watch or ttl");
+                }
+                o.coherence = v;
+            }
             "--out" => o.out = Some(value()?.into()),
             "--keep" => o.keep = true,
             "--release" => o.release = true,
@@ -472,6 +483,8 @@ fn run_mode_in(o: &Opts, mode: Mode, rcufs: &Path, dir: &Path, out: &Path, r: &m
         "1",
         "--dcache-entries",
         DCACHE_ENTRIES,
+        "--coherence",
+        o.coherence.as_str(),
     ];
     if mode == Mode::KernelCache {
         args.push("--kernel-cache");
