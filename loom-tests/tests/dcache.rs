@@ -433,3 +433,34 @@ fn dcache_parent_vs_rename_and_free() {
         assert_eq!(x.parent().map(|p| p.id()), Some(b_id));
     });
 }
+
+/// Two removals of two names in one hash chain (`head → y → x`): each
+/// unlinks its node under the bucket's bit lock, reading the chain's links
+/// Relaxed, so the second must see the first's unlink through the lock
+/// (`fetch_or(LOCKED, Acquire)` pairing with the unlocking Release store).
+/// Without that, the second can read a stale `next` and link a removed node
+/// back into the chain, which `assert_consistent` reports (and a later lookup
+/// could reach it after it is freed). Fails if either side of the lock is
+/// weakened to Relaxed.
+#[test]
+fn dcache_bucket_lock_vs_unlink() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        let (x, y) = names_in(&c, &root, true);
+        drop(c.insert(&root, &x, Some(P::new(1).0)));
+        drop(c.insert(&root, &y, Some(P::new(2).0)));
+        let other = {
+            let c = c.clone();
+            let root = root.clone();
+            let x = x.clone();
+            thread::spawn(move || assert!(c.remove(&root, &x)))
+        };
+        assert!(c.remove(&root, &y));
+        other.join().unwrap();
+        c.assert_consistent();
+        assert!(matches!(c.lookup(&root, &x), Lookup::Miss));
+        assert!(matches!(c.lookup(&root, &y), Lookup::Miss));
+        assert_eq!(c.len(), 0);
+    });
+}

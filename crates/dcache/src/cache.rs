@@ -528,6 +528,14 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         )
     }
 
+    /// Panics unless every hash chain holds only hashed nodes that are
+    /// marked linked and sit in the bucket of their key. Holds whenever no
+    /// operation is in flight; for tests and loom models.
+    #[doc(hidden)]
+    pub fn assert_consistent(&self) {
+        self.sh().table.assert_consistent(&epoch::pin());
+    }
+
     /// The bucket a name under `parent` hashes to (for tests and models that
     /// want names in the same or in different chains).
     #[doc(hidden)]
@@ -552,10 +560,10 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// entry with the wanted key rescans (a bounded number of times: an
     /// unhashed node can linger in a chain while it is held) and finds the
     /// replacement.
-    fn find_live<'g>(&self, pid: u64, name: &[u8], hash: u64, guard: &'g Guard) -> Option<&'g Node<T>> {
+    #[inline]
+    fn find_live<'g>(&self, pid: u64, probe: &Probe<'_>, hash: u64, guard: &'g Guard) -> Option<&'g Node<T>> {
         let sh = self.sh();
         let index = sh.table.index(hash);
-        let probe = Probe::new(name);
         let mut rescans = 0;
         loop {
             // Acquire: pairs with the Release increment that ends a rename, so
@@ -565,7 +573,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 spin_loop();
                 continue;
             }
-            let (found, skipped) = sh.table.scan(index, hash, pid, &probe, guard);
+            let (found, skipped) = sh.table.scan(index, hash, pid, probe, guard);
             if let Some(node) = found {
                 return Some(node);
             }
@@ -592,9 +600,10 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let sh = self.sh();
         let guard = epoch::pin();
         let pid = parent.node().id;
-        let hash = sh.table.hash(pid, name);
+        let probe = Probe::new(name);
+        let hash = sh.table.hash_probe(pid, &probe);
         loop {
-            match self.find_live(pid, name, hash, &guard) {
+            match self.find_live(pid, &probe, hash, &guard) {
                 Some(n) if n.is_negative() => {
                     n.mark_referenced();
                     sh.counters.add(Event::NegativeHit, 1);
@@ -627,8 +636,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let sh = self.sh();
         let guard = epoch::pin();
         let pid = parent.node().id;
-        let hash = sh.table.hash(pid, name);
-        match self.find_live(pid, name, hash, &guard) {
+        let probe = Probe::new(name);
+        let hash = sh.table.hash_probe(pid, &probe);
+        match self.find_live(pid, &probe, hash, &guard) {
             Some(n) => {
                 sh.record_hit(n);
                 Some(f(n.payload.as_ref()))
@@ -668,11 +678,12 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let sh = self.sh();
         let guard = epoch::pin();
         let pnode = parent.node();
-        let hash = sh.table.hash(pnode.id, name);
+        let probe = Probe::new(name);
+        let hash = sh.table.hash_probe(pnode.id, &probe);
         let index = sh.table.index(hash);
         let keeps = |n: &Node<T>, payload: &Option<T>| !replace && (!n.is_negative() || payload.is_none());
         if !replace
-            && let Some(n) = self.find_live(pnode.id, name, hash, &guard)
+            && let Some(n) = self.find_live(pnode.id, &probe, hash, &guard)
             && keeps(n, &payload)
             && n.try_get(true)
         {
@@ -689,8 +700,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             // takes this lock to collect the children, so either we see it
             // here or our child is collected (the lock orders the two).
             let parent_live = !pnode.is_unhashed();
-            let bucket = sh.table.bucket(index);
-            let _bucket = bucket.lock.lock();
+            let _bucket = sh.table.lock(index);
             // The entry this insert replaces; it is unhashed only after the
             // new node is linked, so that lookups never miss the name.
             let mut replaced = None;
@@ -769,11 +779,12 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         self.own(parent);
         let sh = self.sh();
         let pid = parent.node().id;
-        let hash = sh.table.hash(pid, name);
+        let probe = Probe::new(name);
+        let hash = sh.table.hash_probe(pid, &probe);
         loop {
             let found = {
                 let guard = epoch::pin();
-                match self.find_live(pid, name, hash, &guard) {
+                match self.find_live(pid, &probe, hash, &guard) {
                     // SAFETY: `try_get` took the reference.
                     Some(n) if n.try_get(true) => Some(unsafe { self.counted(n) }),
                     Some(_) => continue,
@@ -828,8 +839,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let sh = self.sh();
         let guard = epoch::pin();
         let (opn, npn) = (op.node(), np.node());
-        let old_hash = sh.table.hash(opn.id, old_name);
-        let x = match self.find_live(opn.id, old_name, old_hash, &guard) {
+        let old_probe = Probe::new(old_name);
+        let old_hash = sh.table.hash_probe(opn.id, &old_probe);
+        let x = match self.find_live(opn.id, &old_probe, old_hash, &guard) {
             // SAFETY: `try_get` took the reference.
             Some(n) if n.try_get(true) => unsafe { self.counted(n) },
             _ => {
@@ -897,8 +909,8 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         }
         let (oi, ni) = (sh.table.index(old_hash), sh.table.index(new_hash));
         let (first, second) = (oi.min(ni), oi.max(ni));
-        let _b1 = sh.table.bucket(first).lock.lock();
-        let _b2 = (first != second).then(|| sh.table.bucket(second).lock.lock());
+        let _b1 = sh.table.lock(first);
+        let _b2 = (first != second).then(|| sh.table.lock(second));
         // AcqRel: makes the count odd before the target is unhashed and the
         // node's links change, so the whole move, the target's unhash
         // included, is one step for lookups (the kernel's `d_move` drops the
@@ -964,8 +976,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let found = {
             let guard = epoch::pin();
             let pid = parent.node().id;
-            let hash = self.sh().table.hash(pid, name);
-            match self.find_live(pid, name, hash, &guard) {
+            let probe = Probe::new(name);
+            let hash = self.sh().table.hash_probe(pid, &probe);
+            match self.find_live(pid, &probe, hash, &guard) {
                 // SAFETY: `try_get` took the reference.
                 Some(n) if n.try_get(true) => Some(unsafe { self.counted(n) }),
                 _ => None,
@@ -1001,8 +1014,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             let mut hits = 0;
             let mut end = None;
             for (i, comp) in comps.iter().enumerate() {
-                let hash = sh.table.hash(cur.id, comp);
-                match self.find_live(cur.id, comp, hash, &guard) {
+                let probe = Probe::new(comp);
+                let hash = sh.table.hash_probe(cur.id, &probe);
+                match self.find_live(cur.id, &probe, hash, &guard) {
                     Some(n) if n.is_negative() => {
                         n.mark_referenced();
                         end = Some((i, true));
@@ -1370,8 +1384,9 @@ pub struct Pinned<'c, T: Send + Sync + 'static> {
 impl<'c, T: Send + Sync + 'static> Pinned<'c, T> {
     fn lookup_id(&self, pid: u64, name: &[u8]) -> Option<DentryRef<'_, T>> {
         let sh = self.cache.sh();
-        let hash = sh.table.hash(pid, name);
-        match self.cache.find_live(pid, name, hash, &self.guard) {
+        let probe = Probe::new(name);
+        let hash = sh.table.hash_probe(pid, &probe);
+        match self.cache.find_live(pid, &probe, hash, &self.guard) {
             Some(n) => {
                 sh.record_hit(n);
                 Some(DentryRef { node: n, pinned: self })

@@ -98,6 +98,23 @@ pub(crate) const NAME_WORDS: usize = 4;
 /// first `INLINE_NAME` bytes there too, and the whole name in a heap copy.
 pub(crate) const INLINE_NAME: usize = NAME_WORDS * 8;
 
+/// The 1 to 7 bytes of `b` as a little-endian word, zero padded, read with
+/// at most two loads and no copy loop (overlapping loads for 4 to 7 bytes;
+/// the first, middle and last byte for 1 to 3).
+#[inline]
+pub(crate) fn tail_word(b: &[u8]) -> u64 {
+    let n = b.len();
+    debug_assert!((1..8).contains(&n));
+    if n >= 4 {
+        let lo = u64::from(u32::from_le_bytes(b[..4].try_into().expect("4 bytes")));
+        let hi = u64::from(u32::from_le_bytes(b[n - 4..].try_into().expect("4 bytes")));
+        // The two loads overlap when n < 8; the shared bytes are equal.
+        lo | (hi << ((n - 4) * 8))
+    } else {
+        u64::from(b[0]) | (u64::from(b[n / 2]) << (n / 2 * 8)) | (u64::from(b[n - 1]) << ((n - 1) * 8))
+    }
+}
+
 /// The first `INLINE_NAME` bytes of `name` as little-endian words, zero
 /// padded, and how many of the words the name uses.
 #[inline]
@@ -112,9 +129,7 @@ fn name_words(name: &[u8]) -> ([u64; NAME_WORDS], usize) {
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
-        let mut w = [0u8; 8];
-        w[..rest.len()].copy_from_slice(rest);
-        words[i] = u64::from_le_bytes(w);
+        words[i] = tail_word(rest);
         i += 1;
     }
     (words, i)
@@ -133,6 +148,12 @@ impl<'a> Probe<'a> {
     pub(crate) fn new(bytes: &'a [u8]) -> Self {
         let (words, used) = name_words(bytes);
         Self { bytes, words, used }
+    }
+
+    /// The inline words the name uses.
+    #[inline]
+    pub(crate) fn words(&self) -> &[u64] {
+        &self.words[..self.used]
     }
 }
 

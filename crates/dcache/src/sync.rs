@@ -63,6 +63,18 @@ mod imp {
         std::hint::spin_loop();
     }
 
+    /// One wait of a spin lock's waiter that has spun `spins` times: a spin
+    /// hint at first, then giving the core away, since the holder may be
+    /// preempted (a user-space bit lock cannot disable preemption as the
+    /// kernel's does).
+    pub(crate) fn backoff(spins: u32) {
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+
     /// Hands this thread's deferred frees to the collector's global queue
     /// and lets it free what no reader can see any more.
     pub(crate) fn flush_deferred(guard: &epoch::Guard) {
@@ -153,6 +165,11 @@ mod imp {
     /// Under loom a spin must yield, or the model never lets the other thread
     /// make the progress the spinner waits for.
     pub(crate) fn spin_loop() {
+        loom::thread::yield_now();
+    }
+
+    /// As `spin_loop`: every wait yields.
+    pub(crate) fn backoff(_spins: u32) {
         loom::thread::yield_now();
     }
 
