@@ -437,7 +437,8 @@ fn dcache_parent_vs_rename_and_free() {
 /// Two removals of two names in one hash chain (`head → y → x`): each
 /// unlinks its node under the bucket's bit lock, reading the chain's links
 /// Relaxed, so the second must see the first's unlink through the lock
-/// (`fetch_or(LOCKED, Acquire)` pairing with the unlocking Release store).
+/// (the Acquire compare-exchange that sets the bit pairing with the Release
+/// store that clears it).
 /// Without that, the second can read a stale `next` and link a removed node
 /// back into the chain, which `assert_consistent` reports (and a later lookup
 /// could reach it after it is freed). Fails if either side of the lock is
@@ -462,5 +463,53 @@ fn dcache_bucket_lock_vs_unlink() {
         assert!(matches!(c.lookup(&root, &x), Lookup::Miss));
         assert!(matches!(c.lookup(&root, &y), Lookup::Miss));
         assert_eq!(c.len(), 0);
+    });
+}
+
+/// `drop_subtree` walks a directory's list of children in batches (of one
+/// here), resuming at a child it holds counted. A rename moves that child to
+/// another directory, and an insert there then appends after it, writing its
+/// sibling link under the other directory's child lock. The walk must notice
+/// the move (the child's parent is no longer the directory whose lock it
+/// holds) and start again, rather than follow the child into the other
+/// list: loom reports that as a data race on the sibling link if the check
+/// is removed. Whatever the order, nothing is left cached under the dropped
+/// directory, the other directory keeps its new entry, and the chains are
+/// consistent.
+#[test]
+fn dcache_drop_cursor_vs_rename_away() {
+    loom::model(|| {
+        let c = StdArc::new(Dcache::new(
+            Config {
+                prune_batch: 1,
+                ..small()
+            },
+            P::new(0).0,
+        ));
+        let root = c.root();
+        let d = c.insert(&root, b"d", Some(P::new(1).0));
+        let e = c.insert(&root, b"e", Some(P::new(2).0));
+        drop(c.insert(&d, b"a", Some(P::new(3).0)));
+        drop(c.insert(&d, b"b", Some(P::new(4).0)));
+        let renamer = {
+            let c = c.clone();
+            let (d, e) = (d.clone(), e.clone());
+            thread::spawn(move || {
+                let moved = c.rename(&d, b"b", &e, b"b");
+                drop(c.insert(&e, b"z", Some(P::new(5).0)));
+                moved
+            })
+        };
+        c.drop_subtree(&d, |_| true);
+        let moved = renamer.join().unwrap();
+        assert!(matches!(c.lookup(&d, b"a"), Lookup::Miss));
+        assert!(matches!(c.lookup(&d, b"b"), Lookup::Miss));
+        assert_eq!(payload_of(&c.lookup(&e, b"z")), Some(5));
+        // `b` moved out of `d` before the walk reached it, or the walk
+        // dropped it first (then the rename found it gone), or the walk had
+        // collected it just before the move and drops it at its new place.
+        let b_in_e = payload_of(&c.lookup(&e, b"b"));
+        assert!(b_in_e.is_none() || (moved && b_in_e == Some(4)));
+        c.assert_consistent();
     });
 }

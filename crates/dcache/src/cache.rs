@@ -23,6 +23,7 @@ use std::mem::ManuallyDrop;
 use std::ptr::{self, NonNull};
 
 use crate::Config;
+use crate::children::ChildGuard;
 use crate::lru::Lru;
 use crate::node::{COUNT_MASK, DEAD, Node, NodePtr, ON_LRU, Probe, UNHASHED};
 use crate::stats::{Counters, Event, Stats};
@@ -156,13 +157,17 @@ unsafe fn kill<T>(shared: &Shared<T>, node: &Node<T>, guard: &Guard) -> *const N
         node.count.fetch_and(!ON_LRU, Ordering::Relaxed);
     }
     shared.table.unlink(node, guard);
+    debug_assert!(ChildGuard::lock(node).is_empty(), "dcache: a dead node with children");
     // Acquire: pairs with the Release store of rename; a DEAD node cannot be
     // moved any more (rename holds a reference).
     let parent = node.parent.load(Ordering::Acquire).cast_const();
     // SAFETY: the node holds a reference on its parent until we release it
     // after this function returns.
     if let Some(p) = unsafe { parent.as_ref() } {
-        p.children.lock().remove(&node.id);
+        // SAFETY: every cached child is on its parent's list until its
+        // killer (we) takes it off; the parent is alive (the node's
+        // reference).
+        unsafe { ChildGuard::lock(p).remove(node) };
         shared.entries.fetch_sub(1, Ordering::Relaxed);
         if node.is_negative() {
             shared.negatives.fetch_sub(1, Ordering::Relaxed);
@@ -695,7 +700,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         // the last one frees the node, which takes the bucket lock).
         let mut release_later = None;
         let new = {
-            let mut children = pnode.children.lock();
+            let mut children = ChildGuard::lock(pnode);
             // The parent's UNHASHED bit is set before whoever unhashed it
             // takes this lock to collect the children, so either we see it
             // here or our child is collected (the lock orders the two).
@@ -740,7 +745,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                     release_later = Some(d);
                 }
             }
-            children.insert(id, NodePtr(NonNull::from(&*node)));
+            // SAFETY: the node is new (on no list) and its parent is `pnode`,
+            // whose child lock we hold.
+            unsafe { children.push_back(node) };
             pnode.get();
             sh.entries.fetch_add(1, Ordering::Relaxed);
             if negative {
@@ -882,13 +889,13 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         // Child-map locks: by id when there are two (not by address: loom
         // needs every execution of a model to take the same branches).
         let (mut old_children, mut new_children) = if same_parent {
-            (opn.children.lock(), None)
+            (ChildGuard::lock(opn), None)
         } else if opn.id < npn.id {
-            let o = opn.children.lock();
-            (o, Some(npn.children.lock()))
+            let o = ChildGuard::lock(opn);
+            (o, Some(ChildGuard::lock(npn)))
         } else {
-            let n = npn.children.lock();
-            (opn.children.lock(), Some(n))
+            let n = ChildGuard::lock(npn);
+            (ChildGuard::lock(opn), Some(n))
         };
         if xn.is_unhashed() {
             // Dropped meanwhile: nothing to move, but the target is stale.
@@ -952,8 +959,13 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         drop(_b2);
         drop(_b1);
         if let Some(new_children) = new_children.as_mut() {
-            old_children.remove(&xn.id);
-            new_children.insert(xn.id, NodePtr(NonNull::from(xn)));
+            // SAFETY: x is alive (counted) and on its parent `opn`'s list
+            // (checked above under the rename lock); we hold both child
+            // locks, and set x's parent to `npn` below before releasing them.
+            unsafe {
+                old_children.remove(xn);
+                new_children.push_back(xn);
+            }
             npn.get();
             // Release: publishes the parent pointer for `Dentry::parent`;
             // pairs with its Acquire load.
@@ -1131,11 +1143,23 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         stats: &mut DropStats,
         skipped: &mut u64,
     ) -> bool {
+        /// Where the walk of a node's children stands.
+        enum Cursor<T: Send + Sync + 'static> {
+            /// Not started.
+            Start,
+            /// Resume at this child, the first not looked at yet (counted,
+            /// so it stays on the list unless a rename moves it, which is
+            /// checked). Not one already in a batch: a reference held on
+            /// such a child would make it count as busy when its own frame
+            /// releases it.
+            At(Dentry<T>),
+            /// Every child looked at.
+            Done,
+        }
         struct Frame<T: Send + Sync + 'static> {
             node: Dentry<T>,
-            /// The next child id to look at.
-            cursor: u64,
-            /// Child ids from here on are not looked at.
+            cursor: Cursor<T>,
+            /// Children with an id from here on are passed over.
             end: u64,
             /// This pass unhashed the node and owes the count.
             dropping: bool,
@@ -1148,6 +1172,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         // the walk while inserts go on.
         let end_for = |d: &Dentry<T>| if d.is_hashed() { limit } else { u64::MAX };
         let finish = |f: Frame<T>, stats: &mut DropStats| {
+            if let Cursor::At(c) = f.cursor {
+                c.release_batched();
+            }
             if f.dropping {
                 if f.node.release_batched() {
                     stats.dropped += 1;
@@ -1160,7 +1187,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let mut stack = vec![Frame {
             end: end_for(dir),
             node: dir.clone(),
-            cursor: 0,
+            cursor: Cursor::Start,
             dropping: false,
         }];
         let mut batch = Vec::with_capacity(batch_size);
@@ -1170,23 +1197,51 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 // last look must make us walk again.
                 break locked || self.seq_rmw() == seq;
             };
-            if top.cursor < top.end {
-                let children = top.node.node().children.lock();
-                for (&id, child) in children.range(top.cursor..top.end) {
-                    if batch.len() == batch_size {
-                        break;
+            if !matches!(top.cursor, Cursor::Done) {
+                let children = ChildGuard::lock(top.node.node());
+                let mut c = match &top.cursor {
+                    Cursor::Start => children.first(),
+                    // A rename that moved the cursor's child to another
+                    // directory since the last batch (its parent changes
+                    // only under this lock) makes the pass start again, as
+                    // the rename count below would.
+                    Cursor::At(d) if !ptr::eq(d.node().parent.load(Ordering::Relaxed), top.node.node()) => {
+                        break false;
                     }
-                    top.cursor = id + 1;
-                    // SAFETY: a node in a child map is alive: its killer takes
-                    // it out under this lock before freeing it.
-                    let child = unsafe { child.0.as_ref() };
-                    if child.try_get(false) {
+                    Cursor::At(d) => d.node(),
+                    Cursor::Done => ptr::null(),
+                };
+                while !c.is_null() && batch.len() < batch_size {
+                    // SAFETY: a node on a list is alive: its killer takes it
+                    // off under this lock before freeing it.
+                    let child = unsafe { &*c };
+                    if child.id < top.end && child.try_get(false) {
                         // SAFETY: `try_get` took the reference.
                         batch.push(unsafe { self.counted(child) });
                     }
+                    // SAFETY: `child` is on this list and alive.
+                    c = unsafe { children.next(child) };
                 }
-                if batch.is_empty() {
-                    top.cursor = top.end;
+                // The next cursor: the first child not looked at that can
+                // be counted (one being freed is passed over: it is out of
+                // the cache already). The old cursor is released after the
+                // lock: releasing can free a node, which takes this lock.
+                let next = loop {
+                    // SAFETY: as above.
+                    let Some(child) = (unsafe { c.as_ref() }) else {
+                        break Cursor::Done;
+                    };
+                    if child.try_get(false) {
+                        // SAFETY: `try_get` took the reference.
+                        break Cursor::At(unsafe { self.counted(child) });
+                    }
+                    // SAFETY: as above.
+                    c = unsafe { children.next(child) };
+                };
+                let old = std::mem::replace(&mut top.cursor, next);
+                drop(children);
+                if let Cursor::At(old) = old {
+                    old.release_batched();
                 }
             }
             if batch.is_empty() {
@@ -1209,7 +1264,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 stack.push(Frame {
                     end: end_for(&child),
                     node: child,
-                    cursor: 0,
+                    cursor: Cursor::Start,
                     dropping,
                 });
             }

@@ -147,6 +147,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 mod cache;
+mod children;
 mod lru;
 mod node;
 mod stats;

@@ -1,12 +1,12 @@
 //! The dentry node: its key, its state word, and its links into the hash
-//! chain, the LRU list and its parent's child map.
+//! chain, the LRU list and its parent's list of children.
 //!
 //! A `Node` is allocated by an insert and freed through the epoch collector
 //! (`Guard::defer_destroy`) by the one thread that marks it `DEAD`. It is the
 //! user-space counterpart of `struct dentry` (seed 000, "Scalability of the
 //! directory entry cache", §3 and §6): the hash link is read by lock-free
-//! lookups, the LRU link only under the LRU lock, the child map only under the
-//! node's own `children` lock.
+//! lookups, the LRU link only under the LRU lock, the sibling links only under
+//! the parent's child lock (`children.rs`).
 //!
 //! # The state word (`count`)
 //!
@@ -74,9 +74,9 @@
 //! with a plain store only if a load shows it clear, so repeated hits write
 //! nothing shared (seed 000 §6, and the kernel's `DCACHE_REFERENCED`).
 
-use std::collections::BTreeMap;
 use std::ptr::{self, NonNull};
 
+use crate::children::Sibling;
 use crate::sync::epoch::{self, Atomic, Guard, Owned};
 use crate::sync::{
     AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell, fence, spin_loop,
@@ -163,7 +163,7 @@ pub(crate) struct LongName {
     pub(crate) bytes: Box<[u8]>,
 }
 
-/// A raw node pointer that may be stored in the child maps and LRU links.
+/// A raw node pointer that may be handed between threads (pruning victims).
 pub(crate) struct NodePtr<T>(pub(crate) NonNull<Node<T>>);
 
 impl<T> Clone for NodePtr<T> {
@@ -174,7 +174,7 @@ impl<T> Clone for NodePtr<T> {
 impl<T> Copy for NodePtr<T> {}
 
 // SAFETY: a `NodePtr` is only an address; every dereference happens under the
-// protocol that keeps the node alive (child-map lock, LRU lock or an epoch
+// protocol that keeps the node alive (a reference, the LRU lock or an epoch
 // pin), and `Node<T>` itself is `Send + Sync` when `T` is.
 unsafe impl<T: Send + Sync> Send for NodePtr<T> {}
 // SAFETY: as for `Send`.
@@ -210,6 +210,9 @@ pub(crate) struct Node<T> {
     pub(crate) referenced: AtomicBool,
     /// The node is in the hash chain of its key's bucket (bucket lock).
     pub(crate) linked: AtomicBool,
+    /// Guards `first_child` and the children's `sibling` links (one byte,
+    /// in what would be padding).
+    pub(crate) child_lock: Mutex<()>,
     /// The state word; see the module docs.
     pub(crate) count: AtomicUsize,
     /// `None` for a negative entry.
@@ -225,12 +228,15 @@ pub(crate) struct Node<T> {
     pub(crate) parent: AtomicPtr<Node<T>>,
     /// LRU links (LRU lock).
     pub(crate) lru: UnsafeCell<Link<T>>,
-    /// Cached children by id (ids grow, which `drop_subtree` uses as a cursor).
-    pub(crate) children: Mutex<BTreeMap<u64, NodePtr<T>>>,
+    /// The first cached child (`child_lock`).
+    pub(crate) first_child: UnsafeCell<*const Node<T>>,
+    /// Links among the parent's children (the parent's `child_lock`).
+    pub(crate) sibling: UnsafeCell<Sibling<T>>,
 }
 
-// SAFETY: all shared mutable state of a node is atomics, locks, or the LRU
-// cell that is only touched under the LRU lock; the payload is `Sync`.
+// SAFETY: all shared mutable state of a node is atomics, locks, or the cells
+// that are only touched under the LRU lock (`lru`), its own child lock
+// (`first_child`) or its parent's (`sibling`); the payload is `Sync`.
 unsafe impl<T: Send + Sync> Sync for Node<T> {}
 // SAFETY: the node owns its payload, which is `Send`.
 unsafe impl<T: Send + Sync> Send for Node<T> {}
@@ -264,6 +270,7 @@ impl<T> Node<T> {
             len: AtomicU32::new(name_len(name)),
             referenced: AtomicBool::new(false),
             linked: AtomicBool::new(false),
+            child_lock: Mutex::new(()),
             count: AtomicUsize::new(count),
             payload,
             name: words.map(AtomicU64::new),
@@ -274,7 +281,8 @@ impl<T> Node<T> {
                 prev: ptr::null(),
                 next: ptr::null(),
             }),
-            children: Mutex::new(BTreeMap::new()),
+            first_child: UnsafeCell::new(ptr::null()),
+            sibling: UnsafeCell::new(Sibling::new()),
         }
     }
 

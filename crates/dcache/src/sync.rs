@@ -17,6 +17,8 @@ mod imp {
     pub(crate) use std::sync::Arc;
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
+    pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+
     /// A mutex whose `lock()` returns the guard directly, as loom's does after
     /// unwrapping: parking_lot has no poisoning.
     #[derive(Debug, Default)]
@@ -138,6 +140,8 @@ mod imp {
     pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::sync::Arc;
     pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+
+    pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 
     /// loom's mutex with the poisoning unwrapped, so call sites match the
     /// parking_lot build.
