@@ -478,7 +478,16 @@ fn dcache_bucket_lock_vs_unlink() {
 /// consistent.
 #[test]
 fn dcache_drop_cursor_vs_rename_away() {
-    loom::model(|| {
+    // Batches of one make the execution long (the cache's own drop at the
+    // end walks the whole tree a child at a time): more branches than
+    // loom's default 1,000 per execution, and more states than a run at
+    // preemption bound 2 gets through in reasonable time. One preemption is
+    // what the race needs (the walker stopped between two batches while the
+    // other thread renames and inserts), so the bound is 1 here.
+    let mut model = loom::model::Builder::new();
+    model.max_branches = 10_000;
+    model.preemption_bound = Some(1);
+    model.check(|| {
         let c = StdArc::new(Dcache::new(
             Config {
                 prune_batch: 1,

@@ -11,10 +11,10 @@
 //! the comments next to the atomic operations; the protocols are summarised in
 //! the crate docs.
 //!
-//! Lock order (outer to inner): rename lock, then child-map locks (two only in
+//! Lock order (outer to inner): rename lock, then child locks (two only in
 //! rename, by node id), then bucket locks (two only in rename, by index),
 //! then the LRU lock. The LRU lock is a leaf: nothing is acquired while it is
-//! held. No thread takes a child-map lock while holding a bucket lock or the
+//! held. No thread takes a child lock while holding a bucket lock or the
 //! LRU lock.
 
 use std::fmt;
@@ -141,7 +141,7 @@ fn release_one<T>(shared: &Shared<T>, node: &Node<T>) -> bool {
 }
 
 /// Tears down a node whose `DEAD` bit the caller set: takes it off the LRU,
-/// out of its hash chain and out of its parent's child map, and hands its
+/// out of its hash chain and off its parent's list of children, and hands its
 /// memory to the epoch collector. Returns the parent, on which the caller
 /// still holds the node's reference (null for the root).
 ///
@@ -174,7 +174,7 @@ unsafe fn kill<T>(shared: &Shared<T>, node: &Node<T>, guard: &Guard) -> *const N
         }
     }
     // SAFETY: the node is DEAD (no new references), unhashed and unlinked from
-    // its chain, off the LRU and out of its parent's child map, and it has no
+    // its chain, off the LRU and off its parent's list of children, and it has no
     // children (each would hold a reference). Only readers pinned before the
     // unlinking can still see it, and the collector waits for them.
     unsafe { guard.defer_destroy(epoch::Shared::from(node as *const Node<T>)) };
@@ -482,7 +482,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     }
 
     /// Panics if `d` belongs to another cache: mixing caches would link
-    /// nodes of one into the child maps and reference counts of the other.
+    /// nodes of one into the child lists and reference counts of the other.
     #[inline]
     #[track_caller]
     fn own(&self, d: &Dentry<T>) {
@@ -521,7 +521,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
 
     /// Sizes of the per-entry structures, in bytes: the node (with its key:
     /// hash bits, parent id and the name inline up to `INLINE_NAME` = 32
-    /// bytes; its hash and LRU links, state word, child-map header and
+    /// bytes; its hash and LRU links, state word, child-list links and
     /// payload) and one hash bucket (there is one bucket per two entries of
     /// `max_entries`). A name longer than 32 bytes also has a heap copy. For
     /// overhead accounting.
@@ -547,7 +547,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     pub fn bucket_of(&self, parent: &Dentry<T>, name: &[u8]) -> usize {
         self.own(parent);
         let sh = self.sh();
-        sh.table.index(sh.table.hash(parent.id(), name))
+        sh.table.index(sh.table.hash(parent.node().hash_parent(), name))
     }
 
     /// Finds the hashed node for (pid, name), lock-free.
@@ -606,7 +606,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let guard = epoch::pin();
         let pid = parent.node().id;
         let probe = Probe::new(name);
-        let hash = sh.table.hash_probe(pid, &probe);
+        let hash = sh.table.hash_probe(parent.node().hash_parent(), &probe);
         loop {
             match self.find_live(pid, &probe, hash, &guard) {
                 Some(n) if n.is_negative() => {
@@ -642,7 +642,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let guard = epoch::pin();
         let pid = parent.node().id;
         let probe = Probe::new(name);
-        let hash = sh.table.hash_probe(pid, &probe);
+        let hash = sh.table.hash_probe(parent.node().hash_parent(), &probe);
         match self.find_live(pid, &probe, hash, &guard) {
             Some(n) => {
                 sh.record_hit(n);
@@ -684,7 +684,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let guard = epoch::pin();
         let pnode = parent.node();
         let probe = Probe::new(name);
-        let hash = sh.table.hash_probe(pnode.id, &probe);
+        let hash = sh.table.hash_probe(pnode.hash_parent(), &probe);
         let index = sh.table.index(hash);
         let keeps = |n: &Node<T>, payload: &Option<T>| !replace && (!n.is_negative() || payload.is_none());
         if !replace
@@ -719,8 +719,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                     replaced = Some(unsafe { self.counted(n) });
                 }
             }
-            // Relaxed: ids only need to be unique and to grow in each child
-            // map, which the child-map lock we hold orders.
+            // Relaxed: ids need only be unique, and larger than the `limit`
+            // of a `drop_subtree` that began before this insert, which
+            // coherence of the one counter gives (its load is Relaxed too).
             let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
             let negative = payload.is_none();
             let initial = if parent_live { 1 } else { 1 | UNHASHED };
@@ -787,7 +788,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let sh = self.sh();
         let pid = parent.node().id;
         let probe = Probe::new(name);
-        let hash = sh.table.hash_probe(pid, &probe);
+        let hash = sh.table.hash_probe(parent.node().hash_parent(), &probe);
         loop {
             let found = {
                 let guard = epoch::pin();
@@ -847,7 +848,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let guard = epoch::pin();
         let (opn, npn) = (op.node(), np.node());
         let old_probe = Probe::new(old_name);
-        let old_hash = sh.table.hash_probe(opn.id, &old_probe);
+        let old_hash = sh.table.hash_probe(opn.hash_parent(), &old_probe);
         let x = match self.find_live(opn.id, &old_probe, old_hash, &guard) {
             // SAFETY: `try_get` took the reference.
             Some(n) if n.try_get(true) => unsafe { self.counted(n) },
@@ -884,7 +885,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         if !ptr::eq(xn.parent.load(Ordering::Relaxed), opn) {
             return false;
         }
-        let new_hash = sh.table.hash(npn.id, new_name);
+        let new_hash = sh.table.hash(npn.hash_parent(), new_name);
         let same_parent = ptr::eq(opn, npn);
         // Child-map locks: by id when there are two (not by address: loom
         // needs every execution of a model to take the same branches).
@@ -989,7 +990,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             let guard = epoch::pin();
             let pid = parent.node().id;
             let probe = Probe::new(name);
-            let hash = self.sh().table.hash_probe(pid, &probe);
+            let hash = self.sh().table.hash_probe(parent.node().hash_parent(), &probe);
             match self.find_live(pid, &probe, hash, &guard) {
                 // SAFETY: `try_get` took the reference.
                 Some(n) if n.try_get(true) => Some(unsafe { self.counted(n) }),
@@ -1027,7 +1028,10 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             let mut end = None;
             for (i, comp) in comps.iter().enumerate() {
                 let probe = Probe::new(comp);
-                let hash = sh.table.hash_probe(cur.id, &probe);
+                // Hashed with `cur`'s address, which the chain link to it
+                // gave before `cur`'s own line arrived: the next bucket's
+                // load need not wait for the node's (see `hash_parent`).
+                let hash = sh.table.hash_probe(cur.hash_parent(), &probe);
                 match self.find_live(cur.id, &probe, hash, &guard) {
                     Some(n) if n.is_negative() => {
                         n.mark_referenced();
@@ -1165,7 +1169,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             dropping: bool,
         }
         // Under a node that is unhashed no child can be added any more (insert
-        // and rename check the parent under its child-map lock), so all of its
+        // and rename check the parent under its child lock), so all of its
         // children are walked, however new: then no node is left hashed under
         // an unhashed parent. Under a node that stays cached (`dir`, or one the
         // filter kept) only children older than the call are, which bounds
@@ -1437,11 +1441,11 @@ pub struct Pinned<'c, T: Send + Sync + 'static> {
 }
 
 impl<'c, T: Send + Sync + 'static> Pinned<'c, T> {
-    fn lookup_id(&self, pid: u64, name: &[u8]) -> Option<DentryRef<'_, T>> {
+    fn lookup_under(&self, parent: &Node<T>, name: &[u8]) -> Option<DentryRef<'_, T>> {
         let sh = self.cache.sh();
         let probe = Probe::new(name);
-        let hash = sh.table.hash_probe(pid, &probe);
-        match self.cache.find_live(pid, &probe, hash, &self.guard) {
+        let hash = sh.table.hash_probe(parent.hash_parent(), &probe);
+        match self.cache.find_live(parent.id, &probe, hash, &self.guard) {
             Some(n) => {
                 sh.record_hit(n);
                 Some(DentryRef { node: n, pinned: self })
@@ -1456,7 +1460,7 @@ impl<'c, T: Send + Sync + 'static> Pinned<'c, T> {
     /// Looks `name` up under a counted `parent`; `None` is a miss.
     pub fn lookup(&self, parent: &Dentry<T>, name: &[u8]) -> Option<DentryRef<'_, T>> {
         self.cache.own(parent);
-        self.lookup_id(parent.id(), name)
+        self.lookup_under(parent.node(), name)
     }
 
     /// Looks `name` up under a pinned `parent`.
@@ -1465,7 +1469,7 @@ impl<'c, T: Send + Sync + 'static> Pinned<'c, T> {
             ptr::eq(parent.pinned.cache, self.cache),
             "dcache: a reference from another cache"
         );
-        self.lookup_id(parent.id(), name)
+        self.lookup_under(parent.node, name)
     }
 
     /// The root entry, borrowed.

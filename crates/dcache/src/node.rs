@@ -286,6 +286,25 @@ impl<T> Node<T> {
         }
     }
 
+    /// What the keys of this node's children are hashed with: its address,
+    /// not its id (the kernel hashes with the parent dentry's address too).
+    /// A walk knows the address of the next directory as soon as it has
+    /// loaded the chain link to it, before the node's own line arrives, so
+    /// the CPU can load the next component's bucket while that node is still
+    /// being compared (its id, which the comparison of the next key needs,
+    /// comes with the line). A node's children live no longer than it, and
+    /// rename moves nodes in place, so the address names one directory for
+    /// as long as it has children. Under loom the id: loom needs every
+    /// execution of a model to take the same branches, and addresses differ.
+    #[inline]
+    pub(crate) fn hash_parent(&self) -> u64 {
+        if crate::sync::LOOM {
+            self.id
+        } else {
+            ptr::from_ref(self) as u64
+        }
+    }
+
     #[inline]
     pub(crate) fn is_negative(&self) -> bool {
         self.payload.is_none()

@@ -1,4 +1,4 @@
-//! The hash table keyed by (parent id, name): an array of buckets, each a
+//! The hash table keyed by (parent, name): an array of buckets, each a
 //! singly-linked chain read lock-free under an epoch pin and written under a
 //! per-bucket bit lock.
 //!
@@ -16,9 +16,9 @@
 //! 8-byte aligned, so a pointer never has it) is the bucket's lock, as in the
 //! kernel's `hlist_bl_lock`:
 //! - a writer locks with a compare-exchange (Acquire) from the word with the
-//!   bit clear to the word with it set, and unlocks by storing the head with the bit clear
-//!   (Release; only the holder changes the word while it is locked). The
-//!   pair orders each critical section before the next one: the chain's
+//!   bit clear to the word with it set (waiting by reading the word, not
+//!   writing it), and unlocks with `fetch_and(!LOCKED, Release)`; only the
+//!   holder changes the word while the bit is set. The pair orders each critical section before the next one: the chain's
 //!   links and the nodes' `linked` flags, which writers read Relaxed under
 //!   the lock, are those the previous holder left;
 //! - a writer that changes the head while holding the lock stores it with
@@ -85,13 +85,13 @@ impl<T> Bucket<T> {
         let mut cur = self.head.load(Ordering::Relaxed, unprotected);
         loop {
             if cur.tag() & LOCKED == 0 {
-                // Acquire: pairs with the Release store of the previous
+                // Acquire: pairs with the Release `fetch_and` of the previous
                 // holder's unlock, so this critical section sees everything
                 // that one wrote (the chain links and `linked` flags that
                 // writers read Relaxed). A compare-exchange rather than a
-                // `fetch_or`: a waiter that fails writes nothing, so it does
-                // not take the line from the holder (nor, under loom, add a
-                // store per spin to the word's history).
+                // `fetch_or`: a waiter writes nothing, so it neither takes
+                // the line from the holder nor (under loom) adds stores to
+                // the word's history, which loom keeps only a few of.
                 match self.head.compare_exchange_weak(
                     cur,
                     cur.with_tag(LOCKED),
@@ -116,13 +116,12 @@ impl<T> Drop for BucketGuard<'_, T> {
     fn drop(&mut self) {
         // SAFETY: as in `Bucket::lock`.
         let unprotected = unsafe { epoch::unprotected() };
-        // Relaxed: we hold the lock, so we are the only writer of the word.
-        let head = self.bucket.head.load(Ordering::Relaxed, unprotected);
-        debug_assert!(head.tag() & LOCKED != 0);
         // Release: ends the critical section; pairs with the Acquire
         // compare-exchange of the next `lock` (and, like every head store, with
-        // the Acquire head load of `scan`).
-        self.bucket.head.store(head.with_tag(0), Ordering::Release);
+        // the Acquire head load of `scan`). A read-modify-write, not a load
+        // and a store: one step for the model checker, and the word stays
+        // exactly what the critical section left, bit aside.
+        self.bucket.head.fetch_and(!LOCKED, Ordering::Release, unprotected);
     }
 }
 
@@ -143,7 +142,7 @@ fn mix(h: u64, w: u64) -> u64 {
     (h ^ w).wrapping_mul(K2).rotate_left(29)
 }
 
-/// A fast seeded hash of (parent id, name) over the name's little-endian
+/// A fast seeded hash of (parent, name) over the name's little-endian
 /// 8-byte words (the last one zero padded), taken from the probe's inline
 /// words so that a lookup reads the name once. Not a cryptographic hash:
 /// with a per-cache random seed it keeps accidental collisions rare, which
