@@ -12,22 +12,33 @@
 //! # The bucket: one word
 //!
 //! A bucket is the chain's head pointer alone: 8 bytes, half of a pointer
-//! beside a mutex, so that twice as many buckets stay in a cache level. Bit 0 of the head (`LOCKED`; nodes are
-//! 8-byte aligned, so a pointer never has it) is the bucket's lock, as in the
-//! kernel's `hlist_bl_lock`:
+//! beside a mutex, so that twice as many buckets stay in a cache level. Bit 0
+//! of the head (`LOCKED`; nodes are 8-byte aligned, so a pointer never has
+//! it) is the bucket's lock, as in the kernel's `hlist_bl_lock`:
 //! - a writer locks with a compare-exchange (Acquire) from the word with the
 //!   bit clear to the word with it set (waiting by reading the word, not
 //!   writing it), and unlocks with `fetch_and(!LOCKED, Release)`; only the
-//!   holder changes the word while the bit is set. The pair orders each critical section before the next one: the chain's
-//!   links and the nodes' `linked` flags, which writers read Relaxed under
-//!   the lock, are those the previous holder left;
+//!   holder changes the word while the bit is set. The pair orders each
+//!   critical section before the next one: the chain's links and the nodes'
+//!   `linked` flags, which writers read Relaxed under the lock, are those the
+//!   previous holder left;
 //! - a writer that changes the head while holding the lock stores it with
 //!   the bit set (`link_locked`, `unlink_locked`);
 //! - readers ignore the bit (crossbeam's `Shared` strips tag bits on
 //!   dereference), so a locked bucket is read like any other.
 //!
 //! The loom model `dcache_bucket_lock_vs_unlink` checks the lock (it fails if
-//! either ordering of the pair is weakened to Relaxed).
+//! either ordering of the pair is weakened to Relaxed). Under loom the lock
+//! is the same compare-exchange and `fetch_and` on a word of its own beside
+//! the head: loom lets a load return any of a word's recent stores, so the
+//! lock's two stores per critical section on the head multiplied what each
+//! reader's head load could see, and the models that read chains while a
+//! writer locks one (`dcache_lookup_vs_unhash_and_reclaim`,
+//! `dcache_rename_in_chain_vs_lookup`) went from a few minutes to a quarter
+//! of an hour and more each. What loom then does not check is that the bit
+//! and the pointer share a word (every head store by a holder keeps the
+//! bit; readers strip it), which is no ordering; the unit, stress and
+//! memcheck runs use the real layout.
 //!
 //! # Chain protocol
 //! - Insert publishes a node at the head: `node.next = head` (Relaxed, the
@@ -57,15 +68,23 @@
 use std::ptr;
 
 use crate::node::{INLINE_NAME, Node, Probe, UNHASHED};
-use crate::sync::epoch::{self, Atomic, Guard, Shared};
+use crate::sync::epoch::{Atomic, Guard, Shared};
 use crate::sync::{Ordering, backoff};
 
 /// The lock bit of a bucket's head word.
 const LOCKED: usize = 1;
 
+/// The tag a held bucket's head keeps while its holder stores it: the lock
+/// bit, except under loom, where the lock is a word of its own.
+const HELD: usize = if crate::sync::LOOM { 0 } else { LOCKED };
+
 /// One hash bucket: the chain's head, whose bit 0 is the bucket's lock.
 pub(crate) struct Bucket<T> {
     head: Atomic<Node<T>>,
+    /// Under loom only, the lock as a word beside the head (see the module
+    /// docs).
+    #[cfg(rcufs_loom)]
+    lock: crate::sync::AtomicUsize,
 }
 
 /// A held bucket lock; dropping it unlocks.
@@ -74,12 +93,29 @@ pub(crate) struct BucketGuard<'a, T> {
 }
 
 impl<T> Bucket<T> {
+    /// Takes the bucket's lock (under loom: a word of its own).
+    #[cfg(rcufs_loom)]
+    pub(crate) fn lock(&self) -> BucketGuard<'_, T> {
+        let mut spins = 0u32;
+        // Acquire: as in the other build, the same lock on a word of its own.
+        while self
+            .lock
+            .compare_exchange_weak(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins = spins.saturating_add(1);
+            backoff(spins);
+        }
+        BucketGuard { bucket: self }
+    }
+
     /// Takes the bucket's bit lock, spinning (and yielding after a while:
     /// the holder may have been preempted) until it is free.
+    #[cfg(not(rcufs_loom))]
     pub(crate) fn lock(&self) -> BucketGuard<'_, T> {
         // SAFETY: the unprotected guard is only used to read and set the
         // tag bit; no node is dereferenced through it.
-        let unprotected = unsafe { epoch::unprotected() };
+        let unprotected = unsafe { crate::sync::epoch::unprotected() };
         let mut spins = 0u32;
         // Relaxed: a guess of the word; the compare-exchange checks it.
         let mut cur = self.head.load(Ordering::Relaxed, unprotected);
@@ -113,9 +149,16 @@ impl<T> Bucket<T> {
 }
 
 impl<T> Drop for BucketGuard<'_, T> {
+    #[cfg(rcufs_loom)]
+    fn drop(&mut self) {
+        // Release: as in the other build.
+        self.bucket.lock.fetch_and(!LOCKED, Ordering::Release);
+    }
+
+    #[cfg(not(rcufs_loom))]
     fn drop(&mut self) {
         // SAFETY: as in `Bucket::lock`.
-        let unprotected = unsafe { epoch::unprotected() };
+        let unprotected = unsafe { crate::sync::epoch::unprotected() };
         // Release: ends the critical section; pairs with the Acquire
         // compare-exchange of the next `lock` (and, like every head store, with
         // the Acquire head load of `scan`). A read-modify-write, not a load
@@ -179,7 +222,13 @@ impl<T> Table<T> {
         // The nodes keep the hash's low 32 bits, from which the index is
         // taken.
         debug_assert!(buckets.is_power_of_two() && buckets <= 1 << 32);
-        let buckets: Box<[Bucket<T>]> = (0..buckets).map(|_| Bucket { head: Atomic::null() }).collect();
+        let buckets: Box<[Bucket<T>]> = (0..buckets)
+            .map(|_| Bucket {
+                head: Atomic::null(),
+                #[cfg(rcufs_loom)]
+                lock: crate::sync::AtomicUsize::new(0),
+            })
+            .collect();
         let mask = buckets.len() - 1;
         Self {
             buckets,
@@ -321,7 +370,7 @@ impl<T> Table<T> {
         // The lock bit stays set: we still hold the lock.
         bucket
             .head
-            .store(Shared::from(node as *const Node<T>).with_tag(LOCKED), Ordering::Release);
+            .store(Shared::from(node as *const Node<T>).with_tag(HELD), Ordering::Release);
         node.linked.store(true, Ordering::Relaxed);
     }
 
@@ -345,11 +394,7 @@ impl<T> Table<T> {
             if cur.as_raw() == target {
                 let next = node.next.load(Ordering::Relaxed, guard);
                 // The head keeps the lock bit: we still hold the lock.
-                let next = if ptr::eq(link, head) {
-                    next.with_tag(LOCKED)
-                } else {
-                    next
-                };
+                let next = if ptr::eq(link, head) { next.with_tag(HELD) } else { next };
                 // Release: pairs with the Acquire link loads in `scan`; it
                 // carries, via the bucket lock, the publication of `next`.
                 link.store(next, Ordering::Release);
