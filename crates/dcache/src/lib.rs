@@ -55,8 +55,8 @@
 //!   batch of negatives; beyond `max_entries` entries prunes a batch
 //!   (negatives first). Entries in use are never freed, so the bounds can be
 //!   exceeded by entries that are referenced.
-//! - **Rename** moves the node in place (its id, and so its children's keys,
-//!   stay the same), bracketed by a global rename sequence count like the
+//! - **Rename** moves the node in place (its id and its address, and so its
+//!   children's keys and the buckets they hash to, stay the same), bracketed by a global rename sequence count like the
 //!   kernel's `rename_lock`; a lookup that misses re-checks the count.
 //! - **Fast walk** (seed 000 §7): [`Dcache::walk`] resolves a whole path under
 //!   one pin, taking a reference on the result only, and retries if a rename
