@@ -433,3 +433,92 @@ fn dcache_parent_vs_rename_and_free() {
         assert_eq!(x.parent().map(|p| p.id()), Some(b_id));
     });
 }
+
+/// Two removals of two names in one hash chain (`head → y → x`): each
+/// unlinks its node under the bucket's bit lock, reading the chain's links
+/// Relaxed, so the second must see the first's unlink through the lock
+/// (the Acquire compare-exchange that sets the bit pairing with the Release
+/// store that clears it).
+/// Without that, the second can read a stale `next` and link a removed node
+/// back into the chain, which `assert_consistent` reports (and a later lookup
+/// could reach it after it is freed). Fails if either side of the lock is
+/// weakened to Relaxed.
+#[test]
+fn dcache_bucket_lock_vs_unlink() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        let (x, y) = names_in(&c, &root, true);
+        drop(c.insert(&root, &x, Some(P::new(1).0)));
+        drop(c.insert(&root, &y, Some(P::new(2).0)));
+        let other = {
+            let c = c.clone();
+            let root = root.clone();
+            let x = x.clone();
+            thread::spawn(move || assert!(c.remove(&root, &x)))
+        };
+        assert!(c.remove(&root, &y));
+        other.join().unwrap();
+        c.assert_consistent();
+        assert!(matches!(c.lookup(&root, &x), Lookup::Miss));
+        assert!(matches!(c.lookup(&root, &y), Lookup::Miss));
+        assert_eq!(c.len(), 0);
+    });
+}
+
+/// `drop_subtree` walks a directory's list of children in batches (of one
+/// here), resuming at a child it holds counted. A rename moves that child to
+/// another directory, and an insert there then appends after it, writing its
+/// sibling link under the other directory's child lock. The walk must notice
+/// the move (the child's parent is no longer the directory whose lock it
+/// holds) and start again, rather than follow the child into the other
+/// list: loom reports that as a data race on the sibling link if the check
+/// is removed. Whatever the order, nothing is left cached under the dropped
+/// directory, the other directory keeps its new entry, and the chains are
+/// consistent.
+#[test]
+fn dcache_drop_cursor_vs_rename_away() {
+    // Batches of one make the execution long (the cache's own drop at the
+    // end walks the whole tree a child at a time): more branches than
+    // loom's default 1,000 per execution, and more states than a run at
+    // preemption bound 2 gets through in reasonable time. One preemption is
+    // what the race needs (the walker stopped between two batches while the
+    // other thread renames and inserts), so the bound is 1 here.
+    let mut model = loom::model::Builder::new();
+    model.max_branches = 10_000;
+    model.preemption_bound = Some(1);
+    model.check(|| {
+        let c = StdArc::new(Dcache::new(
+            Config {
+                prune_batch: 1,
+                ..small()
+            },
+            P::new(0).0,
+        ));
+        let root = c.root();
+        let d = c.insert(&root, b"d", Some(P::new(1).0));
+        let e = c.insert(&root, b"e", Some(P::new(2).0));
+        drop(c.insert(&d, b"a", Some(P::new(3).0)));
+        drop(c.insert(&d, b"b", Some(P::new(4).0)));
+        let renamer = {
+            let c = c.clone();
+            let (d, e) = (d.clone(), e.clone());
+            thread::spawn(move || {
+                let moved = c.rename(&d, b"b", &e, b"b");
+                drop(c.insert(&e, b"z", Some(P::new(5).0)));
+                moved
+            })
+        };
+        c.drop_subtree(&d, |_| true);
+        let moved = renamer.join().unwrap();
+        assert!(matches!(c.lookup(&d, b"a"), Lookup::Miss));
+        assert!(matches!(c.lookup(&d, b"b"), Lookup::Miss));
+        assert_eq!(payload_of(&c.lookup(&e, b"z")), Some(5));
+        // `b` moved out of `d` before the walk reached it, or the walk
+        // dropped it first (then the rename found it gone), or the walk had
+        // collected it just before the move and drops it at its new place.
+        let b_in_e = payload_of(&c.lookup(&e, b"b"));
+        assert!(b_in_e.is_none() || (moved && b_in_e == Some(4)));
+        c.assert_consistent();
+    });
+}

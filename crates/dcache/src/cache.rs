@@ -11,10 +11,10 @@
 //! the comments next to the atomic operations; the protocols are summarised in
 //! the crate docs.
 //!
-//! Lock order (outer to inner): rename lock, then child-map locks (two only in
+//! Lock order (outer to inner): rename lock, then child locks (two only in
 //! rename, by node id), then bucket locks (two only in rename, by index),
 //! then the LRU lock. The LRU lock is a leaf: nothing is acquired while it is
-//! held. No thread takes a child-map lock while holding a bucket lock or the
+//! held. No thread takes a child lock while holding a bucket lock or the
 //! LRU lock.
 
 use std::fmt;
@@ -23,6 +23,7 @@ use std::mem::ManuallyDrop;
 use std::ptr::{self, NonNull};
 
 use crate::Config;
+use crate::children::ChildGuard;
 use crate::lru::Lru;
 use crate::node::{COUNT_MASK, DEAD, Node, NodePtr, ON_LRU, Probe, UNHASHED};
 use crate::stats::{Counters, Event, Stats};
@@ -140,7 +141,7 @@ fn release_one<T>(shared: &Shared<T>, node: &Node<T>) -> bool {
 }
 
 /// Tears down a node whose `DEAD` bit the caller set: takes it off the LRU,
-/// out of its hash chain and out of its parent's child map, and hands its
+/// out of its hash chain and off its parent's list of children, and hands its
 /// memory to the epoch collector. Returns the parent, on which the caller
 /// still holds the node's reference (null for the root).
 ///
@@ -156,20 +157,24 @@ unsafe fn kill<T>(shared: &Shared<T>, node: &Node<T>, guard: &Guard) -> *const N
         node.count.fetch_and(!ON_LRU, Ordering::Relaxed);
     }
     shared.table.unlink(node, guard);
+    debug_assert!(ChildGuard::lock(node).is_empty(), "dcache: a dead node with children");
     // Acquire: pairs with the Release store of rename; a DEAD node cannot be
     // moved any more (rename holds a reference).
     let parent = node.parent.load(Ordering::Acquire).cast_const();
     // SAFETY: the node holds a reference on its parent until we release it
     // after this function returns.
     if let Some(p) = unsafe { parent.as_ref() } {
-        p.children.lock().remove(&node.id);
+        // SAFETY: every cached child is on its parent's list until its
+        // killer (we) takes it off; the parent is alive (the node's
+        // reference).
+        unsafe { ChildGuard::lock(p).remove(node) };
         shared.entries.fetch_sub(1, Ordering::Relaxed);
         if node.is_negative() {
             shared.negatives.fetch_sub(1, Ordering::Relaxed);
         }
     }
     // SAFETY: the node is DEAD (no new references), unhashed and unlinked from
-    // its chain, off the LRU and out of its parent's child map, and it has no
+    // its chain, off the LRU and off its parent's list of children, and it has no
     // children (each would hold a reference). Only readers pinned before the
     // unlinking can still see it, and the collector waits for them.
     unsafe { guard.defer_destroy(epoch::Shared::from(node as *const Node<T>)) };
@@ -477,7 +482,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     }
 
     /// Panics if `d` belongs to another cache: mixing caches would link
-    /// nodes of one into the child maps and reference counts of the other.
+    /// nodes of one into the child lists and reference counts of the other.
     #[inline]
     #[track_caller]
     fn own(&self, d: &Dentry<T>) {
@@ -516,7 +521,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
 
     /// Sizes of the per-entry structures, in bytes: the node (with its key:
     /// hash bits, parent id and the name inline up to `INLINE_NAME` = 32
-    /// bytes; its hash and LRU links, state word, child-map header and
+    /// bytes; its hash and LRU links, state word, child-list links and
     /// payload) and one hash bucket (there is one bucket per two entries of
     /// `max_entries`). A name longer than 32 bytes also has a heap copy. For
     /// overhead accounting.
@@ -528,13 +533,21 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         )
     }
 
+    /// Panics unless every hash chain holds only hashed nodes that are
+    /// marked linked and sit in the bucket of their key. Holds whenever no
+    /// operation is in flight; for tests and loom models.
+    #[doc(hidden)]
+    pub fn assert_consistent(&self) {
+        self.sh().table.assert_consistent(&epoch::pin());
+    }
+
     /// The bucket a name under `parent` hashes to (for tests and models that
     /// want names in the same or in different chains).
     #[doc(hidden)]
     pub fn bucket_of(&self, parent: &Dentry<T>, name: &[u8]) -> usize {
         self.own(parent);
         let sh = self.sh();
-        sh.table.index(sh.table.hash(parent.id(), name))
+        sh.table.index(sh.table.hash(parent.node().hash_parent(), name))
     }
 
     /// Finds the hashed node for (pid, name), lock-free.
@@ -552,10 +565,10 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// entry with the wanted key rescans (a bounded number of times: an
     /// unhashed node can linger in a chain while it is held) and finds the
     /// replacement.
-    fn find_live<'g>(&self, pid: u64, name: &[u8], hash: u64, guard: &'g Guard) -> Option<&'g Node<T>> {
+    #[inline]
+    fn find_live<'g>(&self, pid: u64, probe: &Probe<'_>, hash: u64, guard: &'g Guard) -> Option<&'g Node<T>> {
         let sh = self.sh();
         let index = sh.table.index(hash);
-        let probe = Probe::new(name);
         let mut rescans = 0;
         loop {
             // Acquire: pairs with the Release increment that ends a rename, so
@@ -565,7 +578,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 spin_loop();
                 continue;
             }
-            let (found, skipped) = sh.table.scan(index, hash, pid, &probe, guard);
+            let (found, skipped) = sh.table.scan(index, hash, pid, probe, guard);
             if let Some(node) = found {
                 return Some(node);
             }
@@ -592,9 +605,10 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let sh = self.sh();
         let guard = epoch::pin();
         let pid = parent.node().id;
-        let hash = sh.table.hash(pid, name);
+        let probe = Probe::new(name);
+        let hash = sh.table.hash_probe(parent.node().hash_parent(), &probe);
         loop {
-            match self.find_live(pid, name, hash, &guard) {
+            match self.find_live(pid, &probe, hash, &guard) {
                 Some(n) if n.is_negative() => {
                     n.mark_referenced();
                     sh.counters.add(Event::NegativeHit, 1);
@@ -627,8 +641,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let sh = self.sh();
         let guard = epoch::pin();
         let pid = parent.node().id;
-        let hash = sh.table.hash(pid, name);
-        match self.find_live(pid, name, hash, &guard) {
+        let probe = Probe::new(name);
+        let hash = sh.table.hash_probe(parent.node().hash_parent(), &probe);
+        match self.find_live(pid, &probe, hash, &guard) {
             Some(n) => {
                 sh.record_hit(n);
                 Some(f(n.payload.as_ref()))
@@ -668,11 +683,12 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let sh = self.sh();
         let guard = epoch::pin();
         let pnode = parent.node();
-        let hash = sh.table.hash(pnode.id, name);
+        let probe = Probe::new(name);
+        let hash = sh.table.hash_probe(pnode.hash_parent(), &probe);
         let index = sh.table.index(hash);
         let keeps = |n: &Node<T>, payload: &Option<T>| !replace && (!n.is_negative() || payload.is_none());
         if !replace
-            && let Some(n) = self.find_live(pnode.id, name, hash, &guard)
+            && let Some(n) = self.find_live(pnode.id, &probe, hash, &guard)
             && keeps(n, &payload)
             && n.try_get(true)
         {
@@ -684,13 +700,12 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         // the last one frees the node, which takes the bucket lock).
         let mut release_later = None;
         let new = {
-            let mut children = pnode.children.lock();
+            let mut children = ChildGuard::lock(pnode);
             // The parent's UNHASHED bit is set before whoever unhashed it
             // takes this lock to collect the children, so either we see it
             // here or our child is collected (the lock orders the two).
             let parent_live = !pnode.is_unhashed();
-            let bucket = sh.table.bucket(index);
-            let _bucket = bucket.lock.lock();
+            let _bucket = sh.table.lock(index);
             // The entry this insert replaces; it is unhashed only after the
             // new node is linked, so that lookups never miss the name.
             let mut replaced = None;
@@ -704,8 +719,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                     replaced = Some(unsafe { self.counted(n) });
                 }
             }
-            // Relaxed: ids only need to be unique and to grow in each child
-            // map, which the child-map lock we hold orders.
+            // Relaxed: ids need only be unique, and larger than the `limit`
+            // of a `drop_subtree` that began before this insert, which
+            // coherence of the one counter gives (its load is Relaxed too).
             let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
             let negative = payload.is_none();
             let initial = if parent_live { 1 } else { 1 | UNHASHED };
@@ -730,7 +746,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                     release_later = Some(d);
                 }
             }
-            children.insert(id, NodePtr(NonNull::from(&*node)));
+            // SAFETY: the node is new (on no list) and its parent is `pnode`,
+            // whose child lock we hold.
+            unsafe { children.push_back(node) };
             pnode.get();
             sh.entries.fetch_add(1, Ordering::Relaxed);
             if negative {
@@ -769,11 +787,12 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         self.own(parent);
         let sh = self.sh();
         let pid = parent.node().id;
-        let hash = sh.table.hash(pid, name);
+        let probe = Probe::new(name);
+        let hash = sh.table.hash_probe(parent.node().hash_parent(), &probe);
         loop {
             let found = {
                 let guard = epoch::pin();
-                match self.find_live(pid, name, hash, &guard) {
+                match self.find_live(pid, &probe, hash, &guard) {
                     // SAFETY: `try_get` took the reference.
                     Some(n) if n.try_get(true) => Some(unsafe { self.counted(n) }),
                     Some(_) => continue,
@@ -828,8 +847,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let sh = self.sh();
         let guard = epoch::pin();
         let (opn, npn) = (op.node(), np.node());
-        let old_hash = sh.table.hash(opn.id, old_name);
-        let x = match self.find_live(opn.id, old_name, old_hash, &guard) {
+        let old_probe = Probe::new(old_name);
+        let old_hash = sh.table.hash_probe(opn.hash_parent(), &old_probe);
+        let x = match self.find_live(opn.id, &old_probe, old_hash, &guard) {
             // SAFETY: `try_get` took the reference.
             Some(n) if n.try_get(true) => unsafe { self.counted(n) },
             _ => {
@@ -865,18 +885,18 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         if !ptr::eq(xn.parent.load(Ordering::Relaxed), opn) {
             return false;
         }
-        let new_hash = sh.table.hash(npn.id, new_name);
+        let new_hash = sh.table.hash(npn.hash_parent(), new_name);
         let same_parent = ptr::eq(opn, npn);
         // Child-map locks: by id when there are two (not by address: loom
         // needs every execution of a model to take the same branches).
         let (mut old_children, mut new_children) = if same_parent {
-            (opn.children.lock(), None)
+            (ChildGuard::lock(opn), None)
         } else if opn.id < npn.id {
-            let o = opn.children.lock();
-            (o, Some(npn.children.lock()))
+            let o = ChildGuard::lock(opn);
+            (o, Some(ChildGuard::lock(npn)))
         } else {
-            let n = npn.children.lock();
-            (opn.children.lock(), Some(n))
+            let n = ChildGuard::lock(npn);
+            (ChildGuard::lock(opn), Some(n))
         };
         if xn.is_unhashed() {
             // Dropped meanwhile: nothing to move, but the target is stale.
@@ -897,8 +917,8 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         }
         let (oi, ni) = (sh.table.index(old_hash), sh.table.index(new_hash));
         let (first, second) = (oi.min(ni), oi.max(ni));
-        let _b1 = sh.table.bucket(first).lock.lock();
-        let _b2 = (first != second).then(|| sh.table.bucket(second).lock.lock());
+        let _b1 = sh.table.lock(first);
+        let _b2 = (first != second).then(|| sh.table.lock(second));
         // AcqRel: makes the count odd before the target is unhashed and the
         // node's links change, so the whole move, the target's unhash
         // included, is one step for lookups (the kernel's `d_move` drops the
@@ -940,8 +960,13 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         drop(_b2);
         drop(_b1);
         if let Some(new_children) = new_children.as_mut() {
-            old_children.remove(&xn.id);
-            new_children.insert(xn.id, NodePtr(NonNull::from(xn)));
+            // SAFETY: x is alive (counted) and on its parent `opn`'s list
+            // (checked above under the rename lock); we hold both child
+            // locks, and set x's parent to `npn` below before releasing them.
+            unsafe {
+                old_children.remove(xn);
+                new_children.push_back(xn);
+            }
             npn.get();
             // Release: publishes the parent pointer for `Dentry::parent`;
             // pairs with its Acquire load.
@@ -964,8 +989,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let found = {
             let guard = epoch::pin();
             let pid = parent.node().id;
-            let hash = self.sh().table.hash(pid, name);
-            match self.find_live(pid, name, hash, &guard) {
+            let probe = Probe::new(name);
+            let hash = self.sh().table.hash_probe(parent.node().hash_parent(), &probe);
+            match self.find_live(pid, &probe, hash, &guard) {
                 // SAFETY: `try_get` took the reference.
                 Some(n) if n.try_get(true) => Some(unsafe { self.counted(n) }),
                 _ => None,
@@ -1001,8 +1027,12 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             let mut hits = 0;
             let mut end = None;
             for (i, comp) in comps.iter().enumerate() {
-                let hash = sh.table.hash(cur.id, comp);
-                match self.find_live(cur.id, comp, hash, &guard) {
+                let probe = Probe::new(comp);
+                // Hashed with `cur`'s address, which the chain link to it
+                // gave before `cur`'s own line arrived: the next bucket's
+                // load need not wait for the node's (see `hash_parent`).
+                let hash = sh.table.hash_probe(cur.hash_parent(), &probe);
+                match self.find_live(cur.id, &probe, hash, &guard) {
                     Some(n) if n.is_negative() => {
                         n.mark_referenced();
                         end = Some((i, true));
@@ -1117,23 +1147,38 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         stats: &mut DropStats,
         skipped: &mut u64,
     ) -> bool {
+        /// Where the walk of a node's children stands.
+        enum Cursor<T: Send + Sync + 'static> {
+            /// Not started.
+            Start,
+            /// Resume at this child, the first not looked at yet (counted,
+            /// so it stays on the list unless a rename moves it, which is
+            /// checked). Not one already in a batch: a reference held on
+            /// such a child would make it count as busy when its own frame
+            /// releases it.
+            At(Dentry<T>),
+            /// Every child looked at.
+            Done,
+        }
         struct Frame<T: Send + Sync + 'static> {
             node: Dentry<T>,
-            /// The next child id to look at.
-            cursor: u64,
-            /// Child ids from here on are not looked at.
+            cursor: Cursor<T>,
+            /// Children with an id from here on are passed over.
             end: u64,
             /// This pass unhashed the node and owes the count.
             dropping: bool,
         }
         // Under a node that is unhashed no child can be added any more (insert
-        // and rename check the parent under its child-map lock), so all of its
+        // and rename check the parent under its child lock), so all of its
         // children are walked, however new: then no node is left hashed under
         // an unhashed parent. Under a node that stays cached (`dir`, or one the
         // filter kept) only children older than the call are, which bounds
         // the walk while inserts go on.
         let end_for = |d: &Dentry<T>| if d.is_hashed() { limit } else { u64::MAX };
         let finish = |f: Frame<T>, stats: &mut DropStats| {
+            if let Cursor::At(c) = f.cursor {
+                c.release_batched();
+            }
             if f.dropping {
                 if f.node.release_batched() {
                     stats.dropped += 1;
@@ -1146,7 +1191,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let mut stack = vec![Frame {
             end: end_for(dir),
             node: dir.clone(),
-            cursor: 0,
+            cursor: Cursor::Start,
             dropping: false,
         }];
         let mut batch = Vec::with_capacity(batch_size);
@@ -1156,23 +1201,51 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 // last look must make us walk again.
                 break locked || self.seq_rmw() == seq;
             };
-            if top.cursor < top.end {
-                let children = top.node.node().children.lock();
-                for (&id, child) in children.range(top.cursor..top.end) {
-                    if batch.len() == batch_size {
-                        break;
+            if !matches!(top.cursor, Cursor::Done) {
+                let children = ChildGuard::lock(top.node.node());
+                let mut c = match &top.cursor {
+                    Cursor::Start => children.first(),
+                    // A rename that moved the cursor's child to another
+                    // directory since the last batch (its parent changes
+                    // only under this lock) makes the pass start again, as
+                    // the rename count below would.
+                    Cursor::At(d) if !ptr::eq(d.node().parent.load(Ordering::Relaxed), top.node.node()) => {
+                        break false;
                     }
-                    top.cursor = id + 1;
-                    // SAFETY: a node in a child map is alive: its killer takes
-                    // it out under this lock before freeing it.
-                    let child = unsafe { child.0.as_ref() };
-                    if child.try_get(false) {
+                    Cursor::At(d) => d.node(),
+                    Cursor::Done => ptr::null(),
+                };
+                while !c.is_null() && batch.len() < batch_size {
+                    // SAFETY: a node on a list is alive: its killer takes it
+                    // off under this lock before freeing it.
+                    let child = unsafe { &*c };
+                    if child.id < top.end && child.try_get(false) {
                         // SAFETY: `try_get` took the reference.
                         batch.push(unsafe { self.counted(child) });
                     }
+                    // SAFETY: `child` is on this list and alive.
+                    c = unsafe { children.next(child) };
                 }
-                if batch.is_empty() {
-                    top.cursor = top.end;
+                // The next cursor: the first child not looked at that can
+                // be counted (one being freed is passed over: it is out of
+                // the cache already). The old cursor is released after the
+                // lock: releasing can free a node, which takes this lock.
+                let next = loop {
+                    // SAFETY: as above.
+                    let Some(child) = (unsafe { c.as_ref() }) else {
+                        break Cursor::Done;
+                    };
+                    if child.try_get(false) {
+                        // SAFETY: `try_get` took the reference.
+                        break Cursor::At(unsafe { self.counted(child) });
+                    }
+                    // SAFETY: as above.
+                    c = unsafe { children.next(child) };
+                };
+                let old = std::mem::replace(&mut top.cursor, next);
+                drop(children);
+                if let Cursor::At(old) = old {
+                    old.release_batched();
                 }
             }
             if batch.is_empty() {
@@ -1195,7 +1268,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 stack.push(Frame {
                     end: end_for(&child),
                     node: child,
-                    cursor: 0,
+                    cursor: Cursor::Start,
                     dropping,
                 });
             }
@@ -1368,10 +1441,11 @@ pub struct Pinned<'c, T: Send + Sync + 'static> {
 }
 
 impl<'c, T: Send + Sync + 'static> Pinned<'c, T> {
-    fn lookup_id(&self, pid: u64, name: &[u8]) -> Option<DentryRef<'_, T>> {
+    fn lookup_under(&self, parent: &Node<T>, name: &[u8]) -> Option<DentryRef<'_, T>> {
         let sh = self.cache.sh();
-        let hash = sh.table.hash(pid, name);
-        match self.cache.find_live(pid, name, hash, &self.guard) {
+        let probe = Probe::new(name);
+        let hash = sh.table.hash_probe(parent.hash_parent(), &probe);
+        match self.cache.find_live(parent.id, &probe, hash, &self.guard) {
             Some(n) => {
                 sh.record_hit(n);
                 Some(DentryRef { node: n, pinned: self })
@@ -1386,7 +1460,7 @@ impl<'c, T: Send + Sync + 'static> Pinned<'c, T> {
     /// Looks `name` up under a counted `parent`; `None` is a miss.
     pub fn lookup(&self, parent: &Dentry<T>, name: &[u8]) -> Option<DentryRef<'_, T>> {
         self.cache.own(parent);
-        self.lookup_id(parent.id(), name)
+        self.lookup_under(parent.node(), name)
     }
 
     /// Looks `name` up under a pinned `parent`.
@@ -1395,7 +1469,7 @@ impl<'c, T: Send + Sync + 'static> Pinned<'c, T> {
             ptr::eq(parent.pinned.cache, self.cache),
             "dcache: a reference from another cache"
         );
-        self.lookup_id(parent.id(), name)
+        self.lookup_under(parent.node, name)
     }
 
     /// The root entry, borrowed.

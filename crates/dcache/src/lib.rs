@@ -55,14 +55,17 @@
 //!   batch of negatives; beyond `max_entries` entries prunes a batch
 //!   (negatives first). Entries in use are never freed, so the bounds can be
 //!   exceeded by entries that are referenced.
-//! - **Rename** moves the node in place (its id, and so its children's keys,
-//!   stay the same), bracketed by a global rename sequence count like the
+//! - **Rename** moves the node in place (its id and its address, and so its
+//!   children's keys and the buckets they hash to, stay the same), bracketed by a global rename sequence count like the
 //!   kernel's `rename_lock`; a lookup that misses re-checks the count.
 //! - **Fast walk** (seed 000 §7): [`Dcache::walk`] resolves a whole path under
 //!   one pin, taking a reference on the result only, and retries if a rename
 //!   ran meanwhile.
+//! - **Children** (`children.rs`): a directory's cached children are a list
+//!   linked through the children themselves (the kernel's `d_children` and
+//!   `d_sib`), under the directory's one-byte child lock.
 //! - **Subtree drop**: [`Dcache::drop_subtree`] walks the cached subtree top
-//!   down in batches (a cursor over each child map, which is ordered by id),
+//!   down in batches (resuming each list at a child it holds counted),
 //!   unhashing as it goes, and restarts when a rename interferes; after two
 //!   restarts it holds the rename lock for a pass.
 //! - **Statistics** (`stats.rs`) are per-thread sharded counters; a thread
@@ -81,15 +84,15 @@
 //! # Invariants
 //!
 //! - A node is freed only after it is `DEAD` (count 0, set by exactly one
-//!   thread), unhashed, unlinked from its chain, off the LRU, out of its
-//!   parent's child map, and has no children; and then only through
+//!   thread), unhashed, unlinked from its chain, off the LRU, off its
+//!   parent's list of children, and has no children; and then only through
 //!   `defer_destroy`, so pinned readers never see freed memory.
 //! - A hashed node with count 0 is on the LRU.
 //! - Exactly one thread makes the `UNHASHED` transition of a node (and
 //!   counts it); the bucket lock decides who unlinks it.
-//! - Every cached child is in its parent's child map and holds one reference
-//!   on its parent; a node under an unhashed parent is never hashed.
-//! - Lock order: rename lock → child-map locks (by node id) → bucket locks (by
+//! - Every cached child is on its parent's list of children and holds one
+//!   reference on its parent; a node under an unhashed parent is never hashed.
+//! - Lock order: rename lock → child locks (by node id) → bucket locks (by
 //!   index) → LRU lock (a leaf).
 //!
 //! # Concurrency
@@ -98,7 +101,7 @@
 //! write nothing shared except the referenced byte of an entry that does not
 //! have it yet, a count on the one entry they return a handle to, and their
 //! thread's statistics shard. Writers lock one bucket (and the parent's child
-//! map) per insert; unhash locks one bucket; renames are serialised by the
+//! lock) per insert; unhash locks one bucket; renames are serialised by the
 //! rename lock. A lookup sees the state before or after any concurrent write.
 //! Two inserts of one name serialise on the bucket lock and end with one
 //! entry. Every protocol has a loom model in the `loom-tests` crate
@@ -141,12 +144,14 @@
 //!   start and end of a pass, which are totally ordered with the renames'
 //!   increments: a rename either precedes the pass entirely (its effects are
 //!   visible to it) or changes the count the pass re-reads.
-//! - *Locks* (parking_lot mutexes) order everything else: child maps, chain
-//!   writers, the LRU lists.
+//! - *Locks* order everything else: the bucket bit locks (Acquire
+//!   compare-exchange, Release `fetch_and`, `table.rs`) the chain writers,
+//!   parking_lot mutexes the child lists and the LRU lists.
 
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 mod cache;
+mod children;
 mod lru;
 mod node;
 mod stats;

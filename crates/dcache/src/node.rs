@@ -1,12 +1,12 @@
 //! The dentry node: its key, its state word, and its links into the hash
-//! chain, the LRU list and its parent's child map.
+//! chain, the LRU list and its parent's list of children.
 //!
 //! A `Node` is allocated by an insert and freed through the epoch collector
 //! (`Guard::defer_destroy`) by the one thread that marks it `DEAD`. It is the
 //! user-space counterpart of `struct dentry` (seed 000, "Scalability of the
 //! directory entry cache", §3 and §6): the hash link is read by lock-free
-//! lookups, the LRU link only under the LRU lock, the child map only under the
-//! node's own `children` lock.
+//! lookups, the LRU link only under the LRU lock, the sibling links only under
+//! the parent's child lock (`children.rs`).
 //!
 //! # The state word (`count`)
 //!
@@ -74,9 +74,9 @@
 //! with a plain store only if a load shows it clear, so repeated hits write
 //! nothing shared (seed 000 §6, and the kernel's `DCACHE_REFERENCED`).
 
-use std::collections::BTreeMap;
 use std::ptr::{self, NonNull};
 
+use crate::children::Sibling;
 use crate::sync::epoch::{self, Atomic, Guard, Owned};
 use crate::sync::{
     AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell, fence, spin_loop,
@@ -98,6 +98,23 @@ pub(crate) const NAME_WORDS: usize = 4;
 /// first `INLINE_NAME` bytes there too, and the whole name in a heap copy.
 pub(crate) const INLINE_NAME: usize = NAME_WORDS * 8;
 
+/// The 1 to 7 bytes of `b` as a little-endian word, zero padded, read with
+/// at most two loads and no copy loop (overlapping loads for 4 to 7 bytes;
+/// the first, middle and last byte for 1 to 3).
+#[inline]
+pub(crate) fn tail_word(b: &[u8]) -> u64 {
+    let n = b.len();
+    debug_assert!((1..8).contains(&n));
+    if n >= 4 {
+        let lo = u64::from(u32::from_le_bytes(b[..4].try_into().expect("4 bytes")));
+        let hi = u64::from(u32::from_le_bytes(b[n - 4..].try_into().expect("4 bytes")));
+        // The two loads overlap when n < 8; the shared bytes are equal.
+        lo | (hi << ((n - 4) * 8))
+    } else {
+        u64::from(b[0]) | (u64::from(b[n / 2]) << (n / 2 * 8)) | (u64::from(b[n - 1]) << ((n - 1) * 8))
+    }
+}
+
 /// The first `INLINE_NAME` bytes of `name` as little-endian words, zero
 /// padded, and how many of the words the name uses.
 #[inline]
@@ -112,9 +129,7 @@ fn name_words(name: &[u8]) -> ([u64; NAME_WORDS], usize) {
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
-        let mut w = [0u8; 8];
-        w[..rest.len()].copy_from_slice(rest);
-        words[i] = u64::from_le_bytes(w);
+        words[i] = tail_word(rest);
         i += 1;
     }
     (words, i)
@@ -134,6 +149,12 @@ impl<'a> Probe<'a> {
         let (words, used) = name_words(bytes);
         Self { bytes, words, used }
     }
+
+    /// The inline words the name uses.
+    #[inline]
+    pub(crate) fn words(&self) -> &[u64] {
+        &self.words[..self.used]
+    }
 }
 
 /// The heap copy of a name longer than `INLINE_NAME`.
@@ -142,7 +163,7 @@ pub(crate) struct LongName {
     pub(crate) bytes: Box<[u8]>,
 }
 
-/// A raw node pointer that may be stored in the child maps and LRU links.
+/// A raw node pointer that may be handed between threads (pruning victims).
 pub(crate) struct NodePtr<T>(pub(crate) NonNull<Node<T>>);
 
 impl<T> Clone for NodePtr<T> {
@@ -153,7 +174,7 @@ impl<T> Clone for NodePtr<T> {
 impl<T> Copy for NodePtr<T> {}
 
 // SAFETY: a `NodePtr` is only an address; every dereference happens under the
-// protocol that keeps the node alive (child-map lock, LRU lock or an epoch
+// protocol that keeps the node alive (a reference, the LRU lock or an epoch
 // pin), and `Node<T>` itself is `Send + Sync` when `T` is.
 unsafe impl<T: Send + Sync> Send for NodePtr<T> {}
 // SAFETY: as for `Send`.
@@ -189,6 +210,9 @@ pub(crate) struct Node<T> {
     pub(crate) referenced: AtomicBool,
     /// The node is in the hash chain of its key's bucket (bucket lock).
     pub(crate) linked: AtomicBool,
+    /// Guards `first_child` and the children's `sibling` links (one byte,
+    /// in what would be padding).
+    pub(crate) child_lock: Mutex<()>,
     /// The state word; see the module docs.
     pub(crate) count: AtomicUsize,
     /// `None` for a negative entry.
@@ -204,12 +228,15 @@ pub(crate) struct Node<T> {
     pub(crate) parent: AtomicPtr<Node<T>>,
     /// LRU links (LRU lock).
     pub(crate) lru: UnsafeCell<Link<T>>,
-    /// Cached children by id (ids grow, which `drop_subtree` uses as a cursor).
-    pub(crate) children: Mutex<BTreeMap<u64, NodePtr<T>>>,
+    /// The first cached child (`child_lock`).
+    pub(crate) first_child: UnsafeCell<*const Node<T>>,
+    /// Links among the parent's children (the parent's `child_lock`).
+    pub(crate) sibling: UnsafeCell<Sibling<T>>,
 }
 
-// SAFETY: all shared mutable state of a node is atomics, locks, or the LRU
-// cell that is only touched under the LRU lock; the payload is `Sync`.
+// SAFETY: all shared mutable state of a node is atomics, locks, or the cells
+// that are only touched under the LRU lock (`lru`), its own child lock
+// (`first_child`) or its parent's (`sibling`); the payload is `Sync`.
 unsafe impl<T: Send + Sync> Sync for Node<T> {}
 // SAFETY: the node owns its payload, which is `Send`.
 unsafe impl<T: Send + Sync> Send for Node<T> {}
@@ -243,6 +270,7 @@ impl<T> Node<T> {
             len: AtomicU32::new(name_len(name)),
             referenced: AtomicBool::new(false),
             linked: AtomicBool::new(false),
+            child_lock: Mutex::new(()),
             count: AtomicUsize::new(count),
             payload,
             name: words.map(AtomicU64::new),
@@ -253,7 +281,27 @@ impl<T> Node<T> {
                 prev: ptr::null(),
                 next: ptr::null(),
             }),
-            children: Mutex::new(BTreeMap::new()),
+            first_child: UnsafeCell::new(ptr::null()),
+            sibling: UnsafeCell::new(Sibling::new()),
+        }
+    }
+
+    /// What the keys of this node's children are hashed with: its address,
+    /// not its id (the kernel hashes with the parent dentry's address too).
+    /// A walk knows the address of the next directory as soon as it has
+    /// loaded the chain link to it, before the node's own line arrives, so
+    /// the CPU can load the next component's bucket while that node is still
+    /// being compared (its id, which the comparison of the next key needs,
+    /// comes with the line). A node's children live no longer than it, and
+    /// rename moves nodes in place, so the address names one directory for
+    /// as long as it has children. Under loom the id: loom needs every
+    /// execution of a model to take the same branches, and addresses differ.
+    #[inline]
+    pub(crate) fn hash_parent(&self) -> u64 {
+        if crate::sync::LOOM {
+            self.id
+        } else {
+            ptr::from_ref(self) as u64
         }
     }
 

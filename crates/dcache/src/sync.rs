@@ -17,6 +17,8 @@ mod imp {
     pub(crate) use std::sync::Arc;
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
+    pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+
     /// A mutex whose `lock()` returns the guard directly, as loom's does after
     /// unwrapping: parking_lot has no poisoning.
     #[derive(Debug, Default)]
@@ -61,6 +63,18 @@ mod imp {
 
     pub(crate) fn spin_loop() {
         std::hint::spin_loop();
+    }
+
+    /// One wait of a spin lock's waiter that has spun `spins` times: a spin
+    /// hint at first, then giving the core away, since the holder may be
+    /// preempted (a user-space bit lock cannot disable preemption as the
+    /// kernel's does).
+    pub(crate) fn backoff(spins: u32) {
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
     }
 
     /// Hands this thread's deferred frees to the collector's global queue
@@ -127,6 +141,8 @@ mod imp {
     pub(crate) use loom::sync::Arc;
     pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
+    pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+
     /// loom's mutex with the poisoning unwrapped, so call sites match the
     /// parking_lot build.
     #[derive(Debug, Default)]
@@ -153,6 +169,11 @@ mod imp {
     /// Under loom a spin must yield, or the model never lets the other thread
     /// make the progress the spinner waits for.
     pub(crate) fn spin_loop() {
+        loom::thread::yield_now();
+    }
+
+    /// As `spin_loop`: every wait yields.
+    pub(crate) fn backoff(_spins: u32) {
         loom::thread::yield_now();
     }
 

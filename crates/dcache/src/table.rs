@@ -1,12 +1,44 @@
-//! The hash table keyed by (parent id, name): an array of buckets, each a
+//! The hash table keyed by (parent, name): an array of buckets, each a
 //! singly-linked chain read lock-free under an epoch pin and written under a
-//! per-bucket mutex.
+//! per-bucket bit lock.
 //!
 //! This is the kernel's `dentry_hashtable` with its per-bucket bit lock
-//! (seed 000, "Scalability of the directory entry cache", §3: RCU reads of the
-//! hash chains; §4 tried per-bucket locks for everything and failed because
-//! of the cross-bucket lists, which is why here the per-bucket lock guards
-//! the chain only, and the tree and LRU lists have locks of their own).
+//! (`hlist_bl`; seed 000, "Scalability of the directory entry cache", §3: RCU
+//! reads of the hash chains; §4 tried per-bucket locks for everything and
+//! failed because of the cross-bucket lists, which is why here the per-bucket
+//! lock guards the chain only, and the tree and LRU lists have locks of their
+//! own).
+//!
+//! # The bucket: one word
+//!
+//! A bucket is the chain's head pointer alone: 8 bytes, half of a pointer
+//! beside a mutex, so that twice as many buckets stay in a cache level. Bit 0
+//! of the head (`LOCKED`; nodes are 8-byte aligned, so a pointer never has
+//! it) is the bucket's lock, as in the kernel's `hlist_bl_lock`:
+//! - a writer locks with a compare-exchange (Acquire) from the word with the
+//!   bit clear to the word with it set (waiting by reading the word, not
+//!   writing it), and unlocks with `fetch_and(!LOCKED, Release)`; only the
+//!   holder changes the word while the bit is set. The pair orders each
+//!   critical section before the next one: the chain's links and the nodes'
+//!   `linked` flags, which writers read Relaxed under the lock, are those the
+//!   previous holder left;
+//! - a writer that changes the head while holding the lock stores it with
+//!   the bit set (`link_locked`, `unlink_locked`);
+//! - readers ignore the bit (crossbeam's `Shared` strips tag bits on
+//!   dereference), so a locked bucket is read like any other.
+//!
+//! The loom model `dcache_bucket_lock_vs_unlink` checks the lock (it fails if
+//! either ordering of the pair is weakened to Relaxed). Under loom the lock
+//! is the same compare-exchange and `fetch_and` on a word of its own beside
+//! the head: loom lets a load return any of a word's recent stores, so the
+//! lock's two stores per critical section on the head multiplied what each
+//! reader's head load could see, and the models that read chains while a
+//! writer locks one (`dcache_lookup_vs_unhash_and_reclaim`,
+//! `dcache_rename_in_chain_vs_lookup`) went from a few minutes to a quarter
+//! of an hour and more each. What loom then does not check is that the bit
+//! and the pointer share a word (every head store by a holder keeps the
+//! bit; readers strip it), which is no ordering; the unit, stress and
+//! memcheck runs use the real layout.
 //!
 //! # Chain protocol
 //! - Insert publishes a node at the head: `node.next = head` (Relaxed, the
@@ -33,14 +65,107 @@
 //! the bucket of its current key, and it changes only under that bucket's
 //! lock.
 
-use crate::node::{Node, Probe, UNHASHED};
-use crate::sync::epoch::{Atomic, Guard, Shared};
-use crate::sync::{Mutex, Ordering};
+use std::ptr;
 
-/// One hash bucket.
+use crate::node::{INLINE_NAME, Node, Probe, UNHASHED};
+use crate::sync::epoch::{Atomic, Guard, Shared};
+use crate::sync::{Ordering, backoff};
+
+/// The lock bit of a bucket's head word.
+const LOCKED: usize = 1;
+
+/// The tag a held bucket's head keeps while its holder stores it: the lock
+/// bit, except under loom, where the lock is a word of its own.
+const HELD: usize = if crate::sync::LOOM { 0 } else { LOCKED };
+
+/// One hash bucket: the chain's head, whose bit 0 is the bucket's lock.
 pub(crate) struct Bucket<T> {
-    pub(crate) head: Atomic<Node<T>>,
-    pub(crate) lock: Mutex<()>,
+    head: Atomic<Node<T>>,
+    /// Under loom only, the lock as a word beside the head (see the module
+    /// docs).
+    #[cfg(rcufs_loom)]
+    lock: crate::sync::AtomicUsize,
+}
+
+/// A held bucket lock; dropping it unlocks.
+pub(crate) struct BucketGuard<'a, T> {
+    bucket: &'a Bucket<T>,
+}
+
+impl<T> Bucket<T> {
+    /// Takes the bucket's lock (under loom: a word of its own).
+    #[cfg(rcufs_loom)]
+    pub(crate) fn lock(&self) -> BucketGuard<'_, T> {
+        let mut spins = 0u32;
+        // Acquire: as in the other build, the same lock on a word of its own.
+        while self
+            .lock
+            .compare_exchange_weak(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins = spins.saturating_add(1);
+            backoff(spins);
+        }
+        BucketGuard { bucket: self }
+    }
+
+    /// Takes the bucket's bit lock, spinning (and yielding after a while:
+    /// the holder may have been preempted) until it is free.
+    #[cfg(not(rcufs_loom))]
+    pub(crate) fn lock(&self) -> BucketGuard<'_, T> {
+        // SAFETY: the unprotected guard is only used to read and set the
+        // tag bit; no node is dereferenced through it.
+        let unprotected = unsafe { crate::sync::epoch::unprotected() };
+        let mut spins = 0u32;
+        // Relaxed: a guess of the word; the compare-exchange checks it.
+        let mut cur = self.head.load(Ordering::Relaxed, unprotected);
+        loop {
+            if cur.tag() & LOCKED == 0 {
+                // Acquire: pairs with the Release `fetch_and` of the previous
+                // holder's unlock, so this critical section sees everything
+                // that one wrote (the chain links and `linked` flags that
+                // writers read Relaxed). A compare-exchange rather than a
+                // `fetch_or`: a waiter writes nothing, so it neither takes
+                // the line from the holder nor (under loom) adds stores to
+                // the word's history, which loom keeps only a few of.
+                match self.head.compare_exchange_weak(
+                    cur,
+                    cur.with_tag(LOCKED),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                    unprotected,
+                ) {
+                    Ok(_) => return BucketGuard { bucket: self },
+                    Err(e) => cur = e.current,
+                }
+                continue;
+            }
+            spins = spins.saturating_add(1);
+            backoff(spins);
+            // Relaxed: only waits for the bit to clear.
+            cur = self.head.load(Ordering::Relaxed, unprotected);
+        }
+    }
+}
+
+impl<T> Drop for BucketGuard<'_, T> {
+    #[cfg(rcufs_loom)]
+    fn drop(&mut self) {
+        // Release: as in the other build.
+        self.bucket.lock.fetch_and(!LOCKED, Ordering::Release);
+    }
+
+    #[cfg(not(rcufs_loom))]
+    fn drop(&mut self) {
+        // SAFETY: as in `Bucket::lock`.
+        let unprotected = unsafe { crate::sync::epoch::unprotected() };
+        // Release: ends the critical section; pairs with the Acquire
+        // compare-exchange of the next `lock` (and, like every head store, with
+        // the Acquire head load of `scan`). A read-modify-write, not a load
+        // and a store: one step for the model checker, and the word stays
+        // exactly what the critical section left, bit aside.
+        self.bucket.head.fetch_and(!LOCKED, Ordering::Release, unprotected);
+    }
 }
 
 /// The bucket array.
@@ -55,24 +180,34 @@ pub(crate) struct Table<T> {
 const K1: u64 = 0x9E37_79B9_7F4A_7C15;
 const K2: u64 = 0xC2B2_AE3D_27D4_EB4F;
 
-/// A fast seeded hash of (parent id, name). Not a cryptographic hash: with a
-/// per-cache random seed it keeps accidental collisions rare, which is all a
-/// cache needs (a hostile name set can lengthen chains but not break
-/// correctness).
 #[inline]
-pub(crate) fn hash(seed: u64, parent: u64, name: &[u8]) -> u64 {
+fn mix(h: u64, w: u64) -> u64 {
+    (h ^ w).wrapping_mul(K2).rotate_left(29)
+}
+
+/// A fast seeded hash of (parent, name) over the name's little-endian
+/// 8-byte words (the last one zero padded), taken from the probe's inline
+/// words so that a lookup reads the name once. Not a cryptographic hash:
+/// with a per-cache random seed it keeps accidental collisions rare, which
+/// is all a cache needs (a hostile name set can lengthen chains but not
+/// break correctness).
+#[inline]
+pub(crate) fn hash(seed: u64, parent: u64, probe: &Probe<'_>) -> u64 {
     let mut h = seed ^ parent.wrapping_mul(K1);
-    let mut chunks = name.chunks_exact(8);
-    for c in &mut chunks {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(c);
-        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(K2).rotate_left(29);
+    for &w in probe.words() {
+        h = mix(h, w);
     }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let mut w = [0u8; 8];
-        w[..rest.len()].copy_from_slice(rest);
-        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(K2).rotate_left(29);
+    let name = probe.bytes;
+    if name.len() > INLINE_NAME {
+        let rest = &name[INLINE_NAME..];
+        let mut chunks = rest.chunks_exact(8);
+        for c in &mut chunks {
+            h = mix(h, u64::from_le_bytes(c.try_into().expect("an 8-byte chunk")));
+        }
+        let tail = chunks.remainder();
+        if !tail.is_empty() {
+            h = mix(h, crate::node::tail_word(tail));
+        }
     }
     h ^= name.len() as u64;
     h ^= h >> 33;
@@ -90,7 +225,8 @@ impl<T> Table<T> {
         let buckets: Box<[Bucket<T>]> = (0..buckets)
             .map(|_| Bucket {
                 head: Atomic::null(),
-                lock: Mutex::new(()),
+                #[cfg(rcufs_loom)]
+                lock: crate::sync::AtomicUsize::new(0),
             })
             .collect();
         let mask = buckets.len() - 1;
@@ -104,10 +240,16 @@ impl<T> Table<T> {
 
     #[inline]
     pub(crate) fn hash(&self, parent: u64, name: &[u8]) -> u64 {
+        self.hash_probe(parent, &Probe::new(name))
+    }
+
+    /// The hash of (`parent`, the probe's name).
+    #[inline]
+    pub(crate) fn hash_probe(&self, parent: u64, probe: &Probe<'_>) -> u64 {
         if self.colliding {
-            return name.len() as u64;
+            return probe.bytes.len() as u64;
         }
-        hash(self.seed, parent, name)
+        hash(self.seed, parent, probe)
     }
 
     #[inline]
@@ -115,9 +257,10 @@ impl<T> Table<T> {
         (hash as usize) & self.mask
     }
 
+    /// Locks bucket `index`.
     #[inline]
-    pub(crate) fn bucket(&self, index: usize) -> &Bucket<T> {
-        &self.buckets[index]
+    pub(crate) fn lock(&self, index: usize) -> BucketGuard<'_, T> {
+        self.buckets[index].lock()
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -178,6 +321,34 @@ impl<T> Table<T> {
         self.scan(index, hash, parent, &Probe::new(name), guard).0
     }
 
+    /// Checks, with every bucket locked in turn, that each chained node is
+    /// marked linked, hashed (not `UNHASHED`) and in the bucket of its key:
+    /// what must hold whenever no operation is in flight (for tests and
+    /// loom models).
+    pub(crate) fn assert_consistent(&self, guard: &Guard) {
+        for (i, b) in self.buckets.iter().enumerate() {
+            let _lock = b.lock();
+            let mut cur = b.head.load(Ordering::Relaxed, guard);
+            // SAFETY: nodes in a chain are alive while we hold its lock.
+            while let Some(node) = unsafe { cur.as_ref() } {
+                assert!(
+                    node.linked.load(Ordering::Relaxed),
+                    "dcache: a chained node is not marked linked"
+                );
+                assert!(
+                    node.count.load(Ordering::Relaxed) & UNHASHED == 0,
+                    "dcache: an unhashed node was left in its chain"
+                );
+                assert_eq!(
+                    self.index(u64::from(node.hash_bits())),
+                    i,
+                    "dcache: a node in another key's chain"
+                );
+                cur = node.next.load(Ordering::Relaxed, guard);
+            }
+        }
+    }
+
     /// Links `node` at the head of bucket `index`.
     ///
     /// # Safety
@@ -185,7 +356,9 @@ impl<T> Table<T> {
     /// any chain, and its key hashes to `index`.
     pub(crate) unsafe fn link_locked(&self, index: usize, node: &Node<T>, guard: &Guard) {
         let bucket = &self.buckets[index];
-        let head = bucket.head.load(Ordering::Relaxed, guard);
+        // Relaxed: we hold the lock (the bit is set in what we load; the
+        // node's `next` gets the pointer without it).
+        let head = bucket.head.load(Ordering::Relaxed, guard).with_tag(0);
         // Release: a reader standing on `node` (a renamed one) that follows
         // this link must see the chain it now leads to; pairs with the Acquire
         // `next` loads in `scan`. The rename sequence count was made odd
@@ -194,9 +367,10 @@ impl<T> Table<T> {
         node.next.store(head, Ordering::Release);
         // Release: publishes the node (key, payload, next); pairs with the
         // Acquire head load in `scan`.
+        // The lock bit stays set: we still hold the lock.
         bucket
             .head
-            .store(Shared::from(node as *const Node<T>), Ordering::Release);
+            .store(Shared::from(node as *const Node<T>).with_tag(HELD), Ordering::Release);
         node.linked.store(true, Ordering::Relaxed);
     }
 
@@ -210,12 +384,17 @@ impl<T> Table<T> {
             return;
         }
         let target = node as *const Node<T>;
-        let mut link = &self.buckets[index].head;
+        let head = &self.buckets[index].head;
+        let mut link = head;
         loop {
+            // Relaxed: we hold the bucket lock, whose Acquire made the
+            // links the previous holders stored visible.
             let cur = link.load(Ordering::Relaxed, guard);
             assert!(!cur.is_null(), "dcache: a linked node is missing from its chain");
             if cur.as_raw() == target {
                 let next = node.next.load(Ordering::Relaxed, guard);
+                // The head keeps the lock bit: we still hold the lock.
+                let next = if ptr::eq(link, head) { next.with_tag(HELD) } else { next };
                 // Release: pairs with the Acquire link loads in `scan`; it
                 // carries, via the bucket lock, the publication of `next`.
                 link.store(next, Ordering::Release);
@@ -232,7 +411,7 @@ impl<T> Table<T> {
     pub(crate) fn unlink(&self, node: &Node<T>, guard: &Guard) {
         loop {
             let index = self.index(u64::from(node.hash_bits()));
-            let _lock = self.buckets[index].lock.lock();
+            let _lock = self.lock(index);
             // The key may have been changed by a rename while we waited; a
             // rename changes it only under this bucket's lock, so re-check.
             if self.index(u64::from(node.hash_bits())) != index {
