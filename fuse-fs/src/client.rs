@@ -287,13 +287,15 @@ pub fn format_stats(json: &str, mount: &MountEntry) -> Result<String> {
     sections.sort_by_key(|(k, _)| ORDER.iter().position(|o| o == k).unwrap_or(ORDER.len()));
     for (section, fields) in sections {
         let _ = writeln!(out, "{section}");
+        // The names line up within a section, however long the longest.
+        let w = fields.keys().map(String::len).max().unwrap_or(0).max(18);
         for (key, v) in fields {
             let shown = match v.as_u64() {
                 Some(n) if key.contains("bytes") => format!("{n} ({})", format_bytes(n)),
                 Some(n) => n.to_string(),
                 None => v.to_string(),
             };
-            let _ = writeln!(out, "  {key:<18} {shown:>14}");
+            let _ = writeln!(out, "  {key:<w$} {shown:>14}");
         }
         let hits = fields.get("hits").and_then(serde_json::Value::as_u64);
         let misses = fields.get("misses").and_then(serde_json::Value::as_u64);
@@ -302,7 +304,7 @@ pub fn format_stats(json: &str, mount: &MountEntry) -> Result<String> {
         {
             let _ = writeln!(
                 out,
-                "  {:<18} {:>13.1}%",
+                "  {:<w$} {:>13.1}%",
                 "hit ratio",
                 100.0 * h as f64 / (h + m) as f64
             );
