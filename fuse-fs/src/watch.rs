@@ -80,6 +80,9 @@ pub struct Handle<'a> {
     pub bytes: &'a [u8],
 }
 
+/// How long the reader lets events gather after a short read.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// The events the marks ask for.
 const MASK: u64 = libc::FAN_CREATE
     | libc::FAN_DELETE
@@ -259,6 +262,15 @@ impl Watcher {
             parse(&buf[..n], self.own_pid, &mut events);
             if !events.is_empty() {
                 apply(&events);
+            }
+            if n < buf.len() / 2 {
+                // Events trickle in a few at a time from a busy filesystem,
+                // and a wake-up apiece dominated this thread's time. Let
+                // them gather for a moment: a change waits at most this
+                // much longer to be applied. (Measured: the thread's CPU
+                // time for a churn of 100,000 files elsewhere fell by a
+                // third, 243-282 ticks to 166-192 in three pairs.)
+                std::thread::sleep(GATHER);
             }
         }
     }
