@@ -21,6 +21,10 @@
 //!   after writing, which also covers writes through a shared mapping that
 //!   `FAN_MODIFY` never reports): [`Event::Data`] with the object's handle.
 //!
+//! After a short read the thread sleeps 1 ms before polling again, so that
+//! events from a busy filesystem are read in batches rather than a wake-up
+//! for every few (a change waits at most that much longer).
+//!
 //! Events caused by this process (the daemon's own changes, made through the
 //! mount and already applied to its caches) are skipped by pid. A queue
 //! overflow (`FAN_Q_OVERFLOW`: the kernel dropped events, the group's queue
