@@ -693,7 +693,8 @@ impl InodeTable {
                             0,
                         )
                         .or_else(|_| sys::reopen(new.parent, libc::O_RDONLY | libc::O_DIRECTORY))?;
-                        if sys::fs_magic(fd.as_fd()).is_ok_and(|m| m == sys::FUSE_SUPER_MAGIC) {
+                        let (fsid, magic) = sys::fs_ids(fd.as_fd()).unwrap_or((0, 0));
+                        if magic == sys::FUSE_SUPER_MAGIC {
                             // A FUSE filesystem hands out handles, but opens
                             // them only while the kernel still caches the
                             // inode (unless it exports, which the kernel
@@ -701,7 +702,6 @@ impl InodeTable {
                             self.no_handles.write().insert(mount_id);
                             return self.make_backing(new);
                         }
-                        let fsid = sys::fsid(fd.as_fd()).unwrap_or(0);
                         self.fsids.write().entry(mount_id).or_insert(fsid);
                         self.mounts.write().entry(mount_id).or_insert_with(|| Arc::new(fd));
                     }
@@ -960,7 +960,7 @@ impl InodeTable {
             return Err(FsError::INVAL);
         };
         let (handle, _mount_id) = sys::name_to_handle_at(fd.as_fd(), sys::EMPTY, libc::AT_EMPTY_PATH)?;
-        let fsid = sys::fsid(fd.as_fd())?;
+        let (fsid, _) = sys::fs_ids(fd.as_fd())?;
         let mut buf = [0u8; 12 + sys::MAX_HANDLE_SZ];
         let n = pack_handle(fsid, handle.handle_type(), handle.bytes(), &mut buf);
         let index: Box<[HandleShard]> = (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect();

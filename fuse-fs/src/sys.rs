@@ -175,10 +175,10 @@ impl KernelHandle {
     }
 }
 
-/// The filesystem id `statfs` reports for the filesystem holding `fd`
-/// (`f_fsid`, the id fanotify names filesystems by), as one number: the
-/// first word in the low half.
-pub fn fsid(fd: BorrowedFd<'_>) -> FsResult<u64> {
+/// What `statfs` says of the filesystem holding `fd`: its id (`f_fsid`,
+/// the id fanotify names filesystems by, as one number: the first word in
+/// the low half) and its type (`f_type`, a magic number).
+pub fn fs_ids(fd: BorrowedFd<'_>) -> FsResult<(u64, i64)> {
     // SAFETY: an all-zero `statfs` is a valid value of this plain C struct.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a writable `statfs` the kernel fills in.
@@ -186,23 +186,13 @@ pub fn fsid(fd: BorrowedFd<'_>) -> FsResult<u64> {
     // `fsid_t` is two ints; its fields are private in libc, so read its bytes.
     // SAFETY: `fsid_t` is 8 bytes of plain data (two `int`s).
     let words: [i32; 2] = unsafe { std::mem::transmute(st.f_fsid) };
-    Ok(fsid_of(words))
-}
-
-/// The filesystem type (`statfs`'s `f_type`, a magic number) of the
-/// filesystem holding `fd`.
-pub fn fs_magic(fd: BorrowedFd<'_>) -> FsResult<i64> {
-    // SAFETY: an all-zero `statfs` is a valid value of this plain C struct.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is a writable `statfs` the kernel fills in.
-    check(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) })?;
-    Ok(st.f_type as i64)
+    Ok((fsid_of(words), st.f_type as i64))
 }
 
 /// `f_type` of FUSE filesystems.
 pub const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
-/// Packs the two words of a `__kernel_fsid_t` as [`fsid`] does.
+/// Packs the two words of a `__kernel_fsid_t` as [`fs_ids`] does.
 pub fn fsid_of(words: [i32; 2]) -> u64 {
     (words[0] as u32 as u64) | ((words[1] as u32 as u64) << 32)
 }

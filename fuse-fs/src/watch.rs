@@ -201,7 +201,7 @@ impl Watcher {
             }
             let fd = sys::open_path(&cpath, libc::O_RDONLY | libc::O_DIRECTORY)
                 .with_context(|| format!("opening {}", point.display()))?;
-            let fsid = sys::fsid(fd.as_fd()).with_context(|| format!("statfs of {}", point.display()))?;
+            let (fsid, _) = sys::fs_ids(fd.as_fd()).with_context(|| format!("statfs of {}", point.display()))?;
             let dev = sys::fstat(fd.as_fd())?.st_dev;
             marked.push(Marked {
                 mount_point: point,

@@ -64,6 +64,33 @@ const CONFIGS: &[Config] = &[
     },
 ];
 
+/// The native, watch and ttl rates of one workload, a triple per round.
+#[derive(Default)]
+struct Rounds {
+    n: Vec<f64>,
+    w: Vec<f64>,
+    t: Vec<f64>,
+}
+
+impl Rounds {
+    fn push(&mut self, native: f64, watch: f64, ttl: f64) {
+        self.n.push(native);
+        self.w.push(watch);
+        self.t.push(ttl);
+    }
+
+    /// The median over the rounds of `a / b`, each taken within its round.
+    fn ratio(a: &[f64], b: &[f64]) -> f64 {
+        median(a.iter().zip(b).map(|(x, y)| x / y).collect())
+    }
+
+    /// "native / watch / ttl" medians, for the table.
+    fn rates(&self) -> String {
+        let m = |v: &[f64]| median(v.to_vec());
+        format!("{:.0} / {:.0} / {:.0}", m(&self.n), m(&self.w), m(&self.t))
+    }
+}
+
 /// Percentile `p` (0..=100) of `v` (sorted here).
 fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     if v.is_empty() {
@@ -198,48 +225,35 @@ pub(super) fn run(
         let mt = mount(ct, "mnt-ttl")?;
         let (fw, ft) = (under(mw.path(), &rel), under(mt.path(), &rel));
         let (mw_miss, mt_miss) = (under(mw.path(), &missing_rel), under(mt.path(), &missing_rel));
-        let (mut hot_w, mut hot_t, mut hot_wt, mut miss_w, mut miss_t, mut miss_wt) =
-            (vec![], vec![], vec![], vec![], vec![], vec![]);
-        let (mut raw_w, mut raw_t, mut raw_n) = (vec![], vec![], vec![]);
-        let (mut rawm_w, mut rawm_t, mut rawm_n) = (vec![], vec![], vec![]);
+        let (mut hot, mut miss) = (Rounds::default(), Rounds::default());
         for _ in 0..7 {
-            let n = hot_rate(1, || stat_all(&native_files, 1))?;
-            let w = hot_rate(1, || stat_all(&fw, 1))?;
-            let t = hot_rate(1, || stat_all(&ft, 1))?;
-            hot_w.push(w / n);
-            hot_t.push(t / n);
-            hot_wt.push(w / t);
-            raw_n.push(n);
-            raw_w.push(w);
-            raw_t.push(t);
-            let n = hot_rate(1, || stat_missing(&native_missing))?;
-            let w = hot_rate(1, || stat_missing(&mw_miss))?;
-            let t = hot_rate(1, || stat_missing(&mt_miss))?;
-            miss_w.push(w / n);
-            miss_t.push(t / n);
-            miss_wt.push(w / t);
-            rawm_n.push(n);
-            rawm_w.push(w);
-            rawm_t.push(t);
+            hot.push(
+                hot_rate(1, || stat_all(&native_files, 1))?,
+                hot_rate(1, || stat_all(&fw, 1))?,
+                hot_rate(1, || stat_all(&ft, 1))?,
+            );
+            miss.push(
+                hot_rate(1, || stat_missing(&native_missing))?,
+                hot_rate(1, || stat_missing(&mw_miss))?,
+                hot_rate(1, || stat_missing(&mt_miss))?,
+            );
         }
-        let (hw, ht, hwt, mw_, mt_, mwt) = (
-            median(hot_w),
-            median(hot_t),
-            median(hot_wt),
-            median(miss_w),
-            median(miss_t),
-            median(miss_wt),
+        let (hw, ht, hwt) = (
+            Rounds::ratio(&hot.w, &hot.n),
+            Rounds::ratio(&hot.t, &hot.n),
+            Rounds::ratio(&hot.w, &hot.t),
+        );
+        let (mw_, mt_, mwt) = (
+            Rounds::ratio(&miss.w, &miss.n),
+            Rounds::ratio(&miss.t, &miss.n),
+            Rounds::ratio(&miss.w, &miss.t),
         );
         let _ = writeln!(
             ab_md,
-            "| {} | {:.0} / {:.0} / {:.0} | {hw:.2}x | {ht:.2}x | {hwt:.2}x | {:.0} / {:.0} / {:.0} | {mw_:.2}x | {mt_:.2}x | {mwt:.2}x |",
+            "| {} | {} | {hw:.2}x | {ht:.2}x | {hwt:.2}x | {} | {mw_:.2}x | {mt_:.2}x | {mwt:.2}x |",
             cw.name.trim_end_matches(" watch"),
-            median(raw_n.clone()),
-            median(raw_w.clone()),
-            median(raw_t.clone()),
-            median(rawm_n.clone()),
-            median(rawm_w.clone()),
-            median(rawm_t.clone()),
+            hot.rates(),
+            miss.rates(),
         );
         for (c, hot, miss) in [(cw, hw, mw_), (ct, ht, mt_)] {
             records.push(
