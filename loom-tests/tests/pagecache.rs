@@ -170,6 +170,58 @@ fn gang_lookup_vs_remove() {
     });
 }
 
+/// Two removals in one leaf: a multi-index entry (slots 0 and 1) and the
+/// leaf's other entry (slot 2). Whichever goes second empties the leaf,
+/// which must then be unlinked: an optimistic removal may start at the leaf
+/// only if the leaf keeps an entry outside the whole run it removes, and
+/// must re-check that under the leaf's lock. (Key 5, in a sibling leaf,
+/// keeps the tree at height 2, so the emptied leaf is not the root.)
+#[test]
+fn run_remove_vs_remove_same_leaf() {
+    for mode in [Mode::LockCoupled, Mode::Optimistic] {
+        model(move || {
+            let t = tree(mode, &[2, 5]);
+            t.insert_run(0, 1, 0).unwrap();
+            let t2 = t.clone();
+            let h = thread::spawn(move || assert!(t2.remove(2)));
+            assert!(t.remove(1));
+            h.join().unwrap();
+            // `check` runs `check_invariants`: no empty leaf stays linked.
+            check(&t, &[5], &[0, 1, 2]);
+        });
+    }
+}
+
+/// A multi-index entry (indexes 2 and 3) races with a single insert at its
+/// second index: exactly one wins, each thread's lookups find the winner's
+/// value or nothing, and the leaf holds exactly the winner.
+#[test]
+fn run_insert_vs_insert_inside() {
+    for mode in [Mode::LockCoupled, Mode::Optimistic] {
+        model(move || {
+            let t = tree(mode, &[0]);
+            let t2 = t.clone();
+            let h = thread::spawn(move || {
+                let won = t2.insert_run(2, 1, 9).is_ok();
+                let v = t2.get_cloned(3);
+                assert!(v == Some(30) || (won && v == Some(9)), "{v:?}");
+                won
+            });
+            let single = t.insert(3, 30).is_ok();
+            let v = t.get_cloned(2);
+            assert!(v.is_none() || v == Some(9), "{v:?}");
+            let run = h.join().unwrap();
+            assert!(run != single, "run {run}, single {single}");
+            if run {
+                check(&t, &[0], &[]);
+                assert_eq!((t.get_cloned(2), t.get_cloned(3)), (Some(9), Some(9)));
+            } else {
+                check(&t, &[0, 3], &[2]);
+            }
+        });
+    }
+}
+
 fn small_cache() -> Arc<PageCache> {
     let c = PageCache::new(Config {
         budget_bytes: 1 << 10,

@@ -11,6 +11,19 @@
 //! with one child at slot 0. Unlinked nodes and removed items are retired to
 //! the epoch collector and stay readable until no reader can hold them.
 //!
+//! # Multi-index entries
+//! [`RadixTree::insert_run`] stores one item in every slot of an aligned
+//! run of `2^order` indexes inside one leaf (`order <= SHIFT`): the same
+//! pointer in each slot, as the XArray stores a large folio in every slot
+//! it covers (the XArray's sibling entries point back to a head slot; a
+//! lookup here needs no second load). A run is written and cleared slot by
+//! slot under the leaf lock, so a lock-free reader can see part of it, but
+//! every slot it finds filled holds an item covering that index. The run
+//! of a slot is recovered from the slots themselves (the adjacent slots
+//! holding the same pointer), so removals and replacements need no size
+//! stored with the item: `remove` of any index of a run removes all of it.
+//! `len` and gang lookups count and return each index.
+//!
 //! # Tags
 //! [`NUM_TAGS`] tags ([`Tag::DIRTY`], [`Tag::WRITEBACK`], [`Tag::ACCESSED`],
 //! [`Tag::PARTIAL`]), one bitmap per tag per node. After quiescence a node's
@@ -499,16 +512,25 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                 Err(format!("empty root but len {}", self.len()))
             };
         };
-        let items = Self::check_node(root, true, &guard)?;
+        let mut seen = std::collections::HashSet::new();
+        let items = Self::check_node(root, true, &mut seen, &guard)?;
         if items != self.len() {
             return Err(format!("{items} items reachable but len {}", self.len()));
         }
         Ok(())
     }
 
-    fn check_node(node: &Node<V>, is_root: bool, guard: &epoch::Guard) -> Result<usize, String> {
+    fn check_node(
+        node: &Node<V>,
+        is_root: bool,
+        seen: &mut std::collections::HashSet<usize>,
+        guard: &epoch::Guard,
+    ) -> Result<usize, String> {
         if node.is_dead() {
             return Err(format!("dead node of height {} reachable", node.height));
+        }
+        if node.is_leaf() {
+            Self::check_runs(node, seen, guard)?;
         }
         let mut occupied = 0;
         let mut items = 0;
@@ -540,7 +562,7 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                             ));
                         }
                     }
-                    items += Self::check_node(c, false, guard)?;
+                    items += Self::check_node(c, false, seen, guard)?;
                 }
             }
         }
@@ -558,6 +580,35 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
             return Err("empty root left in the tree".into());
         }
         Ok(items)
+    }
+
+    /// Every run of equal items in a leaf (a multi-index entry) is aligned
+    /// to its length, which is a power of two, and no item is in two runs.
+    fn check_runs(
+        leaf: &Node<V>,
+        seen: &mut std::collections::HashSet<usize>,
+        guard: &epoch::Guard,
+    ) -> Result<(), String> {
+        let mut s = 0;
+        while s < SLOTS {
+            let p = leaf.slot_addr(s, guard);
+            if p == 0 {
+                s += 1;
+                continue;
+            }
+            let mut n = 1;
+            while s + n < SLOTS && leaf.slot_addr(s + n, guard) == p {
+                n += 1;
+            }
+            if !n.is_power_of_two() || s % n != 0 {
+                return Err(format!("a run of {n} slots at slot {s} of a leaf"));
+            }
+            if !seen.insert(p) {
+                return Err(format!("an item in two runs (again at slot {s} of a leaf)"));
+            }
+            s += n;
+        }
+        Ok(())
     }
 
     pub(crate) fn len_counter(&self) -> &Counter {
@@ -590,7 +641,9 @@ unsafe fn free_subtree<V, O: Own<V>>(node: Shared<'_, Node<V>>, guard: &epoch::G
     for s in 0..SLOTS {
         if n.is_leaf() {
             let p = n.item(s, guard);
-            if !p.is_null() {
+            // A multi-index entry fills adjacent slots: free it once, at the
+            // first slot of its run.
+            if !p.is_null() && (s == 0 || n.item(s - 1, guard) != p) {
                 // SAFETY: the item is owned by this exclusive, live leaf.
                 unsafe { O::free(p) };
             }
