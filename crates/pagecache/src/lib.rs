@@ -39,13 +39,15 @@
 
 mod cache;
 mod counter;
-mod page;
+mod folio;
 pub mod radix;
+mod readahead;
 mod sync;
 
-pub use cache::{Config, DropCounts, PageCache, Stats};
-pub use page::PageRef;
+pub use cache::{Config, DropCounts, FillOrder, MAX_ORDER, PageCache, Stats};
+pub use folio::{FolioSlice, PageRef};
 pub use radix::{RadixTree, Tag};
+pub use readahead::Readahead;
 
 /// The writer protocol of a radix tree (seed 002's CONFIG option, plus the
 /// optimistic locking of §5).

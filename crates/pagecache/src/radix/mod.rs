@@ -422,6 +422,29 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         tag: Option<usize>,
         guard: &'g epoch::Guard,
     ) -> Vec<(u64, &'g V)> {
+        self.gang_with(first, max, tag, false, guard)
+    }
+
+    /// Like `gang`, but a multi-index entry is returned once, at the first
+    /// of its indexes the lookup reaches (so `max` counts entries).
+    pub(crate) fn gang_runs<'g>(
+        &self,
+        first: u64,
+        max: usize,
+        tag: Option<usize>,
+        guard: &'g epoch::Guard,
+    ) -> Vec<(u64, &'g V)> {
+        self.gang_with(first, max, tag, true, guard)
+    }
+
+    fn gang_with<'g>(
+        &self,
+        first: u64,
+        max: usize,
+        tag: Option<usize>,
+        runs: bool,
+        guard: &'g epoch::Guard,
+    ) -> Vec<(u64, &'g V)> {
         let mut out = Vec::new();
         if max == 0 {
             return out;
@@ -435,23 +458,27 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         if first > max_index(root.height) {
             return out;
         }
-        Self::collect(root, 0, first, tag, max, &mut out, guard);
+        Self::collect(root, 0, first, tag, max, runs, &mut out, guard);
         out
     }
 
     /// Depth-first, in slot order, from the slot of `first`. Returns true
-    /// once `out` holds `max` entries.
+    /// once `out` holds `max` entries. With `runs`, an item equal to the
+    /// one pushed from the previous slot of the same leaf is skipped.
+    #[allow(clippy::too_many_arguments)]
     fn collect<'g>(
         node: &'g Node<V>,
         base: u64,
         first: u64,
         tag: Option<usize>,
         max: usize,
+        runs: bool,
         out: &mut Vec<(u64, &'g V)>,
         guard: &'g epoch::Guard,
     ) -> bool {
         let shift = SHIFT as usize * (node.height - 1);
         let start = slot_of(first.max(base), node.height);
+        let mut prev = Shared::null();
         for s in start..SLOTS {
             let child_base = u128::from(base) + ((s as u128) << shift);
             if child_base > u128::from(u64::MAX) {
@@ -465,9 +492,10 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
             }
             if node.is_leaf() {
                 let item = node.item(s, guard);
-                if item.is_null() {
+                if item.is_null() || (runs && item == prev) {
                     continue;
                 }
+                prev = item;
                 if let Some(t) = tag {
                     // Re-read the slot after the bitmap (which was read after
                     // the first load): the same item was in the slot while the
@@ -486,7 +514,7 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                 let child = node.child(s, guard);
                 // SAFETY: the child was reachable while `guard` was pinned.
                 if let Some(c) = unsafe { child.as_ref() }
-                    && Self::collect(c, child_base, first.max(child_base), tag, max, out, guard)
+                    && Self::collect(c, child_base, first.max(child_base), tag, max, runs, out, guard)
                 {
                     return true;
                 }
