@@ -11,8 +11,9 @@
 //! pages, 256 KiB of 4 KiB pages) and a lookup of any index inside the
 //! folio finds it with one load. (Larger folios would need entries above
 //! the leaves, which the tree's typed nodes do not have; a 1 MiB read
-//! touches four folios.) Tags (ACCESSED, PARTIAL) live on the folio's
-//! first slot. Both trees are read without locks.
+//! touches four folios.) The PARTIAL tag lives on the folio's first slot;
+//! CLOCK's reference bit is in the folio's state word (`REFERENCED`). Both
+//! trees are read without locks.
 //!
 //! # Protocols
 //! - **Lookup** (§3.1.2): under an epoch guard, find the folio in the
@@ -78,9 +79,9 @@
 //! - **Budget**: bytes are reserved (a page size per page of the folio)
 //!   before a folio is inserted; when the total passes the budget the
 //!   inserting thread runs CLOCK: the hand walks (inode, index) order; a
-//!   folio with the ACCESSED tag loses it (second chance), one without it
-//!   is evicted if its count shows only the tree's reference. A hit sets
-//!   ACCESSED only if it is not set, so repeated hits write nothing shared.
+//!   folio with its `REFERENCED` bit loses it (second chance), one without
+//!   it is evicted if its count shows only the tree's reference. A hit sets
+//!   the bit only if it is not set, so repeated hits write nothing shared.
 //!   If every folio is in use the budget is exceeded until references are
 //!   dropped.
 //!
@@ -91,8 +92,8 @@ use std::ptr::NonNull;
 
 use crate::Mode;
 use crate::counter::Counter;
-use crate::folio::{FAILED, FILLING, Folio, FolioOwn, NONEWREFS, PageRef, folio_item};
-use crate::radix::node::{SHIFT, bit};
+use crate::folio::{FAILED, FILLING, Folio, FolioOwn, NONEWREFS, PageRef, filling_item, ready_tag};
+use crate::radix::node::SHIFT;
 use crate::radix::{RadixTree, SLOTS, Tag};
 use crate::readahead::Readahead;
 use crate::sync::epoch::Guard;
@@ -373,6 +374,9 @@ pub struct PageCache {
     /// The largest order a fill or a write-through insertion uses: at most
     /// [`MAX_ORDER`], and a folio at most a quarter of the budget.
     max_order: u32,
+    /// log2 of the page size if it is a power of two (page numbers by a
+    /// shift rather than a division on the hit path), else `u32::MAX`.
+    page_shift: u32,
 }
 
 impl std::fmt::Debug for PageCache {
@@ -418,6 +422,11 @@ impl PageCache {
         assert!(config.page_size > 0, "page size must be positive");
         let domain = Domain::new();
         let quarter = (config.budget_bytes / 4).max(config.page_size);
+        let page_shift = if config.page_size.is_power_of_two() {
+            config.page_size.trailing_zeros()
+        } else {
+            u32::MAX
+        };
         let max_order = (0..=MAX_ORDER)
             .rev()
             .find(|&o| config.page_size.checked_shl(o).is_some_and(|b| b <= quarter))
@@ -434,6 +443,7 @@ impl PageCache {
             clock: Mutex::new((0, 0)),
             waits: (0..WAIT_BUCKETS).map(|_| (Mutex::new(()), Condvar::new())).collect(),
             max_order,
+            page_shift,
         }
     }
 
@@ -453,8 +463,19 @@ impl PageCache {
         self.max_order
     }
 
+    #[inline]
     fn ps(&self) -> u64 {
         self.cfg.page_size as u64
+    }
+
+    /// The page number of byte `at`.
+    #[inline]
+    fn page_of(&self, at: u64) -> u64 {
+        if self.page_shift != u32::MAX {
+            at >> self.page_shift
+        } else {
+            at / self.ps()
+        }
     }
 
     /// The counters (not a snapshot: each is read separately).
@@ -486,7 +507,7 @@ impl PageCache {
     }
 
     /// Speculative get of the folio covering `index` (§3.1.2); a filled
-    /// folio gets the ACCESSED tag if it lacks it.
+    /// folio gets its `REFERENCED` bit if it lacks it.
     ///
     /// One descent finds the leaf; the accuracy check after the reference is
     /// taken re-reads the same leaf slot rather than descending again. That is
@@ -517,21 +538,11 @@ impl PageCache {
                     if state & FILLING != 0 {
                         return Found::Filling(r);
                     }
-                    Self::touch(inode, leaf, folio);
+                    folio.mark_referenced(state);
                     return Found::Ready(r);
                 }
                 Err(_) => yield_now(), // Being removed: retry.
             }
-        }
-    }
-
-    /// Sets the ACCESSED tag on the folio's first slot if it is clear (so
-    /// repeated hits write nothing shared). `leaf` holds the folio.
-    #[inline]
-    fn touch(inode: &Inode, leaf: &crate::radix::node::Node<Folio>, folio: &Folio) {
-        let head = (folio.index() % SLOTS as u64) as usize;
-        if leaf.tag_bits(Tag::ACCESSED.idx()) & bit(head) == 0 {
-            inode.pages.set_tag(folio.index(), Tag::ACCESSED);
         }
     }
 
@@ -682,7 +693,7 @@ impl PageCache {
             let folio = Folio::new_filling(first, order, self.cfg.page_size);
             // The run of slots takes the tree's reference (one of the two
             // the folio was made with).
-            let inserted = inode.pages.insert_run_with(first, order, folio, |p, _| folio_item(p));
+            let inserted = inode.pages.insert_run_with(first, order, folio, |p, _| filling_item(p));
             inode.gate_exit();
             if inserted.is_err() {
                 // SAFETY: the insert failed, so no other thread saw the folio.
@@ -724,6 +735,12 @@ impl PageCache {
                     }
                     if inode.fill_is_stale(before) {
                         self.remove_folio(&inode, &mine);
+                    } else {
+                        // Publishes the bytes to reference-less readers: the
+                        // slots' Release stores follow our writes (see
+                        // `read.rs`). A folio removed meanwhile stays out.
+                        let me = |h: &Folio| std::ptr::eq(h, &*mine);
+                        inode.pages.retag_with(first, me, ready_tag(folio));
                     }
                     mine.finish_fill(true);
                     self.wake_fill(&mine);
@@ -921,8 +938,8 @@ impl PageCache {
                 scanned += folio.pages();
                 let end = folio.end();
                 *hand = if end == 0 { (ino.wrapping_add(1), 0) } else { (ino, end) };
-                if inode.pages.get_tag(folio.index(), Tag::ACCESSED) {
-                    inode.pages.clear_tag(folio.index(), Tag::ACCESSED);
+                if folio.take_referenced() {
+                    // Second chance.
                 } else if self.try_evict(inode, folio) {
                     freed += folio.pages() * ps;
                     if freed >= want {
@@ -1008,10 +1025,10 @@ impl PageCache {
     }
 
     /// Checks the radix-tree invariants of every tree, that each folio is
-    /// aligned to its size and fills exactly its run of slots, that no
-    /// folio is busy, that bytes past a folio's valid length are zero, and
-    /// that the byte count matches the cached pages. Call it only when
-    /// quiescent.
+    /// aligned to its size and fills exactly its run of slots, tagged ready
+    /// with its order and shortness, that no folio is busy, that bytes past
+    /// a folio's valid length are zero, and that the byte count matches the
+    /// cached pages. Call it only when quiescent.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.inodes.check_invariants()?;
         let guard = self.domain.pin();
@@ -1039,6 +1056,17 @@ impl PageCache {
                     let s = folio.state();
                     if s & (NONEWREFS | FILLING | FAILED) != 0 {
                         return Err(format!("inode {ino} folio {first}: state {s:#x} while quiescent"));
+                    }
+                    for i in [first, first + n - 1] {
+                        let (leaf, slot) = inode.pages.find_leaf(i, &guard).ok_or("a folio's leaf is gone")?;
+                        let item = leaf.item(slot, &guard);
+                        if item.tag() != ready_tag(folio.ptr()) {
+                            return Err(format!(
+                                "inode {ino} folio {first}: slot {i} tagged {:#x}, not ready and {:#x}",
+                                item.tag(),
+                                ready_tag(folio.ptr())
+                            ));
+                        }
                     }
                     // SAFETY: not FILLING (checked above), found under `guard`.
                     let all = unsafe { folio.buffer() };

@@ -14,6 +14,12 @@
 //! | 32    | `NONEWREFS` | no new reference may be taken (PG_nonewrefs): the folio is being removed |
 //! | 33    | `FILLING`   | the filler is writing the bytes; nobody else reads them  |
 //! | 34    | `FAILED`    | the fill failed; the folio left the tree before this bit  |
+//! | 35    | `REFERENCED`| hit since the CLOCK hand last passed (second chance)     |
+//!
+//! `REFERENCED` is CLOCK's reference bit, kept in the folio rather than as
+//! a tag of the tree (the kernel's `PG_referenced`): a hit has loaded this
+//! word anyway, while the leaf's tag bitmap is a cache line of its own. A
+//! hit sets it only when it is clear, so repeated hits write nothing.
 //!
 //! A speculative get increments `refs` only if it is non-zero and
 //! `NONEWREFS` is clear (`try_get`), then the caller re-checks that the tree
@@ -54,6 +60,7 @@ const REFS: u64 = (1 << 32) - 1;
 pub(crate) const NONEWREFS: u64 = 1 << 32;
 pub(crate) const FILLING: u64 = 1 << 33;
 pub(crate) const FAILED: u64 = 1 << 34;
+pub(crate) const REFERENCED: u64 = 1 << 35;
 
 /// The header of a folio; its bytes follow it in the same allocation.
 #[repr(C, align(64))]
@@ -160,52 +167,69 @@ impl Folio {
 
     /// The pointer to this folio with the allocation's provenance (derived
     /// from `data`, not from `&self`), for references and the final free.
+    #[inline]
     pub(crate) fn ptr(&self) -> NonNull<Folio> {
         // SAFETY: `data` is `HEADER` bytes into the allocation.
         unsafe { self.data.sub(HEADER) }.cast()
     }
 
+    #[inline]
     pub(crate) fn state(&self) -> u64 {
         // Acquire: a reader that sees FILLING clear sees the filled bytes;
         // pairs with the Release in `finish_fill`.
         self.state.load(Ordering::Acquire)
     }
 
+    /// The state word as a hint (Relaxed): for the reference bit only,
+    /// never to decide whether the bytes may be read.
+    #[inline]
+    pub(crate) fn state_hint(&self) -> u64 {
+        // Relaxed: see above; readers learn readiness from the slot's tag.
+        self.state.load(Ordering::Relaxed)
+    }
+
     /// Whether the fill is over and succeeded, so that the bytes may be
     /// read (by a holder of the epoch guard under which the folio was found
     /// in a slot). Acquire: see [`state`](Self::state).
+    #[inline]
     pub(crate) fn is_ready(&self) -> bool {
         self.state() & (FILLING | FAILED) == 0
     }
 
     /// The first page index.
+    #[inline]
     pub(crate) fn index(&self) -> u64 {
         self.index
     }
 
     /// The order: the folio covers `2^order` pages.
+    #[inline]
     pub(crate) fn order(&self) -> u32 {
         self.order
     }
 
     /// Pages covered.
+    #[inline]
     pub(crate) fn pages(&self) -> u64 {
         1 << self.order
     }
 
     /// The index after the last page covered (0 for a folio that ends the
     /// index space).
+    #[inline]
     pub(crate) fn end(&self) -> u64 {
         self.index.wrapping_add(self.pages())
     }
 
     /// The size of the bytes: the page size times the pages.
+    #[inline]
     pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// Takes a reference if the count is non-zero and `NONEWREFS` is clear.
     /// Returns the new state.
+    #[inline]
     pub(crate) fn try_get(&self) -> Result<u64, GetError> {
         let mut s = self.state.load(Ordering::Relaxed);
         loop {
@@ -228,6 +252,7 @@ impl Folio {
     }
 
     /// Adds a reference to a folio the caller already holds one on.
+    #[inline]
     pub(crate) fn get_more(&self) {
         // Relaxed: the caller's reference keeps the folio alive (as Arc::clone).
         self.state.fetch_add(1, Ordering::Relaxed);
@@ -237,6 +262,7 @@ impl Folio {
     ///
     /// # Safety
     /// The caller owns one reference to `folio` and does not use it after.
+    #[inline]
     pub(crate) unsafe fn put(folio: NonNull<Folio>) {
         // SAFETY: the caller's reference keeps the folio alive until here.
         let f = unsafe { folio.as_ref() };
@@ -254,8 +280,26 @@ impl Folio {
         }
     }
 
+    /// Sets `REFERENCED` if `state` (this folio's state, as the caller just
+    /// loaded it) lacks it: a hit writes the word once per CLOCK sweep.
+    #[inline]
+    pub(crate) fn mark_referenced(&self, state: u64) {
+        if state & REFERENCED == 0 {
+            // Relaxed: a hint for CLOCK; it publishes nothing.
+            self.state.fetch_or(REFERENCED, Ordering::Relaxed);
+        }
+    }
+
+    /// Clears `REFERENCED`; true if it was set (CLOCK's second chance).
+    pub(crate) fn take_referenced(&self) -> bool {
+        // Relaxed: a hint (see `mark_referenced`).
+        self.state.load(Ordering::Relaxed) & REFERENCED != 0
+            && self.state.fetch_and(!REFERENCED, Ordering::Relaxed) & REFERENCED != 0
+    }
+
     /// Takes `NONEWREFS` if the folio has only the tree's reference and no
-    /// flag (CLOCK eviction): a folio in use fails.
+    /// flag, `REFERENCED` included (CLOCK eviction): a folio in use, or hit
+    /// since CLOCK cleared its bit, fails.
     pub(crate) fn try_lock_unused(&self) -> bool {
         // Acquire: orders our later accesses after the last holder's
         // release of its reference; pairs with the Release in `put`.
@@ -293,6 +337,7 @@ impl Folio {
 
     /// The valid length. Exact once the fill is over (for the filler,
     /// always); a hint otherwise.
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         // Relaxed: ordered by the state word (see the callers' contracts).
         self.len.load(Ordering::Relaxed)
@@ -318,6 +363,7 @@ impl Folio {
     /// `FILLING`, or the caller built it), and the folio stays alive while
     /// the slice lives (a reference, or the epoch guard under which the
     /// folio was found in a tree slot).
+    #[inline]
     pub(crate) unsafe fn bytes(&self) -> &[u8] {
         // Under loom: a read of the bytes, checked against the filler's write.
         self.bytes.with(|_| ());
@@ -377,9 +423,64 @@ unsafe impl Own<Folio> for FolioOwn {
     }
 }
 
-/// A folio pointer for a leaf slot, as the tree stores it.
-pub(crate) fn folio_item<'g>(folio: NonNull<Folio>) -> Shared<'g, Folio> {
-    Shared::from(folio.as_ptr().cast_const())
+/// The slot tag's bits: the folio's order, whether its fill is over, and
+/// whether it is short (holds the end of the file). A leaf slot's pointer
+/// carries them in the low bits the folio's 64-byte alignment leaves free,
+/// so that a reference-less reader knows from the slot alone whether it
+/// may copy, where the folio starts, how large it is, and (for all but a
+/// short folio) how many bytes are valid: the header's load, a cache miss
+/// of its own, is then off the copy's path.
+const TAG_ORDER: usize = 0b111;
+const TAG_NOT_READY: usize = 0b1000;
+const TAG_SHORT: usize = 0b1_0000;
+
+/// The slot pointer of a folio being filled: its order, not ready.
+pub(crate) fn filling_item<'g>(folio: NonNull<Folio>) -> Shared<'g, Folio> {
+    // SAFETY: the caller owns a reference to the folio, so it is alive.
+    let order = unsafe { folio.as_ref() }.order as usize;
+    Shared::from(folio.as_ptr().cast_const()).with_tag(order | TAG_NOT_READY)
+}
+
+/// The slot pointer of a folio whose bytes are all written: its order,
+/// ready, and short if its valid length is less than its size. Stored with
+/// a Release (the tree's `set_item`) after the bytes and the length are
+/// written, so a reader that loads it with Acquire sees them.
+pub(crate) fn ready_item<'g>(folio: NonNull<Folio>) -> Shared<'g, Folio> {
+    Shared::from(folio.as_ptr().cast_const()).with_tag(ready_tag(folio))
+}
+
+/// The tag of [`ready_item`].
+pub(crate) fn ready_tag(folio: NonNull<Folio>) -> usize {
+    // SAFETY: the caller owns a reference to the folio, and wrote (or
+    // filled) its length.
+    let f = unsafe { folio.as_ref() };
+    f.order as usize | if f.len() < f.capacity { TAG_SHORT } else { 0 }
+}
+
+/// What a slot's pointer says about its folio (see [`filling_item`] and
+/// [`ready_item`]): the order, whether it is ready, whether it is short.
+#[inline]
+pub(crate) fn slot_tag(item: Shared<'_, Folio>) -> (u32, bool, bool) {
+    let t = item.tag();
+    ((t & TAG_ORDER) as u32, t & TAG_NOT_READY == 0, t & TAG_SHORT != 0)
+}
+
+/// The bytes `from..from + n` of the folio a slot holds, computed from the
+/// slot's pointer alone (not from the header, whose load may still be in
+/// flight: the copy's loads need not wait for it).
+///
+/// # Safety
+/// As for [`Folio::bytes`], and `from + n` is within the valid length.
+#[inline]
+pub(crate) unsafe fn slot_bytes<'g>(item: Shared<'g, Folio>, from: usize, n: usize) -> &'g [u8] {
+    // SAFETY: per the contract the folio is alive for 'g and its fill is
+    // over; the bytes start `HEADER` bytes into its allocation, and the
+    // range is within them. (The pointer is the slot's, which carries the
+    // allocation's provenance.)
+    unsafe {
+        item.deref().bytes.with(|_| ());
+        std::slice::from_raw_parts(item.as_raw().cast::<u8>().add(HEADER + from), n)
+    }
 }
 
 /// An owned reference to a folio (the tree's, on its way to the epoch

@@ -14,12 +14,15 @@
 //! walk resumes after it. One statistics update per call.
 //!
 //! # Invariants
-//! - A copy takes no reference: it reads a folio whose fill it saw over
-//!   (the Acquire load of the state word pairs with the filler's Release),
-//!   found in a slot under the guard it still holds. Bytes never change
-//!   after the fill, and the guard keeps the memory (the tree's reference
-//!   is dropped after the grace period), so the copy is the folio as it was
-//!   when its slot was read, whatever happens to it meanwhile.
+//! - A copy takes no reference: it reads a folio whose slot pointer it
+//!   loaded (Acquire) tagged ready, under the guard it still holds. The
+//!   filler stores the ready tag (Release) after the bytes and the length,
+//!   bytes never change after the fill, and the guard keeps the memory (the
+//!   tree's reference is dropped after the grace period), so the copy is the
+//!   folio as it was when its slot was read, whatever happens to it
+//!   meanwhile. The slot's tag also gives the folio's order and whether it
+//!   is short, so the copy of a full folio does not wait for the header's
+//!   load (a cache miss of its own, like the slot and the bytes).
 //! - A [`FolioSlice`] holds one reference to its folio, taken with the
 //!   speculative get and its accuracy check (the slot re-read after the
 //!   reference is taken, §3.1.2).
@@ -31,7 +34,7 @@
 
 use super::{FillOrder, FolioRef, Inode, PageCache, Want};
 use crate::FolioSlice;
-use crate::folio::Folio;
+use crate::folio::{Folio, slot_bytes, slot_tag};
 use crate::radix::SLOTS;
 use crate::radix::node::Node;
 use crate::sync::epoch::{Guard, Shared};
@@ -83,13 +86,14 @@ fn piece_of(folio: &Folio, page_size: u64, at: u64, end: u64) -> Option<(usize, 
     Some((from as usize, n as usize, eof))
 }
 
-/// The pages that bytes `from..from + n` of a folio touch.
-fn pages_of(page_size: u64, from: usize, n: usize) -> u64 {
-    let (from, n) = (from as u64, n as u64);
-    (from + n - 1) / page_size - from / page_size + 1
-}
-
 impl PageCache {
+    /// The pages that bytes `from..from + n` of a folio touch.
+    #[inline]
+    fn pages_of(&self, from: usize, n: usize) -> u64 {
+        let (from, n) = (from as u64, n as u64);
+        self.page_of(from + n - 1) - self.page_of(from) + 1
+    }
+
     /// Walks the cached folios of `inode` from byte `at` towards `end` under
     /// `guard`, calling `visit` for each folio whose fill is over with the
     /// part of its bytes the range takes; `visit` returns false to stop
@@ -104,29 +108,49 @@ impl PageCache {
     ) -> Walk {
         let ps = self.ps();
         let mut pages = 0;
-        let mut loc = inode.pages.find_leaf(at / ps, guard);
+        let mut loc = inode.pages.find_leaf(self.page_of(at), guard);
         let stop = loop {
             if at >= end {
                 break Stop::Done;
             }
             let Some((leaf, slot)) = loc else { break Stop::Miss };
+            // Acquire (in `item`): pairs with the Release store of the slot
+            // by the filler's `retag_with` (or the insert or replace of a
+            // built folio), which follows its writes of the bytes and the
+            // length; so a ready tag means they are visible.
             let item = leaf.item(slot, guard);
             // SAFETY: the item was in the slot while `guard` is pinned; it is
             // retired only after leaving the slot.
             let Some(folio) = (unsafe { item.as_ref() }) else {
                 break Stop::Miss;
             };
-            // Acquire: pairs with the filler's Release in `finish_fill`, so
-            // the bytes and length it wrote are visible.
-            if !folio.is_ready() {
+            // Everything the copy needs is in the slot's tag: whether the
+            // fill is over, where the folio starts, its size, and whether
+            // its valid length is shorter (then, only, the header is read
+            // first). The header's state word is loaded for the reference
+            // bit alone, and the copy does not wait for it.
+            let (order, ready, short) = slot_tag(item);
+            if !ready {
                 break Stop::Miss;
             }
-            let Some((from, n, eof)) = piece_of(folio, ps, at, end) else {
+            let state = folio.state_hint();
+            let first = self.page_of(at) & !((1u64 << order) - 1);
+            let start = first * ps;
+            debug_assert_eq!((folio.index(), folio.order()), (first, order));
+            let cap = ps << order;
+            let len = if short { folio.len() as u64 } else { cap };
+            let from = at - start;
+            if from >= len {
                 break Stop::Eof;
-            };
-            // SAFETY: the fill is over and succeeded (above), and `guard`,
-            // under which the folio was in a slot, keeps it alive for 'g.
-            let piece = &unsafe { folio.bytes() }[from..from + n];
+            }
+            let n = (len - from).min(end - at);
+            let eof = short && from + n == len;
+            let (from, n) = (from as usize, n as usize);
+            // SAFETY: the slot's tag says the fill is over (and the Acquire
+            // above orders the bytes before us), `guard`, under which the
+            // folio was in a slot, keeps it alive for 'g, and the range is
+            // within the valid length.
+            let piece = unsafe { slot_bytes(item, from, n) };
             let v = Visit {
                 leaf,
                 slot,
@@ -138,8 +162,8 @@ impl PageCache {
             if !visit(v) {
                 break Stop::Miss;
             }
-            Self::touch(inode, leaf, folio);
-            pages += pages_of(ps, from, n);
+            folio.mark_referenced(state);
+            pages += self.pages_of(from, n);
             at += n as u64;
             if eof {
                 break Stop::Eof;
@@ -147,11 +171,13 @@ impl PageCache {
             // The next folio is in the slot after this one's run, in this
             // leaf unless the run ends it; a leaf unlinked meanwhile has only
             // empty slots, which sends us to the fill path.
-            let next = (folio.index() % SLOTS as u64 + folio.pages()) as usize;
+            let next = (first % SLOTS as u64 + (1 << order)) as usize;
             loc = if next < SLOTS {
                 Some((leaf, next))
             } else {
-                inode.pages.find_leaf(folio.end(), guard)
+                first
+                    .checked_add(1 << order)
+                    .and_then(|e| inode.pages.find_leaf(e, guard))
             };
         };
         Walk { at, stop, pages }
@@ -214,10 +240,10 @@ impl PageCache {
                 break;
             }
             // The slow path for one folio: wait for its fill or fill it.
-            let index = at / ps;
+            let index = self.page_of(at);
             let want = Want {
                 order,
-                pages: (end - 1) / ps - index + 1,
+                pages: self.page_of(end - 1) - index + 1,
                 first_miss,
             };
             first_miss = false;

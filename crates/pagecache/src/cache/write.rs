@@ -39,7 +39,7 @@
 //! source after the bump, so after the write) or finds the pages cached.
 
 use super::{Inode, PageCache};
-use crate::folio::{FILLING, Folio, NONEWREFS, folio_item};
+use crate::folio::{FILLING, Folio, NONEWREFS, ready_item};
 use crate::radix::Tag;
 
 impl PageCache {
@@ -132,7 +132,7 @@ impl PageCache {
             f.set_len(len);
         }
         let inserted = if inode.gate_enter() {
-            let r = inode.pages.insert_run_with(index, order, folio, |p, _| folio_item(p));
+            let r = inode.pages.insert_run_with(index, order, folio, |p, _| ready_item(p));
             inode.gate_exit();
             if r.is_ok() { Insert::Done } else { Insert::Occupied }
         } else {
@@ -219,7 +219,7 @@ impl PageCache {
         let claimed = |h: &Folio| std::ptr::eq(h, folio) && h.state() & NONEWREFS == 0;
         if inode
             .pages
-            .replace_with(folio.index(), claimed, new, |p, _| folio_item(p))
+            .replace_with(folio.index(), claimed, new, |p, _| ready_item(p))
             .is_err()
         {
             // SAFETY: the replacement failed, so no other thread saw `new`.

@@ -99,7 +99,9 @@ impl Tag {
     pub const DIRTY: Tag = Tag(0);
     /// Pages being written back.
     pub const WRITEBACK: Tag = Tag(1);
-    /// Pages hit since the CLOCK hand last passed (the page cache's reference bit).
+    /// Entries hit since a CLOCK hand last passed. (The page cache keeps
+    /// its reference bit in the folio instead: a hit loads the folio's state
+    /// word anyway, while the leaf's tag bitmap is one more cache line.)
     pub const ACCESSED: Tag = Tag(2);
     /// Pages shorter than the page size (the end of a file), used by the page cache.
     pub const PARTIAL: Tag = Tag(3);
@@ -284,17 +286,26 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         // SAFETY: nodes reachable from the root while `guard` is pinned are
         // retired (if ever) only after being unlinked, so they outlive 'g.
         let mut node = unsafe { root.as_ref() }?;
-        if index > max_index(node.height) {
+        // The heights below the root are known without reading them: a
+        // child's height is its parent's minus one, for every parent it
+        // ever had (growing and shrinking move whole subtrees under a new
+        // root or out from under an old one). Not reading each node's
+        // height field keeps a lookup to one cache line per level, the
+        // slot's.
+        let mut height = node.height;
+        if index > max_index(height) {
             return None;
         }
         loop {
-            let s = slot_of(index, node.height);
-            if node.is_leaf() {
+            debug_assert_eq!(node.height, height, "heights decrease by one");
+            let s = slot_of(index, height);
+            if height == 1 {
                 return Some((node, s));
             }
             let child = node.child(s, guard);
             // SAFETY: as above; the child was reachable when loaded.
             node = unsafe { child.as_ref() }?;
+            height -= 1;
         }
     }
 

@@ -23,7 +23,7 @@
 
 use std::marker::PhantomData;
 
-use crate::sync::epoch::{Atomic, Guard, Shared};
+use crate::sync::epoch::{Atomic, Guard, Pointer, Shared};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
 
 /// Bits of the index consumed by one level: 6 (64 slots, as in Linux), or 2
@@ -97,9 +97,14 @@ pub(crate) struct Erased {
     _opaque: u8,
 }
 
-/// Converts a slot's pointer to the type the node's height says it has.
+/// Converts a slot's pointer to the type the node's height says it has,
+/// keeping the whole word: an item policy may keep a tag in the low bits
+/// its item's alignment leaves free (the page cache keeps a folio's order
+/// there), which `Erased`, of alignment 1, carries through untouched.
 fn cast<'g, T, U>(p: Shared<'g, T>) -> Shared<'g, U> {
-    Shared::from(p.as_raw().cast::<U>())
+    // SAFETY: the word came from a `Shared` of the same slot; `Shared` is
+    // `Copy` and owns nothing, so converting it back is only a cast.
+    unsafe { Shared::from_usize(p.into_usize()) }
 }
 
 /// One node of the tree.

@@ -661,6 +661,33 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         Ok(())
     }
 
+    /// Rewrites the tag bits of the pointer in every slot of the run
+    /// holding `index` (the same item, differently tagged: an item policy's
+    /// own use of the bits its item's alignment leaves free), if `pred`
+    /// (called under the leaf lock) accepts the item. Nothing is retired.
+    /// False if there is no item or `pred` refuses.
+    pub(crate) fn retag_with(&self, index: u64, pred: impl FnOnce(&V) -> bool, tag: usize) -> bool {
+        let guard = self.raw_pin();
+        let mut ctx = LockCtx::new(self.serial());
+        if !self.lock_leaf(&mut ctx, index, &guard) {
+            return false;
+        }
+        let leaf = ctx.last();
+        let s = slot_of(index, 1);
+        let item = leaf.item(s, &guard);
+        // SAFETY: the item is in a slot of a leaf we hold locked.
+        match unsafe { item.as_ref() } {
+            Some(v) if pred(v) => {}
+            _ => return false,
+        }
+        let run = leaf.run_at(s, &guard);
+        let tagged = item.with_tag(tag);
+        for x in slots_of(run) {
+            leaf.set_item(x, tagged);
+        }
+        true
+    }
+
     /// Locks the leaf that holds `index` (the root lock too in `Serial`
     /// mode): a validated optimistic descent, or ladder locking from the
     /// root. False, with nothing locked, if there is no such leaf.
