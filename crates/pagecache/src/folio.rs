@@ -516,8 +516,10 @@ impl Held {
 
     fn bytes(&self) -> &[u8] {
         // SAFETY: a `Held` is made only for a folio whose fill succeeded
-        // (see `PageRef::from_raw`), and the reference keeps it alive.
-        let all = unsafe { self.folio().bytes() };
+        // (see `PageRef::from_raw`), and the reference keeps it alive. (The
+        // whole buffer: an empty page past the end of the file starts past
+        // the valid bytes.)
+        let all = unsafe { self.folio().buffer() };
         &all[self.start as usize..][..self.len as usize]
     }
 
