@@ -4,8 +4,14 @@
 //! growing and shrinking against lock-free lookups, path locking of
 //! set-tag against clear-tag on siblings, an optimistic start whose
 //! validation fails, a gang lookup against a remove, and the page cache's
-//! speculative reference against removal, in-place write and fill-once,
-//! and the retirement of an emptied inode entry against a fill.
+//! speculative reference against removal, copy-on-write and fill-once,
+//! and the retirement of an emptied inode entry against a fill; the
+//! multi-index runs of folios (insert against insert inside, removal
+//! against removal in one leaf); and the folio protocols: a reference-less
+//! copy against the fill of a folio (the ready tag published after the
+//! bytes), against a copy-on-write replacement, a folio slice against a
+//! removal, a drop against a copy-on-write write, and write-through against
+//! a racing fill.
 //!
 //! Under `rcufs_loom` a node has 4 slots, so small keys build deep trees:
 //! a leaf covers 4 keys, a height-2 tree 16, height 3 64. Each tree or cache
@@ -15,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use loom::sync::Arc;
 use loom::thread;
-use pagecache::{Config, Mode, PageCache, RadixTree, Tag};
+use pagecache::{Config, FillOrder, Mode, PageCache, RadixTree, Tag};
 
 /// Runs a model with room for the long execution paths of an epoch pin
 /// plus a tree walk (loom's default of 1000 branches is too few).
@@ -359,6 +365,170 @@ fn read_into_vs_write() {
             assert!(page == [7; 8] || page == [9; 8], "torn page {page:?}");
         }
         h.join().unwrap();
+        c.check_invariants().unwrap();
+    });
+}
+
+/// A cache holding inode 1's page 0 (sevens) and, for the folio models, a
+/// folio of two pages at indexes 2 and 3 (eights).
+fn folio_cache() -> Arc<PageCache> {
+    let c = small_cache();
+    c.get_or_fill_folio(1, 2, 1, |first, b| {
+        assert_eq!((first, b.len()), (2, 16));
+        b.fill(8);
+        Ok::<_, ()>(16)
+    })
+    .unwrap();
+    c
+}
+
+/// The fill of a two-page folio against a reference-less copy of its
+/// second page (`read_range_into`, which takes no reference and reads
+/// readiness from the slot's tag): the copy sees the filled bytes or fills
+/// the page itself, never the bytes being written. Under loom the folio's
+/// bytes are a tracked cell: a copy not ordered after the filler's writes
+/// (by the ready tag's Release store and the reader's Acquire load) fails
+/// the model.
+#[test]
+fn folio_fill_vs_copy() {
+    model(|| {
+        let c = small_cache();
+        let c2 = c.clone();
+        // The reader is the spawned thread: the interleaving that matters
+        // (the filler preempted right after its insert) then takes one
+        // preemption, well within the bound.
+        let h = thread::spawn(move || {
+            let mut out = Vec::new();
+            let n = c2
+                .read_range_into(1, 24, 8, &mut out, FillOrder::Order(0), |_, b| {
+                    b.fill(3);
+                    Ok::<_, ()>(b.len())
+                })
+                .unwrap();
+            assert_eq!((n, &out[..]), (8, &[3u8; 8][..]));
+        });
+        let p = c
+            .get_or_fill_folio(1, 2, 1, |_, b| {
+                b.fill(3);
+                Ok::<_, ()>(b.len())
+            })
+            .unwrap();
+        assert_eq!(&*p, &[3u8; 8]);
+        h.join().unwrap();
+        c.check_invariants().unwrap();
+    });
+}
+
+/// A copy-on-write write of a folio against a reference-less copy of it
+/// and a folio slice taken before: the copy is all old or all new bytes
+/// (one folio, replaced at once in both slots), the slice keeps the old
+/// bytes, and afterwards the cache holds the new ones.
+#[test]
+fn cow_write_vs_copy() {
+    model(|| {
+        let c = folio_cache();
+        let mut held = Vec::new();
+        c.read_refs(1, 16, 16, FillOrder::Order(0), &mut held, |_, _| Err::<usize, ()>(()))
+            .unwrap();
+        let c2 = c.clone();
+        let h = thread::spawn(move || {
+            let mut out = Vec::new();
+            c2.read_range_into(1, 16, 16, &mut out, FillOrder::Order(0), |_, b| {
+                b.fill(9);
+                Ok::<_, ()>(b.len())
+            })
+            .unwrap();
+            assert!(out == [8; 16] || out == [9; 16], "torn folio {out:?}");
+        });
+        c.write(1, 16, &[9; 16]);
+        h.join().unwrap();
+        assert_eq!(&*held[0], &[8u8; 16], "a held slice changed");
+        if let Some(p) = c.get(1, 3) {
+            assert_eq!(&*p, &[9u8; 8]);
+        }
+        c.check_invariants().unwrap();
+    });
+}
+
+/// A drop of a folio (an invalidation: the source changed) against a
+/// copy-on-write write of it: whichever way they interleave, nothing of
+/// the folio stays cached (a write that replaced the folio first has its
+/// copy removed by the drop, which retries on the replacement; a drop that
+/// claimed the folio first makes the replacement fail).
+#[test]
+fn drop_vs_cow_write() {
+    model(|| {
+        let c = folio_cache();
+        let c2 = c.clone();
+        let h = thread::spawn(move || {
+            c2.drop_range(1, 2, 2);
+        });
+        c.write(1, 16, &[9; 8]);
+        h.join().unwrap();
+        assert!(
+            c.get(1, 2).is_none() && c.get(1, 3).is_none(),
+            "the folio outlived the drop"
+        );
+        c.check_invariants().unwrap();
+    });
+}
+
+/// Write-through against a fill of the same pages: the source is written
+/// (nines) before `write_through`, a fill reads the source at some point
+/// (sevens before the write, nines after). Each page a reader gets is one
+/// or the other, and once both are done the cache holds only nines: a fill
+/// that read the source before the write is not kept.
+#[test]
+fn write_through_vs_fill() {
+    model(|| {
+        let c = small_cache();
+        let written = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let (c2, w2) = (c.clone(), written.clone());
+        let h = thread::spawn(move || {
+            w2.store(true, Ordering::SeqCst);
+            c2.write_through(1, 16, &[9; 16], None);
+        });
+        let mut out = Vec::new();
+        c.read_range_into(1, 16, 16, &mut out, FillOrder::Order(1), |_, b| {
+            b.fill(if written.load(Ordering::SeqCst) { 9 } else { 7 });
+            Ok::<_, ()>(b.len())
+        })
+        .unwrap();
+        for page in out.chunks(8) {
+            assert!(page == [7; 8] || page == [9; 8], "torn page {page:?}");
+        }
+        h.join().unwrap();
+        for i in [2, 3] {
+            if let Some(p) = c.get(1, i) {
+                assert_eq!(&*p, &[9u8; 8], "a stale fill stayed cached at {i}");
+            }
+        }
+        c.check_invariants().unwrap();
+    });
+}
+
+/// Folio slices (`read_refs`, one speculative reference per folio) against
+/// the folio's removal: the slices hold the whole folio's bytes (the old
+/// folio's, or a refill's if the removal came first) and stay readable
+/// after the removal.
+#[test]
+fn folio_slice_vs_removal() {
+    model(|| {
+        let c = folio_cache();
+        let c2 = c.clone();
+        let h = thread::spawn(move || assert_eq!(c2.drop_range(1, 3, 3).pages, 2));
+        let mut slices = Vec::new();
+        let n = c
+            .read_refs(1, 16, 16, FillOrder::Order(0), &mut slices, |_, b| {
+                b.fill(8);
+                Ok::<_, ()>(b.len())
+            })
+            .unwrap();
+        assert_eq!(n, 16);
+        h.join().unwrap();
+        let bytes: Vec<u8> = slices.iter().flat_map(|s| s.iter().copied()).collect();
+        assert_eq!(bytes, vec![8u8; 16]);
+        drop(slices);
         c.check_invariants().unwrap();
     });
 }
