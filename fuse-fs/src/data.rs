@@ -6,7 +6,9 @@
 //! covers; a missing page is filled with one `pread` of a whole page on the
 //! open file's descriptor, and concurrent readers of a missing page wait for
 //! that one fill (the page cache's protocol), so the source is read once.
-//! The reply is assembled from the pinned pages. A page shorter than the page
+//! The answer is the list of pinned pages with the byte range of each
+//! ([`PinnedRead`]): the FUSE adapter writes them to the kernel as they are,
+//! without copying them into a reply buffer. A page shorter than the page
 //! size is the end of the file at fill time, so the read stops there.
 //!
 //! # Invariants
@@ -23,6 +25,7 @@ use std::os::fd::BorrowedFd;
 use pagecache::PageCache;
 
 use crate::error::FsResult;
+use crate::pinned::PinnedRead;
 use crate::sys;
 
 /// Pages and bytes dropped.
@@ -63,29 +66,31 @@ impl Data {
         self.cache.page_size() as u64
     }
 
-    /// Reads `size` bytes at `offset` of file `id` (open as `fd`), page by
-    /// page into a reply buffer that grows as it is filled. (The page
-    /// cache's ranged `read_into` saves the per-page descents but needs an
-    /// initialised buffer: zeroing a 128 KiB reply first made a cached read
-    /// 1.09–1.16x slower, `cargo run --release -p pagecache --example
-    /// readpath`.)
-    pub fn read(&self, id: u64, fd: BorrowedFd<'_>, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+    /// Reads `size` bytes at `offset` of file `id` (open as `fd`): pins the
+    /// cached page of each page-sized piece of the range (filling a missing
+    /// one from the source) and returns the pinned pages with the byte range
+    /// of each, for a reply without a copy (`pinned.rs`). A page shorter
+    /// than the page size is the end of the file at fill time: the read
+    /// stops there.
+    pub fn read(&self, id: u64, fd: BorrowedFd<'_>, offset: u64, size: u32) -> FsResult<PinnedRead> {
         let ps = self.ps();
         let end = offset.saturating_add(size as u64);
-        let mut out = Vec::with_capacity(size as usize);
-        let mut index = offset / ps;
+        let first = offset / ps;
+        let mut out = PinnedRead::with_capacity(end.div_ceil(ps).saturating_sub(first) as usize);
+        let mut index = first;
         while index * ps < end {
             let start = index * ps;
             let page = self
                 .cache
                 .get_or_fill(id, index, |buf: &mut [u8]| sys::pread_full(fd, buf, start))?;
+            let len = page.len();
             let from = (offset.max(start) - start) as usize;
-            if from >= page.len() {
+            if from >= len {
                 break;
             }
-            let to = (page.len() as u64).min(end - start) as usize;
-            out.extend_from_slice(&page[from..to]);
-            if (page.len() as u64) < ps {
+            let to = (len as u64).min(end - start) as usize;
+            out.push(page, from..to);
+            if (len as u64) < ps {
                 break;
             }
             index += 1;

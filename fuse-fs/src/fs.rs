@@ -52,6 +52,7 @@ use crate::inode::{Inode, InodeTable, NewInode, ROOT_INO, Stamp, key_of};
 use crate::inval::InvalQueue;
 use crate::names::{Hit, Names};
 use crate::open_files::{self, FdGate, Handles, OpenDir, OpenFile, ShareKey, SharedFd, SharedFds};
+use crate::pinned::PinnedRead;
 use crate::protocol::{self, DropArgs, DropMode};
 use crate::sys::{self, cstr};
 
@@ -992,8 +993,9 @@ impl Fs {
         })
     }
 
-    /// READ: through the page cache.
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+    /// READ: through the page cache; the answer pins the cached pages it
+    /// returns (see `pinned.rs`).
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<PinnedRead> {
         let file = self.files.get(fh)?;
         self.data.read(file.inode.ino, file.fd.as_fd(), offset, size)
     }

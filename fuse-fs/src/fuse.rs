@@ -524,7 +524,10 @@ impl Filesystem for FuseAdapter {
     ) {
         handler!("read", req, ino.0, {
             match self.fs.read(fh.0, offset, size) {
-                Ok(d) => reply.data(&d),
+                // The pinned pages go to the kernel as they are, in one
+                // writev with the reply header; they stay pinned until it
+                // returns.
+                Ok(d) => d.with_io_slices(|s| reply.data_vectored(s)),
                 Err(e) => reply.error(errno(e)),
             }
         });

@@ -55,6 +55,7 @@ use serde_json::{Value, json};
 use crate::bench::out_dir;
 
 mod coherence;
+mod data;
 use crate::util::{Rng, cargo, ensure_programs, root, run};
 
 /// Sizes of the generated workloads.
@@ -200,6 +201,11 @@ impl Mount {
 
     fn path(&self) -> &Path {
         &self.mountpoint
+    }
+
+    /// The `rcufs mount` process's id.
+    fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// `rcufs drop --MODE DIR`.
@@ -586,17 +592,8 @@ fn suite(
         .map(|i| dir.join(format!("data/file{i}.bin")))
         .collect();
     let file_bytes = (s.data_file_mib as u64) << 20;
+    // The hot data rows run interleaved across the modes (`fsbench/data.rs`).
     if on("data") {
-        put(
-            "sequential 1 MiB reads, hot",
-            hot_rate(3, || read_sequential(&data))? / 1e6,
-            "MB/s",
-        );
-        put(
-            "random 4 KiB reads, hot",
-            hot_rate(3, || read_random(&data, file_bytes, s.random_reads, 7))? / 4096.0,
-            "IOPS",
-        );
         cold()?;
         put(
             "sequential 1 MiB reads, cold",
@@ -855,6 +852,7 @@ pub fn fsbench(args: &[String]) -> Result<()> {
     ensure_programs(&[("fio", "fio"), ("dbench", "dbench")])?;
 
     let needs_rcufs = modes.iter().any(|&m| m != Mode::Native)
+        || !skip.iter().any(|x| x == "data")
         || !skip.iter().any(|x| x == "seed004")
         || !skip.iter().any(|x| x == "seed001")
         || !skip.iter().any(|x| x == "coherence");
@@ -907,6 +905,21 @@ pub fn fsbench(args: &[String]) -> Result<()> {
         if let Err(e) = result {
             eprintln!("xtask fsbench: {} FAILED: {e:#}", mode.name());
             errors.push(format!("{}: {e:#}", mode.name()));
+        }
+    }
+
+    let mut data_md = String::new();
+    let mut data_records = Vec::new();
+    if let Some(rcufs) = rcufs.as_deref()
+        && !skip.iter().any(|x| x == "data")
+    {
+        match data::run(rcufs, &src, &work.path, &s, &logs, quick) {
+            Ok((m, r, md)) => {
+                measures.extend(m.into_iter().filter(|m| modes.contains(&m.mode)));
+                data_records = r;
+                data_md = md;
+            }
+            Err(e) => errors.push(format!("data (hot, interleaved): {e:#}")),
         }
     }
 
@@ -1000,9 +1013,11 @@ pub fn fsbench(args: &[String]) -> Result<()> {
         }
     }
     records.extend(seeds.iter().cloned());
+    records.extend(data_records);
     records.extend(coherence_records);
 
     let mut md = table(&measures, &seeds, &errors, &s, quick);
+    md.push_str(&data_md);
     md.push_str(&coherence_md);
     print!("\n{md}");
     let doc = json!({

@@ -62,7 +62,7 @@ fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
     let o = fs.open(ino, libc::O_RDONLY, ME).expect("open");
     let mut out = Vec::new();
     loop {
-        let chunk = fs.read(o.fh, out.len() as u64, 3000).expect("read");
+        let chunk = fs.read(o.fh, out.len() as u64, 3000).expect("read").to_vec();
         if chunk.is_empty() {
             break;
         }
@@ -784,7 +784,7 @@ fn opens_of_one_inode_and_mode_share_one_descriptor() {
         .collect();
     assert_eq!(t.fs.shared.live(), 1);
     assert_eq!(t.fs.files.len(), 100, "every open keeps its own handle");
-    assert_eq!(t.fs.read(fhs[7], 0, 100).expect("read"), b"hello");
+    assert_eq!(t.fs.read(fhs[7], 0, 100).expect("read").to_vec(), b"hello");
     // Another mode is another descriptor; O_APPEND stays per handle.
     let w = t.fs.open(a.ino, libc::O_WRONLY | libc::O_APPEND, ME).expect("open");
     assert_eq!(t.fs.shared.live(), 2);
