@@ -28,6 +28,15 @@ use crate::error::FsResult;
 use crate::pinned::PinnedRead;
 use crate::sys;
 
+/// The pages a write holds (see [`Data::write_pages`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WritePages {
+    /// The first page index.
+    pub first: u64,
+    /// The last page index (`u64::MAX`: to the end, whatever it becomes).
+    pub last: u64,
+}
+
 /// Pages and bytes dropped.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Dropped {
@@ -98,9 +107,66 @@ impl Data {
         Ok(out)
     }
 
-    /// `data` was written through at `offset`.
-    pub fn wrote(&self, id: u64, offset: u64, data: &[u8]) {
+    /// The pages a write of `len` bytes at `offset` must hold in the range
+    /// locks (`range_lock.rs`) from before its source write until its cache
+    /// update, given the file's size as last seen: the pages it writes, and
+    /// for a write that may change the end of file (it ends past `size`, or
+    /// `append`) every page from the old end on.
+    pub fn write_pages(&self, offset: u64, len: u64, size: u64, append: bool) -> WritePages {
+        let ps = self.ps();
+        let end = offset.saturating_add(len);
+        if append {
+            return WritePages {
+                first: 0,
+                last: u64::MAX,
+            };
+        }
+        if end > size {
+            return WritePages {
+                first: offset.min(size) / ps,
+                last: u64::MAX,
+            };
+        }
+        WritePages {
+            first: offset / ps,
+            last: end.saturating_sub(1).max(offset) / ps,
+        }
+    }
+
+    /// `data` was written at `offset` and the source took it; the file is
+    /// now `size` bytes long. Write-through: cached pages the write touches
+    /// are updated (or dropped, if a reader holds them), and the pages it
+    /// wrote whole are cached with its bytes, so that reading back what was
+    /// just written is a hit (seed 001's `cp`). With `tail` (the caller
+    /// holds every page from the write on), so is the page holding the new
+    /// end of file when the write ends the file there.
+    ///
+    /// The caller holds the written pages' range lock from before the
+    /// source write (`write_pages`), so no other change of these pages
+    /// reaches the source or the cache in between; a reader's fill that
+    /// raced the source write is caught by the page cache's generation.
+    /// Pages are inserted within the budget (CLOCK reclaim makes room).
+    pub fn wrote(&self, id: u64, offset: u64, data: &[u8], size: u64, tail: bool) {
         self.cache.write(id, offset, data);
+        let ps = self.ps();
+        let end = offset.saturating_add(data.len() as u64);
+        let mut index = offset.div_ceil(ps);
+        while index * ps < end {
+            let start = index * ps;
+            let n = if end - start >= ps {
+                ps
+            } else if tail && end == size {
+                end - start
+            } else {
+                break;
+            };
+            let bytes = &data[(start - offset) as usize..(start - offset + n) as usize];
+            let _ = self.cache.get_or_fill(id, index, |buf: &mut [u8]| {
+                buf[..bytes.len()].copy_from_slice(bytes);
+                Ok::<usize, std::convert::Infallible>(bytes.len())
+            });
+            index += 1;
+        }
     }
 
     /// The file's size changed from `old` to `new` through the mount.

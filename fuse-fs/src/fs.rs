@@ -54,6 +54,7 @@ use crate::names::{Hit, Names};
 use crate::open_files::{self, FdGate, Handles, OpenDir, OpenFile, ShareKey, SharedFd, SharedFds};
 use crate::pinned::PinnedRead;
 use crate::protocol::{self, DropArgs, DropMode};
+use crate::range_lock::RangeLocks;
 use crate::sys::{self, cstr};
 
 mod watched;
@@ -358,6 +359,8 @@ pub struct Fs {
     creds: Creds,
     watched: Watched,
     warmer: warm::Warmer,
+    /// Orders each file's source changes and cache updates (`range_lock.rs`).
+    writes: RangeLocks,
 }
 
 fn name_ok(name: &[u8]) -> FsResult<()> {
@@ -479,6 +482,7 @@ impl Fs {
             creds: Creds::new(sys::is_root()),
             watched: Watched::default(),
             warmer: warm::Warmer::default(),
+            writes: RangeLocks::default(),
         })
     }
 
@@ -721,6 +725,7 @@ impl Fs {
         if set.uid.is_some() || set.gid.is_some() {
             sys::fchown(pfd.as_fd(), set.uid.unwrap_or(u32::MAX), set.gid.unwrap_or(u32::MAX))?;
         }
+        let _held = set.size.map(|_| self.writes.lock_all(ino));
         if let Some(size) = set.size {
             let old = inode.attr().st.st_size.max(0) as u64;
             match &file {
@@ -1003,11 +1008,12 @@ impl Fs {
     /// WRITE: to the source first, then to the cached pages.
     ///
     /// The source write and the cache update are two steps, so two
-    /// overlapping writers could apply them in opposite orders. They cannot
-    /// here because the kernel serialises direct-I/O writes to one inode
-    /// under its inode lock as long as the open does not set
-    /// `FOPEN_PARALLEL_DIRECT_WRITES` (see `fuse.rs`): setting that flag
-    /// needs a per-inode write lock here first.
+    /// overlapping writers could apply them in opposite orders; the pages
+    /// the write touches are held in the range locks across both
+    /// (`range_lock.rs`), so the kernel may send writes to one file in
+    /// parallel (`FOPEN_PARALLEL_DIRECT_WRITES`, see `fuse.rs`). The cache
+    /// update is write-through (`Data::wrote`): pages the write covers are
+    /// cached with its bytes, so reading them back is a hit.
     ///
     /// A write by another user than root, or marked `kill_suidgid` (the
     /// kernel's `FUSE_WRITE_KILL_SUIDGID`: the writer lacks `CAP_FSETID`),
@@ -1019,7 +1025,15 @@ impl Fs {
     pub fn write(&self, fh: u64, offset: u64, data: &[u8], caller: Caller, kill_suidgid: bool) -> FsResult<u32> {
         let file = self.files.get(fh)?;
         let inode = &file.inode;
+        let pages = self.data.write_pages(
+            offset,
+            data.len() as u64,
+            inode.attr().st.st_size.max(0) as u64,
+            file.append,
+        );
+        let _held = self.writes.lock(inode.ino, pages.first, pages.last);
         let old_size = inode.attr().st.st_size.max(0) as u64;
+        let seq = self.source_seq();
         let as_writer =
             (self.creds.takes_uid(caller) || kill_suidgid) && may_lose_suidgid(sys::fstat(file.fd.as_fd())?.st_mode);
         let n = if as_writer {
@@ -1040,7 +1054,13 @@ impl Fs {
                 // The bytes between the old end and `offset` became zeros.
                 self.data.invalidate_from(inode.ino, old_size);
             }
-            self.data.wrote(inode.ino, offset, &data[..n]);
+            self.data
+                .wrote(inode.ino, offset, &data[..n], new_size, pages.last == u64::MAX);
+            if self.source_changed_since(seq) {
+                // A change made in the source was applied meanwhile: what was
+                // cached from this write may be older than the source.
+                self.data.invalidate_range(inode.ino, offset, n as u64);
+            }
         }
         self.store_attr(inode, st, before);
         self.note_own_change(inode, &st);
@@ -1266,6 +1286,7 @@ impl Fs {
     /// FALLOCATE, as the caller.
     pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32, caller: Caller) -> FsResult<()> {
         let file = self.files.get(fh)?;
+        let _held = self.writes.lock_all(file.inode.ino);
         {
             let _g = self.creds.act_as(caller)?;
             sys::fallocate(file.fd.as_fd(), mode, offset, len)?;
@@ -1301,6 +1322,7 @@ impl Fs {
         let src = self.files.get(fh_in)?;
         let dst = self.files.get(fh_out)?;
         let len = len.min(u32::MAX as u64 & !0xfff);
+        let _held = self.writes.lock_all(dst.inode.ino);
         let n = {
             // A write into `dst`: as the caller, like WRITE.
             let _g = self.creds.act_as(caller)?;

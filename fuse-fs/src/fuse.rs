@@ -258,9 +258,11 @@ fn attr(a: &Attr) -> FileAttr {
 fn fopen(o: &Opened) -> FopenFlags {
     let mut f = FopenFlags::empty();
     if o.direct_io {
-        // No FOPEN_PARALLEL_DIRECT_WRITES: `Fs::write` relies on the kernel
-        // serialising writes to one inode.
-        f |= FopenFlags::FOPEN_DIRECT_IO;
+        // Parallel direct writes: the kernel sends non-extending direct
+        // writes to one file concurrently (extending and O_APPEND ones
+        // still one at a time); `Fs::write` orders writes that share a
+        // page itself (`range_lock.rs`).
+        f |= FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
     }
     if o.keep_cache {
         f |= FopenFlags::FOPEN_KEEP_CACHE;

@@ -58,6 +58,7 @@ pub mod names;
 pub mod open_files;
 pub mod pinned;
 pub mod protocol;
+pub mod range_lock;
 pub mod ratelog;
 pub mod sys;
 pub mod watch;
