@@ -13,6 +13,10 @@
 //! milliseconds before its first read, so a test can overflow its queue;
 //! `RCUFS_FAULT=lookup-delay:NAME:MS` makes a LOOKUP of `NAME` wait MS
 //! milliseconds between reading the source and caching what it read;
+//! `RCUFS_FAULT=write-jitter:US` makes every WRITE wait a pseudo-random
+//! 0 to US microseconds between its source write and its cache update, so
+//! that a test of concurrent writers meets the reorderings the range locks
+//! prevent (`range_lock.rs`);
 //! `RCUFS_FAULT=withhold-ready` makes `rcufs mount` skip its `READY=1`
 //! (the mount helper's timeout test; the helper honours
 //! `RCUFS_HELPER_READY_TIMEOUT_SECS` in debug builds for the same test).
@@ -111,3 +115,29 @@ pub fn withhold_ready() -> bool {
 pub fn withhold_ready() -> bool {
     false
 }
+
+/// Waits a pseudo-random 0 to US microseconds between a WRITE's source
+/// write and its cache update (debug builds with
+/// `RCUFS_FAULT=write-jitter:US` only).
+#[cfg(debug_assertions)]
+pub fn write_jitter() {
+    use std::sync::OnceLock;
+    static US: OnceLock<Option<u64>> = OnceLock::new();
+    let us = US.get_or_init(|| {
+        std::env::var("RCUFS_FAULT")
+            .ok()
+            .and_then(|v| v.strip_prefix("write-jitter:").and_then(|us| us.parse().ok()))
+    });
+    if let Some(us) = *us {
+        // The low bits of the clock are random enough to reorder writers.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() as u64);
+        std::thread::sleep(std::time::Duration::from_micros((t >> 4) % (us + 1)));
+    }
+}
+
+/// Release builds: nothing.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn write_jitter() {}

@@ -1042,6 +1042,7 @@ impl Fs {
         } else {
             sys::pwrite(file.fd.as_fd(), data, offset)?
         };
+        crate::fault::write_jitter();
         let before = self.source_seq();
         let st = sys::fstat(file.fd.as_fd())?;
         let new_size = st.st_size.max(0) as u64;
