@@ -170,11 +170,8 @@ impl Mapping {
 
     fn sync(&self) {
         // SAFETY: exactly the mapping made in `new`.
-        assert_eq!(
-            unsafe { libc::msync(self.p.cast(), self.len, libc::MS_SYNC) },
-            0,
-            "msync"
-        );
+        let r = unsafe { libc::msync(self.p.cast(), self.len, libc::MS_SYNC) };
+        assert_eq!(r, 0, "msync");
     }
 }
 
