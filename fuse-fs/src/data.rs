@@ -169,6 +169,56 @@ impl Data {
         }
     }
 
+    /// The source copied `n` bytes of file `src` (open as `src_fd`) at
+    /// `off_in` to file `dst` at `off_out` (`copy_file_range`), and `dst`
+    /// is now `size` bytes long. Caches the copy as a write of those bytes
+    /// would be (see [`Data::wrote`]): each destination page the copy
+    /// covers whole (and, with `tail`, the one ending the file) is filled
+    /// from the source's range read through this cache, which caches the
+    /// source's pages too, as the kernel's page cache does for a copy.
+    /// The caller holds `dst`'s whole range and `src`'s copied range in the
+    /// range locks from before the copy, so both still hold what was copied.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copied(
+        &self,
+        src: u64,
+        src_fd: BorrowedFd<'_>,
+        off_in: u64,
+        dst: u64,
+        off_out: u64,
+        n: u64,
+        size: u64,
+        tail: bool,
+    ) -> FsResult<()> {
+        let ps = self.ps();
+        let end = off_out.saturating_add(n);
+        let mut index = off_out.div_ceil(ps);
+        while index * ps < end {
+            let start = index * ps;
+            let len = if end - start >= ps {
+                ps
+            } else if tail && end == size {
+                end - start
+            } else {
+                break;
+            };
+            let from = self.read(src, src_fd, off_in + (start - off_out), len as u32)?;
+            if from.len() as u64 != len {
+                break; // The source is shorter now: cache nothing more.
+            }
+            let _ = self.cache.get_or_fill(dst, index, |buf: &mut [u8]| {
+                let mut at = 0;
+                for s in from.slices() {
+                    buf[at..at + s.len()].copy_from_slice(s);
+                    at += s.len();
+                }
+                Ok::<usize, std::convert::Infallible>(at)
+            });
+            index += 1;
+        }
+        Ok(())
+    }
+
     /// The file's size changed from `old` to `new` through the mount.
     pub fn resized(&self, id: u64, _old: u64, new: u64) {
         // The page cache shortens or zero-extends the page holding the new end.

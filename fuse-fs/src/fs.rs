@@ -1308,7 +1308,13 @@ impl Fs {
         sys::lseek(file.fd.as_fd(), offset, whence)
     }
 
-    /// COPY_FILE_RANGE (the write into the destination as the caller).
+    /// COPY_FILE_RANGE (the write into the destination as the caller),
+    /// done by the source (which may share the blocks); then the copy is
+    /// cached as a write of the same bytes would be (`Data::copied`: the
+    /// destination's pages from the source range's, read through the
+    /// cache), so a `cp` leaves both files cached as the kernel's page cache
+    /// does (seed 001). The destination is held whole in the range locks,
+    /// and the source range too unless it is the same file.
     #[allow(clippy::too_many_arguments)]
     pub fn copy_file_range(
         &self,
@@ -1323,7 +1329,21 @@ impl Fs {
         let src = self.files.get(fh_in)?;
         let dst = self.files.get(fh_out)?;
         let len = len.min(u32::MAX as u64 & !0xfff);
-        let _held = self.writes.lock_all(dst.inode.ino);
+        // Two inodes' ranges are taken in inode order, so that copies in
+        // opposite directions cannot wait for each other.
+        let ps = self.data.page_size();
+        let (lo, hi) = (src.inode.ino.min(dst.inode.ino), src.inode.ino.max(dst.inode.ino));
+        let range = |ino: u64| {
+            if ino == dst.inode.ino {
+                self.writes.lock_all(ino)
+            } else {
+                self.writes
+                    .lock(ino, off_in / ps, off_in.saturating_add(len.max(1) - 1) / ps)
+            }
+        };
+        let _held = range(lo);
+        let _held_other = (hi != lo).then(|| range(hi));
+        let seq = self.source_seq();
         let n = {
             // A write into `dst`: as the caller, like WRITE.
             let _g = self.creds.act_as(caller)?;
@@ -1336,6 +1356,22 @@ impl Fs {
         }
         let before = self.source_seq();
         let st = sys::fstat(dst.fd.as_fd())?;
+        let size = st.st_size.max(0) as u64;
+        if src.inode.ino != dst.inode.ino && n > 0 {
+            let cached = self.data.copied(
+                src.inode.ino,
+                src.fd.as_fd(),
+                off_in,
+                dst.inode.ino,
+                off_out,
+                n as u64,
+                size,
+                true,
+            );
+            if cached.is_err() || self.source_changed_since(seq) {
+                self.data.invalidate_range(dst.inode.ino, off_out, n as u64);
+            }
+        }
         self.store_attr(&dst.inode, st, before);
         self.note_own_change(&dst.inode, &st);
         Ok(n as u32)

@@ -21,6 +21,8 @@
 //!
 //! # Invariants
 //! - Two held ranges of one inode never share a page.
+//! - A thread holds ranges of at most two inodes at once (a copy), and
+//!   takes them in inode order, so waits cannot form a cycle.
 //! - An inode's entry exists only while a range of it is held or waited
 //!   for (memory follows what is in use).
 //!

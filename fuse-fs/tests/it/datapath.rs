@@ -350,3 +350,28 @@ fn parallel_direct_writes_to_one_file_keep_the_cache_exact() {
     eprintln!("8,000 parallel writes took {:?}", start.elapsed());
     same_as_source(&m, "p", "parallel direct writes");
 }
+
+#[test]
+fn a_cp_through_the_mount_leaves_both_files_cached() {
+    // GNU cp copies with copy_file_range, which rcufs has the source do and
+    // then caches as a write of the same bytes (seed 001's `cp -r 1 2`).
+    let len = 3 * 4096 * 50 + 777;
+    let Some(m) = Mount::with(&["--coherence", "ttl"], |s| {
+        write_tree(s, &[("from", &content(7, len))])
+    }) else {
+        return;
+    };
+    let st = std::process::Command::new("cp")
+        .arg(m.at("from"))
+        .arg(m.at("to"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp: {st}");
+    assert_eq!(fs::read(m.src_at("to")).unwrap(), content(7, len));
+    let (misses, fills) = (m.stat("pagecache", "misses"), m.stat("pagecache", "fills"));
+    assert!(fills >= 2 * 151, "the copy cached both files' pages ({fills} fills)");
+    assert_eq!(fs::read(m.at("to")).unwrap(), content(7, len));
+    assert_eq!(fs::read(m.at("from")).unwrap(), content(7, len));
+    assert_eq!(m.stat("pagecache", "misses"), misses, "both read back without a miss");
+    assert_eq!(m.stat("pagecache", "fills"), fills);
+}
