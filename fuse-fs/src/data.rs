@@ -11,10 +11,21 @@
 //! without copying them into a reply buffer. A page shorter than the page
 //! size is the end of the file at fill time, so the read stops there.
 //!
+//! Writes are cached write-through ([`Data::wrote`]): after the source took
+//! the bytes, the cached pages they touch are updated and the pages they
+//! cover whole are cached with them, so reading back what was just written
+//! is a hit; a copy caches its destination the same way ([`Data::copied`]).
+//! Sequential misses are still filled a page at a time: a fill must read
+//! the source after its page is in the cache (the generation check in
+//! `crates/pagecache/src/cache.rs` covers only that window), and the page
+//! cache's API fills one page per call, so a larger read from the source
+//! waits for a ranged fill there.
+//!
 //! # Invariants
 //! - The cache never holds bytes the source does not (after the caller's
 //!   write-through): writes call [`Data::wrote`] only after the source took
-//!   the bytes; size changes call [`Data::resized`]; anything the cache
+//!   the bytes, holding the written pages' range lock (`range_lock.rs`)
+//!   across both; size changes call [`Data::resized`]; anything the cache
 //!   cannot keep exact is dropped.
 //! - No lock of this layer covers more than one page-cache tree node: the
 //!   cached read path is the page cache's lock-free lookup (seed 003, "Recent

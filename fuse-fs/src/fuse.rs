@@ -12,6 +12,14 @@
 //! it returns. `batch_forget` is fuser's default (one `forget` per node):
 //! fuser 0.18 does not export the type of its argument.
 //!
+//! READ is answered with `ReplyData::data_vectored`, an addition to fuser
+//! carried in `vendor/fuser` (ARCHITECTURE.md says why): the reply header
+//! and the pinned cache pages of `pinned.rs` go to the kernel in one
+//! `writev`, the pages pinned until it returns. Files opened with direct
+//! I/O also get `FOPEN_PARALLEL_DIRECT_WRITES` (the kernel sends
+//! non-extending writes to one file concurrently; `range_lock.rs` orders
+//! those that share a page).
+//!
 //! INIT asks for `FUSE_POSIX_ACL`, `FUSE_DONT_MASK` and
 //! `FUSE_HANDLE_KILLPRIV_V2`: the kernel checks ACLs, and leaves the umask
 //! and setuid/setgid clearing to the source, since the operations run as
