@@ -13,10 +13,11 @@
 //! milliseconds before its first read, so a test can overflow its queue;
 //! `RCUFS_FAULT=lookup-delay:NAME:MS` makes a LOOKUP of `NAME` wait MS
 //! milliseconds between reading the source and caching what it read;
-//! `RCUFS_FAULT=write-jitter:US` makes every WRITE wait a pseudo-random
-//! 0 to US microseconds between its source write and its cache update, so
-//! that a test of concurrent writers meets the reorderings the range locks
-//! prevent (`range_lock.rs`);
+//! `RCUFS_FAULT=cache-jitter:US` makes every WRITE wait a pseudo-random
+//! 0 to US microseconds between its source write and its cache update, and
+//! every readahead between its source read and caching what it read, so
+//! that a test of concurrent writers and readers meets the reorderings the
+//! range locks (`range_lock.rs`) and the change count (`data.rs`) handle;
 //! `RCUFS_FAULT=withhold-ready` makes `rcufs mount` skip its `READY=1`
 //! (the mount helper's timeout test; the helper honours
 //! `RCUFS_HELPER_READY_TIMEOUT_SECS` in debug builds for the same test).
@@ -116,17 +117,17 @@ pub fn withhold_ready() -> bool {
     false
 }
 
-/// Waits a pseudo-random 0 to US microseconds between a WRITE's source
-/// write and its cache update (debug builds with
-/// `RCUFS_FAULT=write-jitter:US` only).
+/// Waits a pseudo-random 0 to US microseconds between a source access and
+/// the cache update that follows it (debug builds with
+/// `RCUFS_FAULT=cache-jitter:US` only).
 #[cfg(debug_assertions)]
-pub fn write_jitter() {
+pub fn cache_jitter() {
     use std::sync::OnceLock;
     static US: OnceLock<Option<u64>> = OnceLock::new();
     let us = US.get_or_init(|| {
         std::env::var("RCUFS_FAULT")
             .ok()
-            .and_then(|v| v.strip_prefix("write-jitter:").and_then(|us| us.parse().ok()))
+            .and_then(|v| v.strip_prefix("cache-jitter:").and_then(|us| us.parse().ok()))
     });
     if let Some(us) = *us {
         // The low bits of the clock are random enough to reorder writers.
@@ -140,4 +141,4 @@ pub fn write_jitter() {
 /// Release builds: nothing.
 #[cfg(not(debug_assertions))]
 #[inline(always)]
-pub fn write_jitter() {}
+pub fn cache_jitter() {}

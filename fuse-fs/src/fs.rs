@@ -989,7 +989,12 @@ impl Fs {
             same
         };
         let append = flags & libc::O_APPEND != 0;
-        let fh = self.files.insert(OpenFile { inode, fd, append });
+        let fh = self.files.insert(OpenFile {
+            inode,
+            fd,
+            append,
+            readahead: Default::default(),
+        });
         Ok(Opened {
             fh,
             direct_io: !self.cfg.kernel_cache,
@@ -1002,7 +1007,8 @@ impl Fs {
     /// returns (see `pinned.rs`).
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<PinnedRead> {
         let file = self.files.get(fh)?;
-        self.data.read(file.inode.ino, file.fd.as_fd(), offset, size)
+        self.data
+            .read(file.inode.ino, file.fd.as_fd(), offset, size, Some(&file.readahead))
     }
 
     /// WRITE: to the source first, then to the cached pages.
@@ -1042,7 +1048,7 @@ impl Fs {
         } else {
             sys::pwrite(file.fd.as_fd(), data, offset)?
         };
-        crate::fault::write_jitter();
+        crate::fault::cache_jitter();
         let before = self.source_seq();
         let st = sys::fstat(file.fd.as_fd())?;
         let new_size = st.st_size.max(0) as u64;

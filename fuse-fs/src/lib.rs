@@ -60,6 +60,7 @@ pub mod pinned;
 pub mod protocol;
 pub mod range_lock;
 pub mod ratelog;
+pub mod readahead;
 pub mod sys;
 pub mod watch;
 

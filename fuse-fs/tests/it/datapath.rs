@@ -319,33 +319,52 @@ fn parallel_direct_writes_to_one_file_keep_the_cache_exact() {
     // Each write waits 0-300 µs between the source and the cache: without
     // the range locks, writers sharing a page then update the cache in
     // another order than the source (this test fails so).
-    let Some(m) = Mount::with_env(&["--coherence", "ttl"], &[("RCUFS_FAULT", "write-jitter:300")], |s| {
+    let args = ["--coherence", "ttl"];
+    let Some(m) = Mount::with_env(&args, &[("RCUFS_FAULT", "cache-jitter:300")], |s| {
         write_tree(s, &[("p", &content(6, SIZE))])
     }) else {
         return;
     };
     assert_eq!(fs::read(m.at("p")).unwrap(), content(6, SIZE));
     let start = Instant::now();
+    let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        for w in 0..4u64 {
-            let m = &m;
-            s.spawn(move || {
-                let f = OpenOptions::new().read(true).write(true).open(m.at("p")).unwrap();
-                let mut r = Rng(1234 + w);
-                for i in 0..2000u64 {
-                    // Overlapping ranges of every size, inside the file (the
-                    // kernel sends these in parallel), most of them in its
-                    // first 8 pages so that they meet often; reads between.
-                    let len = 1 + r.below(3 * 4096) as usize;
-                    let span = if i % 8 == 0 { SIZE } else { 8 * 4096 };
-                    let off = r.below((span - len) as u64);
-                    f.write_all_at(&vec![(w * 64 + i % 64) as u8; len], off).unwrap();
-                    if i % 4 == 0 {
-                        let _ = pread(&f, r.below(SIZE as u64), 8192);
-                    }
+        // A sequential reader: its reads fill with readahead.
+        let (mr, stop) = (&m, &stop);
+        s.spawn(move || {
+            let f = File::open(mr.at("p")).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                let mut off = 0;
+                while off < SIZE as u64 && !stop.load(Ordering::Relaxed) {
+                    off += pread(&f, off, 64 << 10).len() as u64;
                 }
-            });
+            }
+        });
+        let writers: Vec<_> = (0..4u64)
+            .map(|w| {
+                let m = &m;
+                s.spawn(move || {
+                    let f = OpenOptions::new().read(true).write(true).open(m.at("p")).unwrap();
+                    let mut r = Rng(1234 + w);
+                    for i in 0..2000u64 {
+                        // Overlapping ranges of every size, inside the file (the
+                        // kernel sends these in parallel), most of them in its
+                        // first 8 pages so that they meet often; reads between.
+                        let len = 1 + r.below(3 * 4096) as usize;
+                        let span = if i % 8 == 0 { SIZE } else { 8 * 4096 };
+                        let off = r.below((span - len) as u64);
+                        f.write_all_at(&vec![(w * 64 + i % 64) as u8; len], off).unwrap();
+                        if i % 4 == 0 {
+                            let _ = pread(&f, r.below(SIZE as u64), 8192);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
         }
+        stop.store(true, Ordering::Relaxed);
     });
     eprintln!("8,000 parallel writes took {:?}", start.elapsed());
     same_as_source(&m, "p", "parallel direct writes");
@@ -374,4 +393,64 @@ fn a_cp_through_the_mount_leaves_both_files_cached() {
     assert_eq!(fs::read(m.at("from")).unwrap(), content(7, len));
     assert_eq!(m.stat("pagecache", "misses"), misses, "both read back without a miss");
     assert_eq!(m.stat("pagecache", "fills"), fills);
+}
+
+#[test]
+fn a_read_after_a_write_returns_it_while_readahead_races_the_writes() {
+    // A writer stamps increasing versions into the first 8 bytes of random
+    // pages (partial-page writes: nothing is cached by write-through) and
+    // publishes each version once its write has returned; sequential
+    // readers (filling with readahead, the cache small enough to evict)
+    // check that every page shows at least the version published before
+    // their read started. A readahead that read a page before a write and
+    // cached it after would show an older one: the change count (`data.rs`)
+    // makes it drop what it cached. Each readahead and write waits 0-300 µs
+    // between the source and the cache (a debug-build fault), to widen the
+    // window.
+    const PAGES: usize = 256;
+    use std::sync::atomic::AtomicU64;
+    let args = ["--coherence", "ttl", "--page-cache-size", "512K"];
+    let Some(m) = Mount::with_env(&args, &[("RCUFS_FAULT", "cache-jitter:300")], |s| {
+        write_tree(s, &[("v", &vec![0u8; PAGES * 4096])])
+    }) else {
+        return;
+    };
+    let published: Vec<AtomicU64> = (0..PAGES).map(|_| AtomicU64::new(0)).collect();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let (m, stop, published) = (&m, &stop, &published);
+            s.spawn(move || {
+                let f = File::open(m.at("v")).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    for chunk in 0..PAGES / 16 {
+                        let floor: Vec<u64> = (chunk * 16..chunk * 16 + 16)
+                            .map(|p| published[p].load(Ordering::SeqCst))
+                            .collect();
+                        let got = pread(&f, (chunk * 16 * 4096) as u64, 16 * 4096);
+                        for (k, page) in got.chunks(4096).enumerate() {
+                            let v = u64::from_le_bytes(page[..8].try_into().unwrap());
+                            assert!(
+                                v >= floor[k],
+                                "reader {t}: page {} shows version {v}, older than {} written before the read",
+                                chunk * 16 + k,
+                                floor[k]
+                            );
+                        }
+                    }
+                }
+            });
+        }
+        let f = OpenOptions::new().write(true).open(m.at("v")).unwrap();
+        let mut r = Rng(42);
+        let deadline = Instant::now() + Duration::from_secs(4);
+        let mut version = 0u64;
+        while Instant::now() < deadline {
+            version += 1;
+            let p = r.below(PAGES as u64) as usize;
+            f.write_all_at(&version.to_le_bytes(), (p * 4096) as u64).unwrap();
+            published[p].store(version, Ordering::SeqCst);
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
 }
