@@ -130,15 +130,21 @@ pub fn withhold_ready() -> bool {
     false
 }
 
+/// Sleeps for fault `kind`'s milliseconds, if it is set (read once, into
+/// `cell`).
+#[cfg(debug_assertions)]
+fn sleep_for(kind: &str, cell: &std::sync::OnceLock<Option<std::time::Duration>>) {
+    if let Some(d) = cell.get_or_init(|| fault_ms(kind)) {
+        std::thread::sleep(*d);
+    }
+}
+
 /// Sleeps before a GETATTR answers (debug builds with
 /// `RCUFS_FAULT=getattr-delay:MS` only).
 #[cfg(debug_assertions)]
 pub fn getattr_delay() {
-    use std::sync::OnceLock;
-    static DELAY: OnceLock<Option<std::time::Duration>> = OnceLock::new();
-    if let Some(d) = DELAY.get_or_init(|| fault_ms("getattr-delay")) {
-        std::thread::sleep(*d);
-    }
+    static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    sleep_for("getattr-delay", &DELAY);
 }
 
 /// Release builds: never.
@@ -150,11 +156,8 @@ pub fn getattr_delay() {}
 /// (debug builds with `RCUFS_FAULT=watch-apply-delay:MS` only).
 #[cfg(debug_assertions)]
 pub fn watch_apply_delay() {
-    use std::sync::OnceLock;
-    static DELAY: OnceLock<Option<std::time::Duration>> = OnceLock::new();
-    if let Some(d) = DELAY.get_or_init(|| fault_ms("watch-apply-delay")) {
-        std::thread::sleep(*d);
-    }
+    static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    sleep_for("watch-apply-delay", &DELAY);
 }
 
 /// Release builds: never.
