@@ -188,6 +188,15 @@ impl Folio {
         self.state.load(Ordering::Relaxed)
     }
 
+    /// Whether someone besides the tree holds a reference (a [`PageRef`], a
+    /// [`FolioSlice`], a filler or a waiter): a write then drops the folio
+    /// rather than replace it, as the cache always has for held pages. A
+    /// hint: a reference may be taken or dropped right after.
+    pub(crate) fn is_held(&self) -> bool {
+        // Relaxed: a hint (see above).
+        self.state.load(Ordering::Relaxed) & REFS > 1
+    }
+
     /// Whether the fill is over and succeeded, so that the bytes may be
     /// read (by a holder of the epoch guard under which the folio was found
     /// in a slot). Acquire: see [`state`](Self::state).

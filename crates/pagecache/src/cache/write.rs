@@ -6,18 +6,22 @@
 //!
 //! # Copy-on-write
 //! A folio's bytes never change after its fill (`folio.rs`), so that
-//! readers may copy them without a reference. A write builds a new folio
-//! of the same order and pages (the old bytes, then the written ones; the
-//! valid length grown to cover them), and `RadixTree::replace_with`
-//! stores it in every slot of the old one's run under the leaf lock, only
-//! if the slot still holds the old one and no remover has claimed it
-//! (`NONEWREFS` clear): a drop or an eviction that claimed the folio first
-//! wins, and a drop that finds its folio replaced removes the replacement
-//! (`remove_at`). Holders of the old folio keep its old bytes. A folio
-//! still `FILLING` (its fill is stale by the generation check) or being
-//! removed is removed instead. A truncation replaces the folio holding the
-//! new end with a copy whose valid length ends there (zeros after), and
-//! drops every folio past it.
+//! readers may copy them without a reference. A write over a folio that
+//! nobody holds (only the tree's reference: the "in place" case of the
+//! cache before folios) builds a new folio of the same order and pages
+//! (the old bytes, then the written ones; the valid length grown to cover
+//! them), and `RadixTree::replace_with` stores it in every slot of the old
+//! one's run under the leaf lock, only if the slot still holds the old one
+//! and no remover has claimed it (`NONEWREFS` clear): a drop or an
+//! eviction that claimed the folio first wins, and a drop that finds its
+//! folio replaced removes the replacement (`remove_at`). A folio that
+//! someone holds (a `PageRef`, a `FolioSlice`), one still `FILLING` (its
+//! fill is stale by the generation check) and one being removed are
+//! removed instead, as the cache always did with pages it could not change
+//! in place; holders keep the old bytes either way. A truncation replaces
+//! the folio holding the new end the same way (a copy whose valid length
+//! ends there, zeros after; or drops it if held), and drops every folio
+//! past it.
 //!
 //! # Ordering contract
 //! For one inode, the caller makes its `write`, `write_through` and
@@ -45,8 +49,9 @@ use crate::radix::Tag;
 impl PageCache {
     /// Updates cached pages with bytes the caller has written through to the
     /// backing file at `offset`: each cached folio the write touches is
-    /// replaced by an updated copy (a reader holding the old one keeps its
-    /// old bytes); one being filled is dropped (its fill read the file
+    /// replaced by an updated copy, unless someone holds it (a
+    /// [`PageRef`](crate::PageRef) or [`FolioSlice`](crate::FolioSlice)) or it is being filled: then it
+    /// is dropped (it cannot change under its holders; a fill read the file
     /// before the write). Short folios before the write are dropped too:
     /// the file grew past them. Pages not cached stay uncached (see
     /// [`write_through`](Self::write_through)).
@@ -178,11 +183,11 @@ impl PageCache {
 
     /// Replaces `folio` (found under a guard the caller holds) by a copy
     /// with `data` at `offset` written into it; removes it instead if it is
-    /// still filling or being removed.
+    /// held, still filling or being removed.
     fn write_folio(&self, inode: &Inode, folio: &Folio, offset: u64, data: &[u8]) {
         // Acquire: pairs with the filler's Release, for the copy below.
         let state = folio.state();
-        if state & (FILLING | NONEWREFS) != 0 || !folio.is_ready() {
+        if state & (FILLING | NONEWREFS) != 0 || !folio.is_ready() || folio.is_held() {
             self.remove_at(inode, folio.index());
             return;
         }
@@ -235,9 +240,9 @@ impl PageCache {
 
     /// Drops cached pages past `new_size` and shortens (or, for a file that
     /// grew inside its last folio, lengthens with zeros) the folio holding
-    /// the new end, by copy-on-write; short folios before it are dropped
-    /// (the file grew past them). The ordering contract of
-    /// [`write`](Self::write) applies.
+    /// the new end, by copy-on-write, or drops it if someone holds it;
+    /// short folios before it are dropped (the file grew past them). The
+    /// ordering contract of [`write`](Self::write) applies.
     pub fn truncate(&self, ino: u64, new_size: u64) {
         let Some(inode) = self.inode(ino) else { return };
         inode.invalidate();
@@ -255,7 +260,7 @@ impl PageCache {
             return;
         };
         self.drop_partial_below(&inode, folio.index());
-        if folio.state() & (FILLING | NONEWREFS) != 0 || !folio.is_ready() {
+        if folio.state() & (FILLING | NONEWREFS) != 0 || !folio.is_ready() || folio.is_held() {
             self.remove_at(&inode, folio.index());
             return;
         }
