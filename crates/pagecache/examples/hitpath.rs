@@ -72,6 +72,7 @@ type Op<'a> = Box<dyn FnMut(usize) + 'a>;
 fn main() {
     let rounds: usize = std::env::args().nth(1).map_or(15, |a| a.parse().expect("rounds"));
     let filter = std::env::args().nth(2).unwrap_or_default();
+    let chosen = |name: &str| filter.split(',').any(|f| name.contains(f));
     let dense: RadixTree<u64> = RadixTree::new(Mode::Optimistic);
     let sparse: RadixTree<u64> = RadixTree::new(Mode::Optimistic);
     let mut next = xorshift(31);
@@ -126,7 +127,15 @@ fn main() {
         ..Config::default()
     });
     let mut big_plain: Vec<Vec<u8>> = Vec::new();
-    let big_files = if filter.is_empty() || filter.contains("range1") {
+    let range_names = [
+        "range128k_read_range",
+        "range128k_read_refs",
+        "range128k_memcpy",
+        "range1m_read_range",
+        "range1m_read_refs",
+        "range1m_memcpy",
+    ];
+    let big_files = if range_names.iter().any(|n| chosen(n)) {
         FILES
     } else {
         0
@@ -296,7 +305,7 @@ fn main() {
             }),
         ),
     ];
-    ops.retain(|(name, _, _)| filter.split(',').any(|f| name.contains(f)));
+    ops.retain(|(name, _, _)| chosen(name));
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); ops.len()];
     let mut order: Vec<usize> = (0..ops.len()).collect();
     let mut next = xorshift(77);
