@@ -11,9 +11,9 @@
 //! pages, 256 KiB of 4 KiB pages) and a lookup of any index inside the
 //! folio finds it with one load. (Larger folios would need entries above
 //! the leaves, which the tree's typed nodes do not have; a 1 MiB read
-//! touches four folios.) The PARTIAL tag lives on the folio's first slot;
-//! CLOCK's reference bit is in the folio's state word (`REFERENCED`). Both
-//! trees are read without locks.
+//! touches four folios.) Tags (ACCESSED, CLOCK's reference bit, and
+//! PARTIAL) live on the folio's first slot. Both trees are read without
+//! locks.
 //!
 //! # Protocols
 //! - **Lookup** (§3.1.2): under an epoch guard, find the folio in the
@@ -79,9 +79,13 @@
 //! - **Budget**: bytes are reserved (a page size per page of the folio)
 //!   before a folio is inserted; when the total passes the budget the
 //!   inserting thread runs CLOCK: the hand walks (inode, index) order; a
-//!   folio with its `REFERENCED` bit loses it (second chance), one without
-//!   it is evicted if its count shows only the tree's reference. A hit sets
-//!   the bit only if it is not set, so repeated hits write nothing shared.
+//!   folio with the ACCESSED tag loses it (second chance), one without it
+//!   is evicted if its count shows only the tree's reference. A hit sets
+//!   ACCESSED only if it is not set, so repeated hits write nothing shared.
+//!   (The bit is the leaf's tag rather than a bit of the folio's state
+//!   word: a reference-less copy need not load the folio's header at all,
+//!   and the leaf's tag bitmap is one line per 64 slots, mostly cached,
+//!   where the headers are one line per folio; measured in BENCHMARKS.md.)
 //!   If every folio is in use the budget is exceeded until references are
 //!   dropped.
 //!
@@ -93,7 +97,7 @@ use std::ptr::NonNull;
 use crate::Mode;
 use crate::counter::Counter;
 use crate::folio::{FAILED, FILLING, Folio, FolioOwn, NONEWREFS, PageRef, filling_item, ready_tag};
-use crate::radix::node::SHIFT;
+use crate::radix::node::{SHIFT, bit};
 use crate::radix::{RadixTree, SLOTS, Tag};
 use crate::readahead::Readahead;
 use crate::sync::epoch::Guard;
@@ -507,7 +511,7 @@ impl PageCache {
     }
 
     /// Speculative get of the folio covering `index` (§3.1.2); a filled
-    /// folio gets its `REFERENCED` bit if it lacks it.
+    /// folio gets the ACCESSED tag if it lacks it.
     ///
     /// One descent finds the leaf; the accuracy check after the reference is
     /// taken re-reads the same leaf slot rather than descending again. That is
@@ -538,11 +542,22 @@ impl PageCache {
                     if state & FILLING != 0 {
                         return Found::Filling(r);
                     }
-                    folio.mark_referenced(state);
+                    Self::touch(inode, leaf, folio.index());
                     return Found::Ready(r);
                 }
                 Err(_) => yield_now(), // Being removed: retry.
             }
+        }
+    }
+
+    /// Sets the ACCESSED tag on the first slot of the folio starting at
+    /// `first` if it is clear (so repeated hits write nothing shared).
+    /// `leaf` holds the folio.
+    #[inline]
+    fn touch(inode: &Inode, leaf: &crate::radix::node::Node<Folio>, first: u64) {
+        let head = (first % SLOTS as u64) as usize;
+        if leaf.tag_bits(Tag::ACCESSED.idx()) & bit(head) == 0 {
+            inode.pages.set_tag(first, Tag::ACCESSED);
         }
     }
 
@@ -938,8 +953,8 @@ impl PageCache {
                 scanned += folio.pages();
                 let end = folio.end();
                 *hand = if end == 0 { (ino.wrapping_add(1), 0) } else { (ino, end) };
-                if folio.take_referenced() {
-                    // Second chance.
+                if inode.pages.get_tag(folio.index(), Tag::ACCESSED) {
+                    inode.pages.clear_tag(folio.index(), Tag::ACCESSED);
                 } else if self.try_evict(inode, folio) {
                     freed += folio.pages() * ps;
                     if freed >= want {

@@ -14,12 +14,6 @@
 //! | 32    | `NONEWREFS` | no new reference may be taken (PG_nonewrefs): the folio is being removed |
 //! | 33    | `FILLING`   | the filler is writing the bytes; nobody else reads them  |
 //! | 34    | `FAILED`    | the fill failed; the folio left the tree before this bit  |
-//! | 35    | `REFERENCED`| hit since the CLOCK hand last passed (second chance)     |
-//!
-//! `REFERENCED` is CLOCK's reference bit, kept in the folio rather than as
-//! a tag of the tree (the kernel's `PG_referenced`): a hit has loaded this
-//! word anyway, while the leaf's tag bitmap is a cache line of its own. A
-//! hit sets it only when it is clear, so repeated hits write nothing.
 //!
 //! A speculative get increments `refs` only if it is non-zero and
 //! `NONEWREFS` is clear (`try_get`), then the caller re-checks that the tree
@@ -60,7 +54,6 @@ const REFS: u64 = (1 << 32) - 1;
 pub(crate) const NONEWREFS: u64 = 1 << 32;
 pub(crate) const FILLING: u64 = 1 << 33;
 pub(crate) const FAILED: u64 = 1 << 34;
-pub(crate) const REFERENCED: u64 = 1 << 35;
 
 /// The header of a folio; its bytes follow it in the same allocation.
 #[repr(C, align(64))]
@@ -180,14 +173,6 @@ impl Folio {
         self.state.load(Ordering::Acquire)
     }
 
-    /// The state word as a hint (Relaxed): for the reference bit only,
-    /// never to decide whether the bytes may be read.
-    #[inline]
-    pub(crate) fn state_hint(&self) -> u64 {
-        // Relaxed: see above; readers learn readiness from the slot's tag.
-        self.state.load(Ordering::Relaxed)
-    }
-
     /// Whether someone besides the tree holds a reference (a [`PageRef`], a
     /// [`FolioSlice`], a filler or a waiter): a write then drops the folio
     /// rather than replace it, as the cache always has for held pages. A
@@ -289,26 +274,8 @@ impl Folio {
         }
     }
 
-    /// Sets `REFERENCED` if `state` (this folio's state, as the caller just
-    /// loaded it) lacks it: a hit writes the word once per CLOCK sweep.
-    #[inline]
-    pub(crate) fn mark_referenced(&self, state: u64) {
-        if state & REFERENCED == 0 {
-            // Relaxed: a hint for CLOCK; it publishes nothing.
-            self.state.fetch_or(REFERENCED, Ordering::Relaxed);
-        }
-    }
-
-    /// Clears `REFERENCED`; true if it was set (CLOCK's second chance).
-    pub(crate) fn take_referenced(&self) -> bool {
-        // Relaxed: a hint (see `mark_referenced`).
-        self.state.load(Ordering::Relaxed) & REFERENCED != 0
-            && self.state.fetch_and(!REFERENCED, Ordering::Relaxed) & REFERENCED != 0
-    }
-
     /// Takes `NONEWREFS` if the folio has only the tree's reference and no
-    /// flag, `REFERENCED` included (CLOCK eviction): a folio in use, or hit
-    /// since CLOCK cleared its bit, fails.
+    /// flag (CLOCK eviction): a folio in use fails.
     pub(crate) fn try_lock_unused(&self) -> bool {
         // Acquire: orders our later accesses after the last holder's
         // release of its reference; pairs with the Release in `put`.

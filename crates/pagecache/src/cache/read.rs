@@ -126,14 +126,13 @@ impl PageCache {
             };
             // Everything the copy needs is in the slot's tag: whether the
             // fill is over, where the folio starts, its size, and whether
-            // its valid length is shorter (then, only, the header is read
-            // first). The header's state word is loaded for the reference
-            // bit alone, and the copy does not wait for it.
+            // its valid length is shorter (then, only, the header is read).
+            // The header is not loaded otherwise: the copy waits for the
+            // slot only, as a copy from a plain array waits for its index.
             let (order, ready, short) = slot_tag(item);
             if !ready {
                 break Stop::Miss;
             }
-            let state = folio.state_hint();
             let first = self.page_of(at) & !((1u64 << order) - 1);
             let start = first * ps;
             debug_assert_eq!((folio.index(), folio.order()), (first, order));
@@ -162,7 +161,7 @@ impl PageCache {
             if !visit(v) {
                 break Stop::Miss;
             }
-            folio.mark_referenced(state);
+            Self::touch(inode, leaf, first);
             pages += self.pages_of(from, n);
             at += n as u64;
             if eof {

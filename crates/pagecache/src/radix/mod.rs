@@ -99,9 +99,8 @@ impl Tag {
     pub const DIRTY: Tag = Tag(0);
     /// Pages being written back.
     pub const WRITEBACK: Tag = Tag(1);
-    /// Entries hit since a CLOCK hand last passed. (The page cache keeps
-    /// its reference bit in the folio instead: a hit loads the folio's state
-    /// word anyway, while the leaf's tag bitmap is one more cache line.)
+    /// Pages hit since the CLOCK hand last passed (the page cache's reference
+    /// bit, on a folio's first slot).
     pub const ACCESSED: Tag = Tag(2);
     /// Pages shorter than the page size (the end of a file), used by the page cache.
     pub const PARTIAL: Tag = Tag(3);
