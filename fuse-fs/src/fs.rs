@@ -84,6 +84,9 @@ pub struct FsConfig {
     pub coherence: Coherence,
     /// Why that mode was chosen (for the stats and the log).
     pub coherence_why: String,
+    /// `local` or `network` (a network or FUSE filesystem), which chose
+    /// the defaults of the options not given (`slow_source.rs`).
+    pub source_kind: &'static str,
 }
 
 impl Default for FsConfig {
@@ -99,6 +102,7 @@ impl Default for FsConfig {
             fd_limit: sys::nofile_limit(),
             coherence: Coherence::Ttl,
             coherence_why: String::new(),
+            source_kind: "local",
         }
     }
 }
@@ -1651,6 +1655,10 @@ impl Fs {
         serde_json::json!({
             "dcache": self.names.stats_json(),
             "coherence": self.coherence_json(),
+            "source": {
+                "kind": self.cfg.source_kind,
+                "revalidate_secs": self.cfg.revalidate.as_secs_f64(),
+            },
             "pagecache": self.data.stats_json(),
             "inodes": {
                 "known": self.table.known() as u64,

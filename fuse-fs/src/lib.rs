@@ -16,7 +16,8 @@
 //!   kernel-invalidation queue; `ratelog.rs` rate-limited log lines;
 //!   `fs/warm.rs` the daemon-side warm (`user.rcufs.warm`); `metrics.rs`
 //!   the stats as a Prometheus exposition and `metrics_http.rs` the
-//!   `/metrics` endpoint that serves it.
+//!   `/metrics` endpoint that serves it; `slow_source.rs` the defaults for
+//!   a network or FUSE source.
 //! - `mount.rs` is the interface the command line uses: [`MountOptions`],
 //!   [`mount`], [`Mounted`].
 //!
@@ -57,9 +58,10 @@ pub mod names;
 pub mod open_files;
 pub mod protocol;
 pub mod ratelog;
+pub mod slow_source;
 pub mod sys;
 pub mod watch;
 
 /// The FUSE mount options (`-o`) rcufs passes to the kernel mount.
 pub use fuse::session::KNOWN_OPTIONS as FUSE_OPTIONS;
-pub use mount::{CoherenceRequest, MountOptions, Mounted, mount, validate};
+pub use mount::{CoherenceRequest, MountOptions, Mounted, local_threads, mount, validate};
