@@ -10,6 +10,7 @@ mod demo;
 mod fsbench;
 mod install;
 mod mount;
+mod netbench;
 mod soak;
 mod util;
 
@@ -28,6 +29,14 @@ Tasks:
                   and seed 002's table (--paper: at 16,777,216 indexes)
   fsbench [--quick] [--keep]
                   the mount against the native source filesystem
+  netbench [--ci] [--rounds N] [--delay-ms MS] [--ttl SECS] [--keep]
+                  rcufs in front of a network filesystem: sshfs over a loopback
+                  SFTP server with an added delay (0.5 ms each way), raw sshfs
+                  against rcufs in both modes (find+stat, git status, a cargo
+                  build, re-reads, an include search); --ci: small, with checks
+  netbench --walk N [--walk-source rcufs|sshfs]
+                  a find | xargs stat walk of N entries over a source without
+                  file handles, with the daemon's descriptors and RSS sampled
   demo            mount a generated example tree and show what rcufs does
   install [--prefix DIR] [--sbin DIR] [--debug]
                   build rcufs (release unless --debug) and install it as
@@ -65,6 +74,7 @@ fn run() -> Result<()> {
         Some("tidy") => ci::tidy(),
         Some("bench") => bench::bench(&rest),
         Some("fsbench") => fsbench::fsbench(&rest),
+        Some("netbench") => netbench::netbench(&rest),
         Some("demo") => demo::demo(),
         Some("install") => install::install(&rest),
         Some("soak") => soak::soak(&rest),
