@@ -13,6 +13,9 @@
 //! milliseconds before its first read, so a test can overflow its queue;
 //! `RCUFS_FAULT=lookup-delay:NAME:MS` makes a LOOKUP of `NAME` wait MS
 //! milliseconds between reading the source and caching what it read;
+//! `RCUFS_FAULT=source-delay:MS` makes every lookup in the source take MS
+//! milliseconds more (a slow source, for the test that parallel lookups
+//! of one directory are in flight together);
 //! `RCUFS_FAULT=withhold-ready` makes `rcufs mount` skip its `READY=1`
 //! (the mount helper's timeout test; the helper honours
 //! `RCUFS_HELPER_READY_TIMEOUT_SECS` in debug builds for the same test).
@@ -95,6 +98,29 @@ pub fn lookup_delay(name: &[u8]) {
 #[cfg(not(debug_assertions))]
 #[inline(always)]
 pub fn lookup_delay(_name: &[u8]) {}
+
+/// Sleeps in every lookup in the source (debug builds with
+/// `RCUFS_FAULT=source-delay:MS` only): a slow source.
+#[cfg(debug_assertions)]
+pub fn source_delay() {
+    use std::sync::OnceLock;
+    static DELAY: OnceLock<Option<u64>> = OnceLock::new();
+    let ms = DELAY.get_or_init(|| {
+        std::env::var("RCUFS_FAULT")
+            .ok()?
+            .strip_prefix("source-delay:")?
+            .parse()
+            .ok()
+    });
+    if let Some(ms) = ms {
+        std::thread::sleep(std::time::Duration::from_millis(*ms));
+    }
+}
+
+/// Release builds: nothing.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn source_delay() {}
 
 /// Whether `rcufs mount` must never report readiness on `NOTIFY_SOCKET`
 /// (debug builds with `RCUFS_FAULT=withhold-ready` only), so that a test

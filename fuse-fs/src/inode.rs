@@ -144,6 +144,8 @@ struct DirState {
     /// Kernel-cache mode: names answered to the kernel as negative entries
     /// (which it caches), so that a drop can invalidate them.
     kernel_negatives: Vec<Box<[u8]>>,
+    /// The listing last read from the source (`listing.rs`).
+    listing: Option<Arc<crate::listing::Listing>>,
 }
 
 /// Most negative names remembered per directory for kernel invalidation; a
@@ -295,6 +297,27 @@ impl Inode {
         {
             *s = stamp;
         }
+    }
+
+    /// Directories: the listing last read from the source, if kept.
+    pub fn listing(&self) -> Option<Arc<crate::listing::Listing>> {
+        self.dir.lock().as_ref().and_then(|d| d.listing.clone())
+    }
+
+    /// Directories: keeps `listing` (or forgets the kept one with `None`).
+    pub fn set_listing(&self, listing: Option<Arc<crate::listing::Listing>>) {
+        let old = {
+            let mut guard = self.dir.lock();
+            match (guard.as_mut(), listing) {
+                (Some(d), l) => std::mem::replace(&mut d.listing, l),
+                (None, None) => None,
+                (None, Some(l)) => {
+                    guard.get_or_insert_default().listing = Some(l);
+                    None
+                }
+            }
+        };
+        drop(old); // Freed outside the lock.
     }
 
     /// Directories: remembers a name answered to the kernel as a negative entry.

@@ -17,7 +17,8 @@
 //!   `fs/warm.rs` the daemon-side warm (`user.rcufs.warm`); `metrics.rs`
 //!   the stats as a Prometheus exposition and `metrics_http.rs` the
 //!   `/metrics` endpoint that serves it; `slow_source.rs` the defaults for
-//!   a network or FUSE source.
+//!   a network or FUSE source; `listing.rs` the directory listings kept
+//!   for `ttl` coherence.
 //! - `mount.rs` is the interface the command line uses: [`MountOptions`],
 //!   [`mount`], [`Mounted`].
 //!
@@ -50,6 +51,7 @@ pub mod fs;
 mod fuse;
 pub mod inode;
 pub mod inval;
+pub mod listing;
 pub mod metrics;
 pub mod metrics_http;
 mod mount;

@@ -310,6 +310,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         coherence,
         coherence_why: coherence_why.clone(),
         source_kind: profile.kind(),
+        workers: threads,
     };
     let fs = Arc::new(
         Fs::new(&opts.source, cfg).map_err(|e| anyhow::anyhow!("opening source {}: {e}", opts.source.display()))?,

@@ -26,6 +26,7 @@
 //! are in the `mounted` log line and the stats (`source.kind`).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::mountinfo;
@@ -113,6 +114,46 @@ impl Profile {
     /// `network` or `local`, for the stats and the log.
     pub fn kind(&self) -> &'static str {
         if self.slow { "network" } else { "local" }
+    }
+}
+
+/// Lookups sent to the source: how many, and how many were in flight at
+/// once at most (the stats' `source.lookups` and
+/// `source.lookups_in_flight_max`), which shows whether lookups wait
+/// behind one another.
+#[derive(Debug, Default)]
+pub struct SourceLookups {
+    total: AtomicU64,
+    now: AtomicU64,
+    max: AtomicU64,
+}
+
+/// One lookup in flight; counted out when dropped.
+pub struct InFlight<'a>(&'a SourceLookups);
+
+impl SourceLookups {
+    /// Counts a lookup in until the guard drops.
+    pub fn enter(&self) -> InFlight<'_> {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        let now = self.now.fetch_add(1, Ordering::Relaxed) + 1;
+        self.max.fetch_max(now, Ordering::Relaxed);
+        InFlight(self)
+    }
+
+    /// Lookups sent so far.
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// The most lookups in flight at once so far.
+    pub fn max_in_flight(&self) -> u64 {
+        self.max.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -19,5 +19,6 @@ mod ops;
 mod ops_metrics;
 mod posix;
 mod resources;
+mod slow_source;
 mod sys;
 mod watch;
