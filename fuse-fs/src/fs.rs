@@ -367,6 +367,8 @@ pub struct Fs {
     warmer: warm::Warmer,
     listings: Listings,
     source_lookups: crate::slow_source::SourceLookups,
+    /// Names READDIRPLUS looked up ahead, in parallel (`fs/prefetch.rs`).
+    prefetched: AtomicU64,
 }
 
 fn name_ok(name: &[u8]) -> FsResult<()> {
@@ -493,6 +495,7 @@ impl Fs {
             warmer: warm::Warmer::default(),
             listings,
             source_lookups: Default::default(),
+            prefetched: AtomicU64::new(0),
         })
     }
 
@@ -1130,6 +1133,9 @@ impl Fs {
             if batch.is_empty() {
                 return Ok(());
             }
+            if plus {
+                self.prefetch_names(&dir.inode, &batch);
+            }
             for raw in batch {
                 let dots = raw.name == b"." || raw.name == b"..";
                 let mut item = DirItem {
@@ -1707,6 +1713,7 @@ impl Fs {
                 "workers": self.cfg.workers as u64,
                 "lookups": self.source_lookups.total(),
                 "lookups_in_flight_max": self.source_lookups.max_in_flight(),
+                "readdirplus_prefetched": self.prefetched.load(Ordering::Relaxed),
             },
             "pagecache": self.data.stats_json(),
             "inodes": {
@@ -1749,6 +1756,7 @@ impl Fs {
     }
 }
 
+mod prefetch;
 mod warm;
 pub use warm::{WalkOutcome, Warmer};
 

@@ -699,7 +699,14 @@ impl InodeTable {
 
     fn make_backing(&self, new: &NewInode<'_>) -> FsResult<Backing> {
         let flags = if new.name.is_empty() { libc::AT_EMPTY_PATH } else { 0 };
-        if self.use_handles {
+        // An object on the same filesystem as a parent reached by name has no
+        // usable handle either: skip asking (on a FUSE source each
+        // `name_to_handle_at` is one more LOOKUP round trip to its daemon).
+        let parent_by_name = self.by_ino[Self::ino_shard(new.parent_ino)]
+            .read()
+            .get(&new.parent_ino)
+            .is_some_and(|p| matches!(p.backing, Backing::ByName) && p.key.0 == new.st.st_dev);
+        if self.use_handles && !parent_by_name {
             match sys::name_to_handle_at(new.parent, new.name, flags) {
                 Ok((_, mount_id)) if self.no_handles.read().contains(&mount_id) => {}
                 Ok((handle, mount_id)) => {

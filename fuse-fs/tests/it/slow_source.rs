@@ -120,3 +120,33 @@ fn listings_are_served_from_the_cache_and_forgotten_by_changes_and_drops() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(list(), first);
 }
+
+/// A listing with attributes (READDIRPLUS) of a directory whose entries
+/// rcufs has not seen, over a FUSE source where every lookup takes 100 ms:
+/// the entries are looked up in the source together, not one by one.
+#[test]
+fn readdirplus_over_a_slow_source_looks_its_entries_up_together() {
+    let Some(lower) = Mount::with(&["--coherence", "ttl"], tree) else {
+        return;
+    };
+    let env = [("RCUFS_FAULT", "source-delay:100")];
+    let Some(upper) = Mount::over_with_env(&lower.mnt, &[], &env) else {
+        return;
+    };
+    let mut seen = 0;
+    for e in fs::read_dir(upper.at("d")).unwrap() {
+        let e = e.unwrap();
+        assert!(e.metadata().unwrap().is_file());
+        seen += 1;
+    }
+    assert_eq!(seen, 32);
+    let src = upper.stats()["source"].clone();
+    assert!(
+        src["readdirplus_prefetched"].as_u64().unwrap() >= 30,
+        "the listing's entries were not looked up ahead: {src}"
+    );
+    assert!(
+        src["lookups_in_flight_max"].as_u64().unwrap() >= 4,
+        "the entries were looked up one by one: {src}"
+    );
+}
