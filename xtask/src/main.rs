@@ -22,7 +22,8 @@ cargo xtask <TASK>
 Tasks:
   ci              everything CI runs: fmt check, clippy -D warnings, all tests
                   (mount tests included), a one-minute soak (30 s per mode),
-                  loom models at preemption bound 2
+                  netbench --ci (about a minute), loom models at preemption
+                  bound 2
   loom [FILTER]   the loom models (release, LOOM_MAX_PREEMPTIONS=2 unless set)
   bench [--quick] [--paper] [BENCH...]
                   criterion benches of the cache crates against their peers,
