@@ -4,7 +4,8 @@
 //! package first, for promtool and a real scrape), a one-minute soak (30 s
 //! of each mode), `netbench --ci` (rcufs over a latency-injected sshfs,
 //! small, with its checks, and a 25,000-entry walk over a source without
-//! file handles; about a minute), the bench build and the loom models.
+//! file handles under a 512-descriptor limit; about a minute), the bench
+//! build and the loom models.
 
 use std::time::Instant;
 
@@ -119,7 +120,7 @@ fn soak() -> Result<()> {
 /// `cargo xtask netbench --ci` on the debug binary: every mode over the
 /// latency-injected sshfs at a small scale, each result checked, changes
 /// made on the server seen within each mode's promise, and a walk of
-/// 25,000 entries with the daemon's descriptor limit at 1,024 (about a
+/// 25,000 entries with the daemon's descriptor limit at 512 (about a
 /// minute; it fails loudly if sshfs cannot be installed or mounted).
 fn netbench() -> Result<()> {
     crate::netbench::netbench(&["--ci".to_string()])

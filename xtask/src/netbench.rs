@@ -41,8 +41,9 @@
 //! server is seen through every mode within its promise (an overwritten
 //! file, and a renamed one whose old name now holds a new file: the
 //! by-name reopen answers `ESTALE` and the kernel looks the name up again),
-//! then a walk of 25,000 entries with the daemon's descriptor limit at 1,024
-//! (`netbench/walk.rs`). `--walk N` runs only that walk, at `N` entries
+//! then a walk of 25,000 entries (250 directories) with the daemon's
+//! descriptor limit at 512, so a pool of 128 (`netbench/walk.rs`).
+//! `--walk N` runs only that walk, at `N` entries
 //! (the 1,000,000-entry run of BENCHMARKS.md).
 //!
 //! Writes `target/rcufs-bench/netbench.{json,md,svg}` and, for a full run,
@@ -448,7 +449,7 @@ pub fn netbench(args: &[String]) -> Result<()> {
             &rcufs,
             &work.path,
             25_000,
-            Some(1024),
+            Some(512),
             walk::Source::Rcufs,
             &logs,
         )?);

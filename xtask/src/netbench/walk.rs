@@ -2,7 +2,7 @@
 //! netbench --walk N`): the daemon's descriptors stay under its bound
 //! however many inodes the kernel comes to know.
 //!
-//! The tree (`N` empty files, 1,000 per directory) is made on the local
+//! The tree (`N` empty files, 100 per directory) is made on the local
 //! disk and served to rcufs by a FUSE filesystem, which gives no usable file
 //! handles: another rcufs mount (`--walk-source rcufs`, the default, the
 //! case of the issue: a FUSE filesystem as the source) or sshfs without an
@@ -103,13 +103,16 @@ pub fn run(
     logs: &Path,
 ) -> Result<Outcome> {
     let tree = work.join("walk");
-    let per_dir = 1000;
+    // Small directories, so that a large walk has more directories than the
+    // descriptor pool holds (a quarter of the limit): the pool evicts and
+    // reopens by name, which is what the bound is about.
+    let per_dir = 100;
     let started = Instant::now();
     for d in 0..entries.div_ceil(per_dir) {
-        let dir = tree.join(format!("d{d:04}"));
+        let dir = tree.join(format!("d{:03}/d{d:05}", d / 1000));
         fs::create_dir_all(&dir)?;
         for f in 0..per_dir.min(entries - d * per_dir) {
-            File::create(dir.join(format!("f{f:04}")))?;
+            File::create(dir.join(format!("f{f:03}")))?;
         }
     }
     eprintln!(
@@ -185,7 +188,7 @@ pub fn run(
         let stats = upper.stats();
         let stderr = String::from_utf8_lossy(&out.stderr);
         let listed: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
-        let want = entries + entries.div_ceil(per_dir) + 1;
+        let want = entries + entries.div_ceil(per_dir) + entries.div_ceil(per_dir * 1000) + 1;
         if !out.status.success() || !stderr.trim().is_empty() || listed != want {
             bail!(
                 "{mode}: the walk stat-ed {listed} of {want} entries ({}); stderr: {}",
