@@ -15,8 +15,9 @@
 //!   (`entry_timeout`, `attr_timeout`, `negative_timeout`) and
 //!   `auto_cache`: within 2 *T*;
 //! - `rcufs`: rcufs (default mode, `--revalidate` *T*) over an sshfs mount
-//!   that keeps what a listing told it for 1 s (`dcache_timeout=1`) and
-//!   lets the kernel keep nothing: within *T* + 2 s;
+//!   that keeps what a listing told it for 1 s (`dcache_timeout=1`), lets
+//!   the kernel keep nothing, and keeps its inode numbers (`noforget`, see
+//!   `Mode::sshfs_options`): within *T* + 2 s;
 //! - `rcufs-kc`: the same with `--kernel-cache`: within 2 *T* + 2 s.
 //!
 //! Each round mounts everything afresh (cold caches; the kernel's caches are
@@ -101,7 +102,15 @@ impl Mode {
             Mode::SshfsKernel => {
                 format!("dcache_timeout={ttl},entry_timeout={ttl},attr_timeout={ttl},negative_timeout={ttl},auto_cache")
             }
-            Mode::Rcufs | Mode::RcufsKc => "dcache_timeout=1,entry_timeout=0,attr_timeout=0,negative_timeout=0".into(),
+            // `noforget`: sshfs numbers inodes itself (SFTP has no inode
+            // numbers) and gives a forgotten one a new number at its next
+            // lookup; rcufs keys inodes by `(st_dev, st_ino)`, so without it
+            // every object whose sshfs inode the kernel forgot looked like a
+            // new file under the old name (and its directory's cached names
+            // were dropped with it).
+            Mode::Rcufs | Mode::RcufsKc => {
+                "dcache_timeout=1,entry_timeout=0,attr_timeout=0,negative_timeout=0,noforget".into()
+            }
         }
     }
 
