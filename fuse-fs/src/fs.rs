@@ -369,6 +369,8 @@ pub struct Fs {
     source_lookups: crate::slow_source::SourceLookups,
     /// Names READDIRPLUS looked up ahead, in parallel (`fs/prefetch.rs`).
     prefetched: AtomicU64,
+    /// Directories whose stale names a lookup refreshed at once.
+    refreshes: AtomicU64,
 }
 
 fn name_ok(name: &[u8]) -> FsResult<()> {
@@ -496,6 +498,7 @@ impl Fs {
             listings,
             source_lookups: Default::default(),
             prefetched: AtomicU64::new(0),
+            refreshes: AtomicU64::new(0),
         })
     }
 
@@ -665,7 +668,15 @@ impl Fs {
         }
         self.revalidate_dir(&parent);
         match self.names.lookup(&parent, name) {
-            Hit::Positive(inode) => {
+            Hit::Positive(mut inode) => {
+                // A slow source: refresh the directory's stale names at once
+                // (`fs/prefetch.rs`), then look again.
+                if !self.fresh(inode.attr().at)
+                    && self.refresh_dir(&parent)
+                    && let Hit::Positive(again) = self.names.lookup(&parent, name)
+                {
+                    inode = again;
+                }
                 let a = inode.attr();
                 // A stale inode (its source object is gone) is never answered.
                 if self.fresh(a.at) && !inode.is_stale() {
@@ -1134,7 +1145,7 @@ impl Fs {
                 return Ok(());
             }
             if plus {
-                self.prefetch_names(&dir.inode, &batch);
+                self.prefetch_names(&dir.inode, &batch, false);
             }
             for raw in batch {
                 let dots = raw.name == b"." || raw.name == b"..";
@@ -1714,6 +1725,7 @@ impl Fs {
                 "lookups": self.source_lookups.total(),
                 "lookups_in_flight_max": self.source_lookups.max_in_flight(),
                 "readdirplus_prefetched": self.prefetched.load(Ordering::Relaxed),
+                "dir_refreshes": self.refreshes.load(Ordering::Relaxed),
             },
             "pagecache": self.data.stats_json(),
             "inodes": {

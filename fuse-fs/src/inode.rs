@@ -146,6 +146,9 @@ struct DirState {
     kernel_negatives: Vec<Box<[u8]>>,
     /// The listing last read from the source (`listing.rs`).
     listing: Option<Arc<crate::listing::Listing>>,
+    /// When a lookup last refreshed every stale name below at once
+    /// (`fs/prefetch.rs`).
+    refreshed: Option<Instant>,
 }
 
 /// Most negative names remembered per directory for kernel invalidation; a
@@ -318,6 +321,18 @@ impl Inode {
             }
         };
         drop(old); // Freed outside the lock.
+    }
+
+    /// Directories: claims the refresh of the names below (true) unless one
+    /// was claimed less than `interval` ago.
+    pub fn claim_refresh(&self, interval: std::time::Duration) -> bool {
+        let mut guard = self.dir.lock();
+        let d = guard.get_or_insert_default();
+        if d.refreshed.is_some_and(|at| at.elapsed() < interval) {
+            return false;
+        }
+        d.refreshed = Some(Instant::now());
+        true
     }
 
     /// Directories: remembers a name answered to the kernel as a negative entry.

@@ -20,6 +20,10 @@
 //! now fresh hits. Nothing is answered from the prefetch itself, so what the
 //! kernel sees is exactly what LOOKUP gives.
 //!
+//! The same parallel lookups serve a LOOKUP that finds a stale entry
+//! ([`Fs::refresh_dir`]): the directory's stale cached names are looked up
+//! together, once per interval.
+//!
 //! # Invariants
 //! The prefetch takes no kernel reference (only the answering LOOKUP does),
 //! changes nothing in the source, and runs as the daemon, as LOOKUP does.
@@ -39,7 +43,9 @@ pub const THREADS: usize = 8;
 impl Fs {
     /// Looks up, in parallel, the names of `batch` that the name cache
     /// cannot answer (see the module docs). Returns how many were looked up.
-    pub(super) fn prefetch_names(&self, dir: &Arc<Inode>, batch: &[RawDirent]) -> usize {
+    /// With `cached_only`, only names with a stale cached entry are looked
+    /// up (a refresh); otherwise missing ones too (a listing's batch).
+    pub(super) fn prefetch_names(&self, dir: &Arc<Inode>, batch: &[RawDirent], cached_only: bool) -> usize {
         if self.cfg.source_kind != "network" {
             return 0;
         }
@@ -51,7 +57,7 @@ impl Fs {
             .filter(|n| match self.names.lookup(dir, n) {
                 Hit::Positive(inode) => !self.fresh(inode.attr().at) || inode.is_stale(),
                 Hit::Negative => false,
-                Hit::Miss => true,
+                Hit::Miss => !cached_only,
             })
             .collect();
         if wanted.len() < 2 {
@@ -72,5 +78,37 @@ impl Fs {
         });
         self.prefetched.fetch_add(wanted.len() as u64, Ordering::Relaxed);
         wanted.len()
+    }
+
+    /// A LOOKUP found a stale entry under `dir` (a network source): lists
+    /// `dir` in the source once per interval and looks up all of its stale
+    /// cached names at once, as [`Fs::prefetch_names`] does for a listing.
+    /// A stat-driven walk after the interval (`git status`, `xargs stat`)
+    /// then pays one listing and parallel lookups per directory rather than
+    /// one round trip per name, one after the other. Listing the directory
+    /// first also lets the source's own client refresh what it caches from
+    /// a listing (sshfs keeps the attributes a listing carries; NFS's
+    /// READDIRPLUS does the same), so the lookups that follow may not cross
+    /// the network at all. Returns whether it refreshed.
+    pub(super) fn refresh_dir(&self, dir: &Arc<Inode>) -> bool {
+        if self.cfg.source_kind != "network" || !dir.claim_refresh(self.cfg.revalidate) {
+            return false;
+        }
+        let Ok(fd) = self.table.open(dir, libc::O_RDONLY | libc::O_DIRECTORY) else {
+            return false;
+        };
+        let before = self.source_seq();
+        let Ok(st) = crate::sys::fstat(std::os::fd::AsFd::as_fd(&fd)) else {
+            return false;
+        };
+        self.store_attr(dir, st, before);
+        match self.listings.read(std::os::fd::AsFd::as_fd(&fd), dir, &st) {
+            Ok(crate::listing::Read::Whole(l)) => {
+                self.refreshes.fetch_add(1, Ordering::Relaxed);
+                self.prefetch_names(dir, &l.entries, true);
+                true
+            }
+            _ => false,
+        }
     }
 }

@@ -150,3 +150,35 @@ fn readdirplus_over_a_slow_source_looks_its_entries_up_together() {
         "the entries were looked up one by one: {src}"
     );
 }
+
+/// After the interval, the first `stat` that finds a stale name refreshes
+/// every stale cached name of its directory at once; the siblings' `stat`s
+/// that follow are answered without asking the source one by one.
+#[test]
+fn a_stale_name_refreshes_its_directorys_stale_names_at_once() {
+    let Some(lower) = Mount::with(&["--coherence", "ttl"], tree) else {
+        return;
+    };
+    let Some(upper) = Mount::over(&lower.mnt, &["--revalidate", "1"]) else {
+        return;
+    };
+    let stat_all = |from: usize| {
+        for i in from..32 {
+            assert_eq!(fs::metadata(upper.at(&format!("d/f{i:02}"))).unwrap().len(), 1);
+        }
+    };
+    stat_all(0);
+    std::thread::sleep(std::time::Duration::from_millis(1300));
+    fs::metadata(upper.at("d/f00")).unwrap();
+    let src = upper.stats()["source"].clone();
+    assert!(src["dir_refreshes"].as_u64().unwrap() >= 1, "no refresh: {src}");
+    let before = src["lookups"].as_u64().unwrap();
+    stat_all(1);
+    let after = upper.stats()["source"]["lookups"].as_u64().unwrap();
+    assert!(
+        after - before < 4,
+        "the siblings went to the source one by one ({} lookups): {}",
+        after - before,
+        upper.stats()["source"]
+    );
+}
