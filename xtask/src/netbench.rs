@@ -18,7 +18,10 @@
 //!   that keeps what a listing told it for 1 s (`dcache_timeout=1`), lets
 //!   the kernel keep nothing, and keeps its inode numbers (`noforget`, see
 //!   `Mode::sshfs_options`): within *T* + 2 s;
-//! - `rcufs-kc`: the same with `--kernel-cache`: within 2 *T* + 2 s.
+//! - `rcufs-kc`: the same with `--kernel-cache`: within 2 *T* + 2 s;
+//! - `local`: the served directory itself, no network and no FUSE: the
+//!   floor of each workload (what `find`, `stat`, git and cargo cost
+//!   themselves), for reading how much of a mode's time is left to save.
 //!
 //! Each round mounts everything afresh (cold caches; the kernel's caches are
 //! emptied before each cold pass too), then runs each workload on each
@@ -77,9 +80,10 @@ enum Mode {
     SshfsKernel,
     Rcufs,
     RcufsKc,
+    Local,
 }
 
-const MODES: [Mode; 4] = [Mode::Sshfs, Mode::SshfsKernel, Mode::Rcufs, Mode::RcufsKc];
+const MODES: [Mode; 5] = [Mode::Sshfs, Mode::SshfsKernel, Mode::Rcufs, Mode::RcufsKc, Mode::Local];
 
 impl Mode {
     fn name(self) -> &'static str {
@@ -88,6 +92,7 @@ impl Mode {
             Mode::SshfsKernel => "sshfs-kt",
             Mode::Rcufs => "rcufs",
             Mode::RcufsKc => "rcufs-kc",
+            Mode::Local => "local",
         }
     }
 
@@ -111,6 +116,7 @@ impl Mode {
             Mode::Rcufs | Mode::RcufsKc => {
                 "dcache_timeout=1,entry_timeout=0,attr_timeout=0,negative_timeout=0,noforget".into()
             }
+            Mode::Local => String::new(),
         }
     }
 
@@ -121,6 +127,7 @@ impl Mode {
             Mode::SshfsKernel => ttl * 2,
             Mode::Rcufs => ttl + Duration::from_secs(2),
             Mode::RcufsKc => ttl * 2 + Duration::from_secs(2),
+            Mode::Local => Duration::ZERO,
         }
     }
 }
@@ -131,13 +138,21 @@ struct Mounted {
     /// The SFTP connection of its sshfs, in the link's accept order.
     conn: usize,
     rcufs: Option<Rcufs>,
-    sshfs: Sshfs,
+    /// `None` for `local`.
+    sshfs: Option<Sshfs>,
+    /// The served directory itself (`local`).
+    local: Option<PathBuf>,
 }
 
 impl Mounted {
     /// Where the workloads run.
     fn path(&self) -> &Path {
-        self.rcufs.as_ref().map_or(self.sshfs.path(), Rcufs::path)
+        match (&self.rcufs, &self.sshfs, &self.local) {
+            (Some(r), _, _) => r.path(),
+            (None, Some(s), _) => s.path(),
+            (None, None, Some(l)) => l,
+            (None, None, None) => unreachable!("every mode has a path"),
+        }
     }
 }
 
@@ -145,6 +160,7 @@ impl Drop for Mounted {
     fn drop(&mut self) {
         // rcufs before the sshfs it serves from.
         self.rcufs.take();
+        self.sshfs.take();
     }
 }
 
@@ -512,6 +528,15 @@ fn mount_mode(
     link: &DelayLink,
     logs: &Path,
 ) -> Result<Mounted> {
+    if mode == Mode::Local {
+        return Ok(Mounted {
+            mode,
+            conn: usize::MAX,
+            rcufs: None,
+            sshfs: None,
+            local: Some(served.to_path_buf()),
+        });
+    }
     let conn = link.connections();
     let sshfs_at = work.join(format!("sshfs{i}"));
     let sshfs = Sshfs::mount(
@@ -567,7 +592,8 @@ fn mount_mode(
         mode,
         conn,
         rcufs,
-        sshfs,
+        sshfs: Some(sshfs),
+        local: None,
     })
 }
 
