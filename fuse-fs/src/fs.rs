@@ -1107,6 +1107,7 @@ impl Fs {
                 inode,
                 fd: Mutex::new(None),
                 listing: Some(l),
+                kept: true,
             }));
         }
         let fd = self.open_inode(&inode, libc::O_RDONLY | libc::O_DIRECTORY, caller)?;
@@ -1125,7 +1126,22 @@ impl Fs {
             // A handle that reads a listing needs no descriptor.
             fd: Mutex::new(if listing.is_some() { None } else { Some(fd) }),
             listing,
+            kept: false,
         }))
+    }
+
+    /// Kernel-cache mode: whether the kernel may cache what it reads of the
+    /// directory handle `fh` (`FOPEN_CACHE_DIR`: the handle reads a listing),
+    /// and whether it may keep what it cached before (`FOPEN_KEEP_CACHE`: a
+    /// kept listing served this OPENDIR, the one the kernel's copy came
+    /// from; every OPENDIR that read the source answers without it, so the
+    /// kernel drops its copy whenever rcufs's listing was read again).
+    pub fn dir_cache_flags(&self, fh: u64) -> (bool, bool) {
+        let Ok(dir) = self.dirs.get(fh) else {
+            return (false, false);
+        };
+        let cache = self.cfg.kernel_cache && dir.listing.is_some();
+        (cache, cache && dir.kept)
     }
 
     /// READDIR (`plus` = READDIRPLUS). `sink` gets each entry and returns

@@ -14,6 +14,14 @@
 //! snapshot. READDIRPLUS answers each entry through LOOKUP, so the names
 //! and attributes it returns are those of the name cache, fresh within *R*.
 //!
+//! With `--kernel-cache` the kernel is told to cache what it reads of a
+//! handle that reads a listing (`FOPEN_CACHE_DIR`), and to keep that copy
+//! (`FOPEN_KEEP_CACHE`) only when a kept listing served the OPENDIR: an
+//! OPENDIR that read the source answers without it, and the kernel drops
+//! its copy. So the kernel's copy is never older than rcufs's listing.
+//! (A change through the mount moves the directory's version in the
+//! kernel, which drops its copy too.)
+//!
 //! # Invariants
 //! - A listing is served only while younger than *R*, while the listing
 //!   generation it was read under is current (every drop moves it: a drop

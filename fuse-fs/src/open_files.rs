@@ -82,6 +82,9 @@ pub struct OpenDir {
     /// The listing this handle reads, if the whole directory was read at
     /// OPENDIR (or a kept listing served it).
     pub listing: Option<Arc<crate::listing::Listing>>,
+    /// Whether a kept listing served the OPENDIR (the same listing as the
+    /// previous OPENDIR's, so the kernel may keep what it cached of it).
+    pub kept: bool,
 }
 
 /// A sharded table of open handles (no lock covers all of them).

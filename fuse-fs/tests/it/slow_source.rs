@@ -79,7 +79,20 @@ fn parallel_lookups_of_one_directorys_children_are_in_flight_together() {
 
 #[test]
 fn listings_are_served_from_the_cache_and_forgotten_by_changes_and_drops() {
-    let Some(m) = Mount::with(&["--coherence", "ttl", "--revalidate", "3600"], tree) else {
+    listings_in(&[]);
+}
+
+/// With `--kernel-cache` the kernel caches the listings too
+/// (`FOPEN_CACHE_DIR`), and must drop its copy exactly when rcufs does.
+#[test]
+fn listings_are_served_from_the_cache_and_forgotten_by_changes_and_drops_with_kernel_cache() {
+    listings_in(&["--kernel-cache"]);
+}
+
+fn listings_in(extra: &[&str]) {
+    let mut args = vec!["--coherence", "ttl", "--revalidate", "3600"];
+    args.extend_from_slice(extra);
+    let Some(m) = Mount::with(&args, tree) else {
         return;
     };
     let list = || {
