@@ -29,11 +29,20 @@ use clap::{Args, Parser, Subcommand};
 use fuse_fs::protocol::DropMode;
 use fuse_fs::{CoherenceRequest, MountOptions};
 
-/// The default number of FUSE worker threads (the library's default: the
-/// machine's parallelism, at least 2).
+/// The default number of FUSE worker threads for a local source (the
+/// library's: the machine's parallelism, at least 2).
 pub fn default_threads() -> usize {
-    MountOptions::default().threads
+    fuse_fs::local_threads()
 }
+
+/// `--threads`' default as `--help` shows it.
+static DEFAULT_THREADS_HELP: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "FUSE worker threads [default: {} here for a local source; {} or more for a network or FUSE source]",
+        default_threads(),
+        fuse_fs::slow_source::NETWORK_THREADS
+    )
+});
 
 /// The default dcache capacity, in entries (the library's default).
 pub fn default_dcache_entries() -> usize {
@@ -45,9 +54,15 @@ pub fn default_dcache_entries() -> usize {
 static DEFAULT_PAGE_CACHE_SIZE: LazyLock<String> =
     LazyLock::new(|| show_size(MountOptions::default().page_cache_bytes));
 
-/// The default revalidation interval in seconds as `--help` shows it.
-static DEFAULT_REVALIDATE: LazyLock<String> =
-    LazyLock::new(|| format!("{}", MountOptions::default().revalidate.as_secs_f64()));
+/// `--revalidate`'s default as `--help` shows it.
+static DEFAULT_REVALIDATE_HELP: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "With coherence ttl: how soon names and attributes changed directly in SOURCE are seen, in seconds \
+         (fractions allowed) [default: {} for a local source, {} for a network or FUSE source]",
+        fuse_fs::slow_source::LOCAL_REVALIDATE.as_secs_f64(),
+        fuse_fs::slow_source::NETWORK_REVALIDATE.as_secs_f64()
+    )
+});
 
 /// `n` bytes in the largest binary unit that divides it exactly (`512M`).
 pub fn show_size(n: u64) -> String {
@@ -98,9 +113,8 @@ pub struct MountArgs {
     pub source: PathBuf,
     /// An existing, empty directory outside SOURCE to mount on.
     pub mountpoint: PathBuf,
-    /// FUSE worker threads.
-    #[arg(long, value_name = "N", default_value_t = default_threads(), value_parser = parse_positive)]
-    pub threads: usize,
+    #[arg(long, value_name = "N", help = DEFAULT_THREADS_HELP.as_str(), value_parser = parse_positive)]
+    pub threads: Option<usize>,
     /// Capacity of the dentry cache, in entries.
     #[arg(long, value_name = "N", default_value_t = default_dcache_entries(), value_parser = parse_positive)]
     pub dcache_entries: usize,
@@ -121,10 +135,8 @@ pub struct MountArgs {
     /// it can and uses ttl elsewhere.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub coherence: CoherenceRequest,
-    /// With coherence ttl: how soon names and attributes changed directly in
-    /// SOURCE are seen, in seconds (fractions allowed).
-    #[arg(long, value_name = "SECS", default_value = DEFAULT_REVALIDATE.as_str(), value_parser = parse_secs)]
-    pub revalidate: Duration,
+    #[arg(long, value_name = "SECS", help = DEFAULT_REVALIDATE_HELP.as_str(), value_parser = parse_secs)]
+    pub revalidate: Option<Duration>,
     /// Append the log (and anything else written to stdout/stderr) to this
     /// file instead of stderr.
     #[arg(long, value_name = "PATH")]

@@ -18,6 +18,9 @@
 //! every readahead between its source read and caching what it read, so
 //! that a test of concurrent writers and readers meets the reorderings the
 //! range locks (`range_lock.rs`) and the change count (`data.rs`) handle;
+//! `RCUFS_FAULT=source-delay:MS` makes every lookup in the source take MS
+//! milliseconds more (a slow source, for the test that parallel lookups
+//! of one directory are in flight together);
 //! `RCUFS_FAULT=withhold-ready` makes `rcufs mount` skip its `READY=1`
 //! (the mount helper's timeout test; the helper honours
 //! `RCUFS_HELPER_READY_TIMEOUT_SECS` in debug builds for the same test);
@@ -118,6 +121,19 @@ pub fn lookup_delay(name: &[u8]) {
 #[cfg(not(debug_assertions))]
 #[inline(always)]
 pub fn lookup_delay(_name: &[u8]) {}
+
+/// Sleeps in every lookup in the source (debug builds with
+/// `RCUFS_FAULT=source-delay:MS` only): a slow source.
+#[cfg(debug_assertions)]
+pub fn source_delay() {
+    static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    sleep_for("source-delay", &DELAY);
+}
+
+/// Release builds: nothing.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn source_delay() {}
 
 /// Whether `rcufs mount` must never report readiness on `NOTIFY_SOCKET`
 /// (debug builds with `RCUFS_FAULT=withhold-ready` only), so that a test

@@ -50,6 +50,7 @@ use crate::data::Data;
 use crate::error::{FsError, FsResult};
 use crate::inode::{Inode, InodeTable, NewInode, ROOT_INO, Stamp, key_of};
 use crate::inval::InvalQueue;
+use crate::listing::{self, Listings};
 use crate::names::{Hit, Names};
 use crate::open_files::{self, FdGate, Handles, OpenDir, OpenFile, ShareKey, SharedFd, SharedFds};
 use crate::pinned::PinnedRead;
@@ -86,6 +87,11 @@ pub struct FsConfig {
     pub coherence: Coherence,
     /// Why that mode was chosen (for the stats and the log).
     pub coherence_why: String,
+    /// `local` or `network` (a network or FUSE filesystem), which chose
+    /// the defaults of the options not given (`slow_source.rs`).
+    pub source_kind: &'static str,
+    /// FUSE worker threads (for the stats; 0 when not mounted).
+    pub workers: usize,
 }
 
 impl Default for FsConfig {
@@ -101,6 +107,8 @@ impl Default for FsConfig {
             fd_limit: sys::nofile_limit(),
             coherence: Coherence::Ttl,
             coherence_why: String::new(),
+            source_kind: "local",
+            workers: 0,
         }
     }
 }
@@ -361,6 +369,12 @@ pub struct Fs {
     warmer: warm::Warmer,
     /// Orders each file's source changes and cache updates (`range_lock.rs`).
     writes: RangeLocks,
+    listings: Listings,
+    source_lookups: crate::slow_source::SourceLookups,
+    /// Names READDIRPLUS looked up ahead, in parallel (`fs/prefetch.rs`).
+    prefetched: AtomicU64,
+    /// Directories whose stale names a lookup refreshed at once.
+    refreshes: AtomicU64,
 }
 
 fn name_ok(name: &[u8]) -> FsResult<()> {
@@ -465,6 +479,9 @@ impl Fs {
         let names = Names::new(cfg.dcache_entries, cfg.dcache_negative, &root);
         let data = Data::new(cfg.page_cache_bytes);
         let gate = FdGate::new(cfg.fd_limit, cfg.fd_pool as u64);
+        // Listings are forgotten by time, drops and changes through the
+        // mount, not by the watcher: kept only with `ttl`.
+        let listings = Listings::new(cfg.coherence == Coherence::Ttl, cfg.dcache_entries);
         Ok(Self {
             cfg,
             table,
@@ -483,6 +500,10 @@ impl Fs {
             watched: Watched::default(),
             warmer: warm::Warmer::default(),
             writes: RangeLocks::default(),
+            listings,
+            source_lookups: Default::default(),
+            prefetched: AtomicU64::new(0),
+            refreshes: AtomicU64::new(0),
         })
     }
 
@@ -576,6 +597,7 @@ impl Fs {
             None => false,
         };
         if changed {
+            dir.set_listing(None);
             self.names.drop_subtree(dir, |_| true);
             self.dir_changes.fetch_add(1, Ordering::Relaxed);
         }
@@ -590,7 +612,10 @@ impl Fs {
         let pfd = self.table.path_fd(parent)?;
         let cname = cstr(name)?;
         let before = self.source_seq();
+        let in_flight = self.source_lookups.enter();
+        crate::fault::source_delay();
         let mut read = sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW);
+        drop(in_flight);
         if let Ok(st) = &read
             && st.st_dev != parent.key.0
             && self.entered_filesystem(pfd.as_fd(), &cname, st.st_dev)
@@ -648,7 +673,15 @@ impl Fs {
         }
         self.revalidate_dir(&parent);
         match self.names.lookup(&parent, name) {
-            Hit::Positive(inode) => {
+            Hit::Positive(mut inode) => {
+                // A slow source: refresh the directory's stale names at once
+                // (`fs/prefetch.rs`), then look again.
+                if !self.fresh(inode.attr().at)
+                    && self.refresh_dir(&parent)
+                    && let Hit::Positive(again) = self.names.lookup(&parent, name)
+                {
+                    inode = again;
+                }
                 let a = inode.attr();
                 // A stale inode (its source object is gone) is never answered.
                 if self.fresh(a.at) && !inode.is_stale() {
@@ -771,6 +804,7 @@ impl Fs {
     /// moment is then noticed only at the directory's next change, a drop or
     /// an eviction.)
     fn touched_dir(&self, parent: &Inode) {
+        parent.set_listing(None);
         if let Ok(st) = self.refresh(parent) {
             parent.advance_names_stamp(Stamp::of(&st));
         }
@@ -1098,15 +1132,52 @@ impl Fs {
         sys::fsync(file.fd.as_fd(), datasync)
     }
 
-    /// OPENDIR, as the caller.
+    /// OPENDIR, as the caller. With kept listings (`listing.rs`), a fresh
+    /// one is served without touching the source (the kernel has checked
+    /// the caller's access to the directory, as for a cached lookup);
+    /// otherwise the whole listing is read now and the handle reads that.
     pub fn opendir(&self, ino: u64, caller: Caller) -> FsResult<u64> {
         let inode = self.dir(ino)?;
+        if let Some(l) = self.listings.fresh(&inode, self.cfg.revalidate) {
+            return Ok(self.dirs.insert(OpenDir {
+                inode,
+                fd: Mutex::new(None),
+                listing: Some(l),
+                kept: true,
+            }));
+        }
         let fd = self.open_inode(&inode, libc::O_RDONLY | libc::O_DIRECTORY, caller)?;
         self.gate.admit(fd.as_fd(), caller.uid)?;
+        let mut listing = None;
+        if self.listings.enabled() {
+            let before = self.source_seq();
+            let st = sys::fstat(fd.as_fd())?;
+            self.store_attr(&inode, st, before);
+            if let listing::Read::Whole(l) = self.listings.read(fd.as_fd(), &inode, &st)? {
+                listing = Some(l);
+            }
+        }
         Ok(self.dirs.insert(OpenDir {
             inode,
-            fd: Mutex::new(fd),
+            // A handle that reads a listing needs no descriptor.
+            fd: Mutex::new(if listing.is_some() { None } else { Some(fd) }),
+            listing,
+            kept: false,
         }))
+    }
+
+    /// Kernel-cache mode: whether the kernel may cache what it reads of the
+    /// directory handle `fh` (`FOPEN_CACHE_DIR`: the handle reads a listing),
+    /// and whether it may keep what it cached before (`FOPEN_KEEP_CACHE`: a
+    /// kept listing served this OPENDIR, the one the kernel's copy came
+    /// from; every OPENDIR that read the source answers without it, so the
+    /// kernel drops its copy whenever rcufs's listing was read again).
+    pub fn dir_cache_flags(&self, fh: u64) -> (bool, bool) {
+        let Ok(dir) = self.dirs.get(fh) else {
+            return (false, false);
+        };
+        let cache = self.cfg.kernel_cache && dir.listing.is_some();
+        (cache, cache && dir.kept)
     }
 
     /// READDIR (`plus` = READDIRPLUS). `sink` gets each entry and returns
@@ -1117,12 +1188,16 @@ impl Fs {
         let mut buf = vec![0u8; 16 * 1024];
         let mut offset = offset as i64;
         loop {
-            let batch = {
-                let fd = dir.fd.lock();
-                sys::read_dir_batch(fd.as_fd(), offset, &mut buf)?
+            let batch = match (&dir.listing, &*dir.fd.lock()) {
+                (Some(l), _) => listing::batch(l, offset as u64, 256),
+                (None, Some(fd)) => sys::read_dir_batch(fd.as_fd(), offset, &mut buf)?,
+                (None, None) => return Err(FsError::BADF),
             };
             if batch.is_empty() {
                 return Ok(());
+            }
+            if plus {
+                self.prefetch_names(&dir.inode, &batch, false);
             }
             for raw in batch {
                 let dots = raw.name == b"." || raw.name == b"..";
@@ -1176,7 +1251,14 @@ impl Fs {
     pub fn fsyncdir(&self, fh: u64, datasync: bool) -> FsResult<()> {
         let dir = self.dirs.get(fh)?;
         let fd = dir.fd.lock();
-        sys::fsync(fd.as_fd(), datasync)
+        match &*fd {
+            Some(fd) => sys::fsync(fd.as_fd(), datasync),
+            // A handle that reads a listing: sync the directory itself.
+            None => sys::fsync(
+                self.table.open(&dir.inode, libc::O_RDONLY | libc::O_DIRECTORY)?.as_fd(),
+                datasync,
+            ),
+        }
     }
 
     /// STATFS.
@@ -1588,6 +1670,7 @@ impl Fs {
             return Err(FsError::PERM);
         }
         self.drops.requests.fetch_add(1, Ordering::Relaxed);
+        self.listings.forget_all();
         let mut out = DropOutcome::default();
         // Every inode under the directory: the kernel's view (the inodes it
         // knows, by their recorded parent chain) and the dcache's.
@@ -1727,6 +1810,15 @@ impl Fs {
         serde_json::json!({
             "dcache": self.names.stats_json(),
             "coherence": self.coherence_json(),
+            "source": {
+                "kind": self.cfg.source_kind,
+                "revalidate_secs": self.cfg.revalidate.as_secs_f64(),
+                "workers": self.cfg.workers as u64,
+                "lookups": self.source_lookups.total(),
+                "lookups_in_flight_max": self.source_lookups.max_in_flight(),
+                "readdirplus_prefetched": self.prefetched.load(Ordering::Relaxed),
+                "dir_refreshes": self.refreshes.load(Ordering::Relaxed),
+            },
             "pagecache": self.data.stats_json(),
             "inodes": {
                 "known": self.table.known() as u64,
@@ -1753,6 +1845,7 @@ impl Fs {
                 "busy": d.busy.load(Ordering::Relaxed),
                 "visited": d.visited.load(Ordering::Relaxed),
             },
+            "listings": self.listings.stats_json(),
             "kernel_cache": self.cfg.kernel_cache,
             "panics": crate::fault::panics(),
             "warm": self.warmer.stats_json(),
@@ -1767,6 +1860,7 @@ impl Fs {
     }
 }
 
+mod prefetch;
 mod warm;
 pub use warm::{WalkOutcome, Warmer};
 

@@ -606,7 +606,20 @@ impl Filesystem for FuseAdapter {
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         handler!("opendir", req, ino.0, {
             match self.fs.opendir(ino.0, caller(req)) {
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Ok(fh) => {
+                    // Kernel-cache mode over a kept listing (`listing.rs`):
+                    // the kernel caches the listing it reads, and keeps it
+                    // while rcufs serves the same listing.
+                    let mut flags = FopenFlags::empty();
+                    let (cache, keep) = self.fs.dir_cache_flags(fh);
+                    if cache {
+                        flags |= FopenFlags::FOPEN_CACHE_DIR;
+                    }
+                    if keep {
+                        flags |= FopenFlags::FOPEN_KEEP_CACHE;
+                    }
+                    reply.opened(FileHandle(fh), flags)
+                }
                 Err(e) => reply.error(errno(e)),
             }
         });

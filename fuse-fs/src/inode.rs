@@ -144,6 +144,11 @@ struct DirState {
     /// Kernel-cache mode: names answered to the kernel as negative entries
     /// (which it caches), so that a drop can invalidate them.
     kernel_negatives: Vec<Box<[u8]>>,
+    /// The listing last read from the source (`listing.rs`).
+    listing: Option<Arc<crate::listing::Listing>>,
+    /// When a lookup last refreshed every stale name below at once
+    /// (`fs/prefetch.rs`).
+    refreshed: Option<Instant>,
 }
 
 /// Most negative names remembered per directory for kernel invalidation; a
@@ -295,6 +300,39 @@ impl Inode {
         {
             *s = stamp;
         }
+    }
+
+    /// Directories: the listing last read from the source, if kept.
+    pub fn listing(&self) -> Option<Arc<crate::listing::Listing>> {
+        self.dir.lock().as_ref().and_then(|d| d.listing.clone())
+    }
+
+    /// Directories: keeps `listing` (or forgets the kept one with `None`).
+    pub fn set_listing(&self, listing: Option<Arc<crate::listing::Listing>>) {
+        let old = {
+            let mut guard = self.dir.lock();
+            match (guard.as_mut(), listing) {
+                (Some(d), l) => std::mem::replace(&mut d.listing, l),
+                (None, None) => None,
+                (None, Some(l)) => {
+                    guard.get_or_insert_default().listing = Some(l);
+                    None
+                }
+            }
+        };
+        drop(old); // Freed outside the lock.
+    }
+
+    /// Directories: claims the refresh of the names below (true) unless one
+    /// was claimed less than `interval` ago.
+    pub fn claim_refresh(&self, interval: std::time::Duration) -> bool {
+        let mut guard = self.dir.lock();
+        let d = guard.get_or_insert_default();
+        if d.refreshed.is_some_and(|at| at.elapsed() < interval) {
+            return false;
+        }
+        d.refreshed = Some(Instant::now());
+        true
     }
 
     /// Directories: remembers a name answered to the kernel as a negative entry.
@@ -676,7 +714,14 @@ impl InodeTable {
 
     fn make_backing(&self, new: &NewInode<'_>) -> FsResult<Backing> {
         let flags = if new.name.is_empty() { libc::AT_EMPTY_PATH } else { 0 };
-        if self.use_handles {
+        // An object on the same filesystem as a parent reached by name has no
+        // usable handle either: skip asking (on a FUSE source each
+        // `name_to_handle_at` is one more LOOKUP round trip to its daemon).
+        let parent_by_name = self.by_ino[Self::ino_shard(new.parent_ino)]
+            .read()
+            .get(&new.parent_ino)
+            .is_some_and(|p| matches!(p.backing, Backing::ByName) && p.key.0 == new.st.st_dev);
+        if self.use_handles && !parent_by_name {
             match sys::name_to_handle_at(new.parent, new.name, flags) {
                 Ok((_, mount_id)) if self.no_handles.read().contains(&mount_id) => {}
                 Ok((handle, mount_id)) => {

@@ -17,7 +17,9 @@
 //!   kernel-invalidation queue; `ratelog.rs` rate-limited log lines;
 //!   `fs/warm.rs` the daemon-side warm (`user.rcufs.warm`); `metrics.rs`
 //!   the stats as a Prometheus exposition and `metrics_http.rs` the
-//!   `/metrics` endpoint that serves it.
+//!   `/metrics` endpoint that serves it; `slow_source.rs` the defaults for
+//!   a network or FUSE source; `listing.rs` the directory listings kept
+//!   for `ttl` coherence.
 //! - `mount.rs` is the interface the command line uses: [`MountOptions`],
 //!   [`mount`], [`Mounted`].
 //!
@@ -50,6 +52,7 @@ pub mod fs;
 mod fuse;
 pub mod inode;
 pub mod inval;
+pub mod listing;
 pub mod metrics;
 pub mod metrics_http;
 mod mount;
@@ -61,9 +64,10 @@ pub mod protocol;
 pub mod range_lock;
 pub mod ratelog;
 pub mod readahead;
+pub mod slow_source;
 pub mod sys;
 pub mod watch;
 
 /// The FUSE mount options (`-o`) rcufs passes to the kernel mount.
 pub use fuse::session::KNOWN_OPTIONS as FUSE_OPTIONS;
-pub use mount::{CoherenceRequest, MountOptions, Mounted, mount, validate};
+pub use mount::{CoherenceRequest, MountOptions, Mounted, local_threads, mount, validate};

@@ -17,6 +17,7 @@ use anyhow::{Context, Result, bail};
 use crate::fs::{Coherence, Fs, FsConfig, WATCH_REVALIDATE};
 use crate::fuse::{self, FuseAdapter};
 use crate::inval::Lane;
+use crate::slow_source::Profile;
 use crate::sys;
 use crate::watch::{Stopper, Unwatchable, Watcher};
 
@@ -27,8 +28,9 @@ pub struct MountOptions {
     pub source: PathBuf,
     /// Where to mount it.
     pub mountpoint: PathBuf,
-    /// FUSE worker threads (default: available parallelism, at least 2).
-    pub threads: usize,
+    /// FUSE worker threads (`None`: available parallelism, at least 2; more
+    /// for a network or FUSE source, see `slow_source.rs`).
+    pub threads: Option<usize>,
     /// dcache capacity (default 1,000,000).
     pub dcache_entries: usize,
     /// dcache negative-entry capacity (default `dcache_entries / 4`).
@@ -37,8 +39,9 @@ pub struct MountOptions {
     pub page_cache_bytes: u64,
     /// Let the kernel cache entries, attributes and pages (default false).
     pub kernel_cache: bool,
-    /// How soon names and attributes changed directly in the source are seen (default 1 s).
-    pub revalidate: Duration,
+    /// How soon names and attributes changed directly in the source are seen
+    /// (`None`: 1 s, or 10 s for a network or FUSE source, see `slow_source.rs`).
+    pub revalidate: Option<Duration>,
     /// `-o` options: allow_other, allow_root, default_permissions, ro, rw,
     /// dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync.
     pub fuse_options: Vec<String>,
@@ -109,21 +112,26 @@ fn choose_coherence(opts: &MountOptions) -> Result<(Coherence, String, Option<Wa
     }
 }
 
+/// The number of FUSE worker threads for a local source: the machine's
+/// parallelism, at least 2.
+pub fn local_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .max(2)
+}
+
 impl Default for MountOptions {
     fn default() -> Self {
-        let threads = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2)
-            .max(2);
         Self {
             source: PathBuf::new(),
             mountpoint: PathBuf::new(),
-            threads,
+            threads: None,
             dcache_entries: 1_000_000,
             dcache_negative: 250_000,
             page_cache_bytes: 512 << 20,
             kernel_cache: false,
-            revalidate: Duration::from_secs(1),
+            revalidate: None,
             fuse_options: Vec::new(),
             coherence: CoherenceRequest::Auto,
         }
@@ -275,17 +283,20 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     // Leave room for open files, directories and the FUSE channels.
     let fd_pool = ((nofile / 4) as usize).clamp(64, 8192);
     let (coherence, coherence_why, watcher) = choose_coherence(&opts)?;
+    // Defaults for the options not given, by the kind of source.
+    let profile = Profile::of(&opts.source);
+    let threads = opts.threads.unwrap_or_else(|| profile.threads(local_threads()));
     let revalidate = if coherence == Coherence::Watch {
-        if opts.revalidate != MountOptions::default().revalidate {
+        if let Some(given) = opts.revalidate {
             tracing::info!(
-                revalidate_secs = opts.revalidate.as_secs_f64(),
+                revalidate_secs = given.as_secs_f64(),
                 "the source is watched, so --revalidate is not used (the interval is an hour, a safety net); \
                  give --coherence ttl to re-check the source by time instead"
             );
         }
         WATCH_REVALIDATE
     } else {
-        opts.revalidate
+        opts.revalidate.unwrap_or_else(|| profile.revalidate())
     };
     let cfg = FsConfig {
         revalidate,
@@ -298,6 +309,8 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         fd_limit: nofile,
         coherence,
         coherence_why: coherence_why.clone(),
+        source_kind: profile.kind(),
+        workers: threads,
     };
     let fs = Arc::new(
         Fs::new(&opts.source, cfg).map_err(|e| anyhow::anyhow!("opening source {}: {e}", opts.source.display()))?,
@@ -355,7 +368,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         .collect();
     let adapter = FuseAdapter::new(fs.clone(), notifier.clone());
     let source = opts.source.canonicalize().unwrap_or_else(|_| opts.source.clone());
-    let running = match fuse::session::start(adapter, &source, &opts.mountpoint, opts.threads, &options, &notifier) {
+    let running = match fuse::session::start(adapter, &source, &opts.mountpoint, threads, &options, &notifier) {
         Ok(r) => r,
         Err(e) => {
             // The adapter was dropped with the failed session, closing the queue.
@@ -374,7 +387,9 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     tracing::info!(
         source = %opts.source.display(),
         mountpoint = %opts.mountpoint.display(),
-        threads = opts.threads,
+        threads,
+        source_fstype = %profile.fstype,
+        source_kind = profile.kind(),
         dcache_entries = opts.dcache_entries,
         dcache_negative = opts.dcache_negative,
         page_cache_bytes = opts.page_cache_bytes,

@@ -78,7 +78,15 @@ pub struct OpenDir {
     /// The inode.
     pub inode: Arc<Inode>,
     /// The descriptor; `readdir` seeks it, so it is locked per batch.
-    pub fd: Mutex<OwnedFd>,
+    /// `None` when the handle reads a listing (`listing.rs`) and so needs
+    /// none.
+    pub fd: Mutex<Option<OwnedFd>>,
+    /// The listing this handle reads, if the whole directory was read at
+    /// OPENDIR (or a kept listing served it).
+    pub listing: Option<Arc<crate::listing::Listing>>,
+    /// Whether a kept listing served the OPENDIR (the same listing as the
+    /// previous OPENDIR's, so the kernel may keep what it cached of it).
+    pub kept: bool,
 }
 
 /// A sharded table of open handles (no lock covers all of them).

@@ -2,7 +2,10 @@
 //!
 //! `ci` runs fmt, clippy, the tests (installing Debian's `prometheus`
 //! package first, for promtool and a real scrape), a one-minute soak (30 s
-//! of each mode), the bench build and the loom models.
+//! of each mode), `netbench --ci` (rcufs over a latency-injected sshfs,
+//! small, with its checks, and a 25,000-entry walk over a source without
+//! file handles under a 512-descriptor limit; about a minute), the bench
+//! build and the loom models.
 
 use std::time::Instant;
 
@@ -18,11 +21,12 @@ const LOOM_RUSTFLAGS: &str = "--cfg rcufs_loom --cfg crossbeam_loom";
 /// any step failed.
 pub fn ci() -> Result<()> {
     type Step = (&'static str, fn() -> Result<()>);
-    let steps: [Step; 6] = [
+    let steps: [Step; 7] = [
         ("fmt", fmt),
         ("clippy", clippy),
         ("test", test),
         ("soak", soak),
+        ("netbench", netbench),
         ("bench-build", bench_build),
         ("loom", || loom(None)),
     ];
@@ -110,6 +114,15 @@ fn soak() -> Result<()> {
     let default = crate::soak::soak(&args("default", "auto"));
     let kernel = crate::soak::soak(&args("kernel-cache", "auto"));
     default.and(kernel)
+}
+
+/// `cargo xtask netbench --ci` on the debug binary: every mode over the
+/// latency-injected sshfs at a small scale, each result checked, changes
+/// made on the server seen within each mode's promise, and a walk of
+/// 25,000 entries with the daemon's descriptor limit at 512 (about a
+/// minute; it fails loudly if sshfs cannot be installed or mounted).
+fn netbench() -> Result<()> {
+    crate::netbench::netbench(&["--ci".to_string()])
 }
 
 /// Builds the benches (release) so that a bench that no longer compiles or

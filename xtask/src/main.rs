@@ -11,6 +11,7 @@ mod fsbench;
 mod fsx;
 mod install;
 mod mount;
+mod netbench;
 mod soak;
 mod util;
 
@@ -22,7 +23,8 @@ cargo xtask <TASK>
 Tasks:
   ci              everything CI runs: fmt check, clippy -D warnings, all tests
                   (mount tests included), a one-minute soak (30 s per mode),
-                  loom models at preemption bound 2
+                  netbench --ci (about a minute), loom models at preemption
+                  bound 2
   loom [FILTER]   the loom models (release, LOOM_MAX_PREEMPTIONS=2 unless set)
   bench [--quick] [--paper] [BENCH...]
                   criterion benches of the cache crates against their peers,
@@ -36,6 +38,14 @@ Tasks:
                   truncates, fsyncs and reopens of one file of a mount,
                   every read checked against a model (default 1,000,000
                   operations per mode, both modes, debug build)
+  netbench [--ci] [--rounds N] [--delay-ms MS] [--ttl SECS] [--keep]
+                  rcufs in front of a network filesystem: sshfs over a loopback
+                  SFTP server with an added delay (0.5 ms each way), raw sshfs
+                  against rcufs in both modes (find+stat, git status, a cargo
+                  build, re-reads, an include search); --ci: small, with checks
+  netbench --walk N [--walk-source rcufs|sshfs]
+                  a find | xargs stat walk of N entries over a source without
+                  file handles, with the daemon's descriptors and RSS sampled
   demo            mount a generated example tree and show what rcufs does
   install [--prefix DIR] [--sbin DIR] [--debug]
                   build rcufs (release unless --debug) and install it as
@@ -74,6 +84,7 @@ fn run() -> Result<()> {
         Some("bench") => bench::bench(&rest),
         Some("fsbench") => fsbench::fsbench(&rest),
         Some("fsx") => fsx::fsx(&rest),
+        Some("netbench") => netbench::netbench(&rest),
         Some("demo") => demo::demo(),
         Some("install") => install::install(&rest),
         Some("soak") => soak::soak(&rest),

@@ -112,11 +112,11 @@ fn each_key_parses_exactly_as_its_flag() {
 #[test]
 fn the_last_option_wins() {
     let m = parse(&["--threads", "2", "-o", "threads=5"]).unwrap();
-    assert_eq!(m.threads, 5);
+    assert_eq!(m.threads, Some(5));
     let m = parse(&["-o", "threads=5", "--threads", "2"]).unwrap();
-    assert_eq!(m.threads, 2);
+    assert_eq!(m.threads, Some(2));
     let m = parse(&["-o", "threads=5,threads=7"]).unwrap();
-    assert_eq!(m.threads, 7);
+    assert_eq!(m.threads, Some(7));
 }
 
 #[track_caller]

@@ -112,6 +112,11 @@ impl Mount {
         Self::spawn(Some(source), args, None, &[], |_| {})
     }
 
+    /// As [`Mount::over`], with `env` added to the daemon's environment.
+    pub fn over_with_env(source: &Path, args: &[&str], env: &[(&str, &str)]) -> Option<Mount> {
+        Self::spawn(Some(source), args, None, env, |_| {})
+    }
+
     /// As [`Mount::over`], with the daemon's RLIMIT_NOFILE set to `nofile`.
     pub fn over_with_nofile(source: &Path, args: &[&str], nofile: u64) -> Option<Mount> {
         Self::spawn(Some(source), args, Some(nofile), &[], |_| {})

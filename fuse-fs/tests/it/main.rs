@@ -20,5 +20,6 @@ mod ops;
 mod ops_metrics;
 mod posix;
 mod resources;
+mod slow_source;
 mod sys;
 mod watch;

@@ -1,0 +1,213 @@
+//! Cached directory listings, for sources where a listing costs round trips
+//! (`--coherence ttl`: network and FUSE sources, and any source that is not
+//! watched).
+//!
+//! # What
+//! OPENDIR reads the whole listing of a directory from the source at once
+//! (`getdents64` until the end) and keeps it on the directory's inode with
+//! the time it was read. Another OPENDIR of the same directory within the
+//! revalidation interval *R* is served from that listing without touching
+//! the source: no open, no read (over sshfs an OPENDIR, READDIR and CLOSE
+//! are three round trips). READDIR and READDIRPLUS of an open handle read
+//! the snapshot the handle was opened with, at offsets of its own (the
+//! entry's index + 1), as a directory stream keeps reading its own
+//! snapshot. READDIRPLUS answers each entry through LOOKUP, so the names
+//! and attributes it returns are those of the name cache, fresh within *R*.
+//!
+//! With `--kernel-cache` the kernel is told to cache what it reads of a
+//! handle that reads a listing (`FOPEN_CACHE_DIR`), and to keep that copy
+//! (`FOPEN_KEEP_CACHE`) only when a kept listing served the OPENDIR: an
+//! OPENDIR that read the source answers without it, and the kernel drops
+//! its copy. So the kernel's copy is never older than rcufs's listing.
+//! (A change through the mount moves the directory's version in the
+//! kernel, which drops its copy too.)
+//!
+//! # Invariants
+//! - A listing is served only while younger than *R*, while the listing
+//!   generation it was read under is current (every drop moves it: a drop
+//!   of any directory forgets every listing), and while the directory's
+//!   cached attributes still show the stamp (size, mtime, ctime) it was
+//!   read under.
+//! - A change through the mount to a directory's names (create, mkdir,
+//!   mknod, symlink, link, unlink, rmdir, rename) forgets that directory's
+//!   listing before it is answered; the revalidation that finds the
+//!   directory changed in the source forgets it too.
+//! - Memory is bounded: a directory of more than [`MAX_ENTRIES`] entries is
+//!   not kept (its handles read the source as before), and all kept
+//!   listings together hold at most the budget given to [`Listings::new`]
+//!   (entries); past it, listings are read for their handle only.
+//! - Only in `ttl` coherence: the source watcher (`watch`) does not forget
+//!   listings, so with it every OPENDIR reads the source, as before.
+
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::error::FsResult;
+use crate::inode::{Inode, Stamp};
+use crate::sys::{self, RawDirent};
+
+/// The most entries one kept listing may have.
+pub const MAX_ENTRIES: usize = 100_000;
+
+/// A directory's listing as read at one moment.
+#[derive(Debug)]
+pub struct Listing {
+    /// The entries, `.` and `..` included, in the source's order.
+    pub entries: Vec<RawDirent>,
+    /// When it was read.
+    at: Instant,
+    /// The directory's stamp when it was read.
+    stamp: Stamp,
+    /// The listing generation it was read under.
+    generation: u64,
+    /// The budget it counts against, given back when it is freed (`None`
+    /// for a listing read for one handle only).
+    budget: Option<Arc<AtomicUsize>>,
+}
+
+impl Drop for Listing {
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            b.fetch_sub(self.entries.len(), Ordering::Relaxed);
+        }
+    }
+}
+
+/// The listings of the mount: their generation, budget and counters.
+#[derive(Debug)]
+pub struct Listings {
+    enabled: bool,
+    generation: AtomicU64,
+    /// Entries held by kept listings.
+    held: Arc<AtomicUsize>,
+    budget: usize,
+    hits: AtomicU64,
+    reads: AtomicU64,
+    too_big: AtomicU64,
+}
+
+/// What [`Listings::read`] found.
+pub enum Read {
+    /// The whole listing (kept on the inode if it fits the budgets).
+    Whole(Arc<Listing>),
+    /// More than [`MAX_ENTRIES`] entries: read the descriptor as a stream.
+    TooBig,
+}
+
+impl Listings {
+    /// Listings kept only if `enabled`, at most `budget` entries in all.
+    pub fn new(enabled: bool, budget: usize) -> Self {
+        Self {
+            enabled,
+            generation: AtomicU64::new(0),
+            held: Arc::new(AtomicUsize::new(0)),
+            budget,
+            hits: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+            too_big: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether listings are kept at all.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// `dir`'s kept listing, if it may be served: younger than `ttl`, of
+    /// the current generation, and read under the stamp the directory's
+    /// cached attributes show.
+    pub fn fresh(&self, dir: &Inode, ttl: Duration) -> Option<Arc<Listing>> {
+        if !self.enabled {
+            return None;
+        }
+        let l = dir.listing()?;
+        let now = Stamp::of(&dir.attr().st);
+        if l.at.elapsed() < ttl && l.generation == self.generation.load(Ordering::Relaxed) && l.stamp == now {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            Some(l)
+        } else {
+            None
+        }
+    }
+
+    /// Reads the whole listing of `fd` (a directory open for reading, whose
+    /// attributes were just read as `st`) and keeps it on `dir` if the
+    /// budgets allow.
+    pub fn read(&self, fd: BorrowedFd<'_>, dir: &Inode, st: &libc::stat) -> FsResult<Read> {
+        let generation = self.generation.load(Ordering::Relaxed);
+        let at = Instant::now();
+        let mut entries = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut offset = 0i64;
+        loop {
+            let batch = sys::read_dir_batch(fd, offset, &mut buf)?;
+            let Some(last) = batch.last() else { break };
+            offset = last.next_off;
+            entries.extend(batch);
+            if entries.len() > MAX_ENTRIES {
+                self.too_big.fetch_add(1, Ordering::Relaxed);
+                return Ok(Read::TooBig);
+            }
+        }
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let n = entries.len();
+        let keep = self.enabled && self.held.fetch_add(n, Ordering::Relaxed) + n <= self.budget;
+        if self.enabled && !keep {
+            self.held.fetch_sub(n, Ordering::Relaxed);
+        }
+        let listing = Arc::new(Listing {
+            entries,
+            at,
+            stamp: Stamp::of(st),
+            generation,
+            budget: keep.then(|| self.held.clone()),
+        });
+        if keep {
+            dir.set_listing(Some(listing.clone()));
+        }
+        Ok(Read::Whole(listing))
+    }
+
+    /// Forgets every kept listing (a drop): they stay allocated until their
+    /// directory's next OPENDIR replaces them or the inode is freed, but
+    /// none is served again.
+    pub fn forget_all(&self) {
+        self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The `listings` section of the stats.
+    pub fn stats_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "enabled": self.enabled,
+            "hits": self.hits.load(Ordering::Relaxed),
+            "reads": self.reads.load(Ordering::Relaxed),
+            "too_big": self.too_big.load(Ordering::Relaxed),
+            "entries": self.held.load(Ordering::Relaxed) as u64,
+            "budget_entries": self.budget as u64,
+        })
+    }
+}
+
+/// The batch of `listing` that starts at `offset` (an index), each entry
+/// with the offset of the next one.
+pub fn batch(listing: &Listing, offset: u64, max: usize) -> Vec<RawDirent> {
+    let start = usize::try_from(offset).unwrap_or(usize::MAX);
+    listing
+        .entries
+        .iter()
+        .enumerate()
+        .skip(start)
+        .take(max)
+        .map(|(i, e)| RawDirent {
+            ino: e.ino,
+            next_off: i as i64 + 1,
+            dtype: e.dtype,
+            name: e.name.clone(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,197 @@
+//! Slow sources: a network or FUSE filesystem as the source gets its own
+//! defaults (a longer revalidation interval, more workers), lookups of one
+//! directory's children are in flight together rather than one behind the
+//! other, and directory listings are served from rcufs's cache within the
+//! interval (and forgotten by a change through the mount or a drop).
+
+use std::fs;
+use std::sync::Barrier;
+
+use crate::harness::Mount;
+
+fn tree(src: &std::path::Path) {
+    fs::create_dir(src.join("d")).unwrap();
+    for i in 0..32 {
+        fs::write(src.join(format!("d/f{i:02}")), [i as u8]).unwrap();
+    }
+}
+
+#[test]
+fn a_fuse_source_gets_the_network_defaults_and_a_local_one_does_not() {
+    let Some(lower) = Mount::with(&["--coherence", "ttl"], tree) else {
+        return;
+    };
+    let local = lower.stats();
+    assert_eq!(local["source"]["kind"], "local", "{}", local["source"]);
+    assert_eq!(local["source"]["revalidate_secs"], 1.0);
+    let Some(upper) = Mount::over(&lower.mnt, &[]) else {
+        return;
+    };
+    let s = upper.stats();
+    assert_eq!(s["source"]["kind"], "network", "{}", s["source"]);
+    assert_eq!(s["coherence"]["mode"], "ttl");
+    assert_eq!(s["source"]["revalidate_secs"], 10.0);
+    assert!(s["source"]["workers"].as_u64().unwrap() >= 16, "{}", s["source"]);
+    // Given options win over the source's defaults.
+    let Some(given) = Mount::over(&lower.mnt, &["--revalidate", "0.5", "--threads", "3"]) else {
+        return;
+    };
+    let s = given.stats();
+    assert_eq!(s["source"]["revalidate_secs"], 0.5);
+    assert_eq!(s["source"]["workers"], 3);
+}
+
+/// 16 threads each `stat` another child of one directory at the same time,
+/// every lookup in the source taking 300 ms (`RCUFS_FAULT=source-delay`):
+/// with enough workers the lookups are in flight together; with two, at
+/// most two are.
+#[test]
+fn parallel_lookups_of_one_directorys_children_are_in_flight_together() {
+    for (threads, at_least, at_most) in [("16", 8, 16), ("2", 1, 2)] {
+        let env = [("RCUFS_FAULT", "source-delay:300")];
+        let Some(m) = Mount::with_env(&["--threads", threads, "--coherence", "ttl"], &env, tree) else {
+            return;
+        };
+        fs::metadata(m.at("d")).unwrap();
+        let before = m.stats()["source"]["lookups"].as_u64().unwrap();
+        let barrier = Barrier::new(16);
+        std::thread::scope(|s| {
+            for i in 0..16 {
+                let (m, barrier) = (&m, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    assert_eq!(fs::read(m.at(&format!("d/f{i:02}"))).unwrap(), [i as u8]);
+                });
+            }
+        });
+        let src = m.stats()["source"].clone();
+        let max = src["lookups_in_flight_max"].as_u64().unwrap();
+        assert!(
+            src["lookups"].as_u64().unwrap() >= before + 16,
+            "the lookups did not reach the source: {src}"
+        );
+        assert!(
+            (at_least..=at_most).contains(&max),
+            "--threads {threads}: {max} lookups in flight at most, expected {at_least}..={at_most}: {src}"
+        );
+    }
+}
+
+#[test]
+fn listings_are_served_from_the_cache_and_forgotten_by_changes_and_drops() {
+    listings_in(&[]);
+}
+
+/// With `--kernel-cache` the kernel caches the listings too
+/// (`FOPEN_CACHE_DIR`), and must drop its copy exactly when rcufs does.
+#[test]
+fn listings_are_served_from_the_cache_and_forgotten_by_changes_and_drops_with_kernel_cache() {
+    listings_in(&["--kernel-cache"]);
+}
+
+fn listings_in(extra: &[&str]) {
+    let mut args = vec!["--coherence", "ttl", "--revalidate", "3600"];
+    args.extend_from_slice(extra);
+    let Some(m) = Mount::with(&args, tree) else {
+        return;
+    };
+    let list = || {
+        let mut v: Vec<String> = fs::read_dir(m.at("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let first = list();
+    assert_eq!(first.len(), 32);
+    let reads = m.stats()["listings"]["reads"].as_u64().unwrap();
+    let hits = m.stats()["listings"]["hits"].as_u64().unwrap();
+    assert_eq!(list(), first);
+    let l = m.stats()["listings"].clone();
+    assert_eq!(
+        l["reads"].as_u64().unwrap(),
+        reads,
+        "the second listing read the source: {l}"
+    );
+    assert!(l["hits"].as_u64().unwrap() > hits, "{l}");
+    // A name made directly in the source is not listed within the
+    // interval (that is the promise: within R)...
+    fs::write(m.src_at("d/made-in-source"), b"x").unwrap();
+    assert!(!list().contains(&"made-in-source".to_string()));
+    // ...but one made through the mount is, at once, and so is the rest.
+    fs::write(m.at("d/made-here"), b"y").unwrap();
+    let now = list();
+    assert!(now.contains(&"made-here".to_string()), "{now:?}");
+    assert!(now.contains(&"made-in-source".to_string()), "{now:?}");
+    fs::remove_file(m.at("d/made-here")).unwrap();
+    assert!(!list().contains(&"made-here".to_string()));
+    // A drop forgets every listing.
+    fs::remove_file(m.src_at("d/made-in-source")).unwrap();
+    assert!(list().contains(&"made-in-source".to_string()), "still the kept listing");
+    let out = crate::harness::rcufs().arg("drop").arg(m.at("")).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(list(), first);
+}
+
+/// A listing with attributes (READDIRPLUS) of a directory whose entries
+/// rcufs has not seen, over a FUSE source where every lookup takes 100 ms:
+/// the entries are looked up in the source together, not one by one.
+#[test]
+fn readdirplus_over_a_slow_source_looks_its_entries_up_together() {
+    let Some(lower) = Mount::with(&["--coherence", "ttl"], tree) else {
+        return;
+    };
+    let env = [("RCUFS_FAULT", "source-delay:100")];
+    let Some(upper) = Mount::over_with_env(&lower.mnt, &[], &env) else {
+        return;
+    };
+    let mut seen = 0;
+    for e in fs::read_dir(upper.at("d")).unwrap() {
+        let e = e.unwrap();
+        assert!(e.metadata().unwrap().is_file());
+        seen += 1;
+    }
+    assert_eq!(seen, 32);
+    let src = upper.stats()["source"].clone();
+    assert!(
+        src["readdirplus_prefetched"].as_u64().unwrap() >= 30,
+        "the listing's entries were not looked up ahead: {src}"
+    );
+    assert!(
+        src["lookups_in_flight_max"].as_u64().unwrap() >= 4,
+        "the entries were looked up one by one: {src}"
+    );
+}
+
+/// After the interval, the first `stat` that finds a stale name refreshes
+/// every stale cached name of its directory at once; the siblings' `stat`s
+/// that follow are answered without asking the source one by one.
+#[test]
+fn a_stale_name_refreshes_its_directorys_stale_names_at_once() {
+    let Some(lower) = Mount::with(&["--coherence", "ttl"], tree) else {
+        return;
+    };
+    let Some(upper) = Mount::over(&lower.mnt, &["--revalidate", "1"]) else {
+        return;
+    };
+    let stat_all = |from: usize| {
+        for i in from..32 {
+            assert_eq!(fs::metadata(upper.at(&format!("d/f{i:02}"))).unwrap().len(), 1);
+        }
+    };
+    stat_all(0);
+    std::thread::sleep(std::time::Duration::from_millis(1300));
+    fs::metadata(upper.at("d/f00")).unwrap();
+    let src = upper.stats()["source"].clone();
+    assert!(src["dir_refreshes"].as_u64().unwrap() >= 1, "no refresh: {src}");
+    let before = src["lookups"].as_u64().unwrap();
+    stat_all(1);
+    let after = upper.stats()["source"]["lookups"].as_u64().unwrap();
+    assert!(
+        after - before < 4,
+        "the siblings went to the source one by one ({} lookups): {}",
+        after - before,
+        upper.stats()["source"]
+    );
+}
