@@ -79,6 +79,34 @@ impl<T> Shared<T> {
     }
 }
 
+/// The common case of [`release_one`], inlined into every handle's drop:
+/// one compare-exchange that drops a reference which is not the last, or the
+/// last one of a hashed node that is already on the LRU (the first case of
+/// `release_one`'s loop, tried once). Returns false when the caller must take
+/// the slow path: the last reference to a node that is unhashed or off the
+/// LRU, or a compare-exchange that lost a race.
+///
+/// It is inlined because a counted lookup whose handle is dropped at once
+/// (what the filesystem does for every LOOKUP) otherwise runs two calls with
+/// their register saves between one lookup's node miss and the next
+/// lookup's bucket load, and the CPU's out-of-order window no longer reaches
+/// the next lookup's misses: with this and `find_live` inlined, a counted
+/// lookup costs what a borrowed one does (see BENCHMARKS.md, "dcache:
+/// counted lookups and the churn policy").
+#[inline]
+fn release_fast<T>(node: &Node<T>) -> bool {
+    let c = node.count.load(Ordering::Relaxed);
+    debug_assert!(c & DEAD == 0 && c & COUNT_MASK > 0, "dcache: reference count underflow");
+    let plain = c & COUNT_MASK > 1 || c & (ON_LRU | UNHASHED | COUNT_MASK) == ON_LRU | 1;
+    // Release: as the decrement in `release_one`; pairs with the Acquire CAS
+    // in `try_get`, in the DEAD transition and in the pruner.
+    plain
+        && node
+            .count
+            .compare_exchange(c, c - 1, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+}
+
 /// Drops one reference on `node`. Returns true if the caller now owns the
 /// node's teardown (it was the last reference to an unhashed node and the
 /// call marked it `DEAD`).
@@ -192,7 +220,18 @@ unsafe fn kill<T>(shared: &Shared<T>, node: &Node<T>, guard: &Guard) -> *const N
 /// and, through it, its page-cache entry) would never be dropped. Callers
 /// that free many nodes in a row pass false and flush once at the end
 /// ([`flush_deferred`]); a flush costs about 0.3 µs.
+#[inline]
 fn put_node<T>(shared_ptr: NonNull<Shared<T>>, node: NonNull<Node<T>>, flush: bool) -> bool {
+    // SAFETY: the caller holds a reference on `node`.
+    if release_fast(unsafe { node.as_ref() }) {
+        return false;
+    }
+    put_node_slow(shared_ptr, node, flush)
+}
+
+/// [`put_node`] past its inlined fast path.
+#[inline(never)]
+fn put_node_slow<T>(shared_ptr: NonNull<Shared<T>>, node: NonNull<Node<T>>, flush: bool) -> bool {
     // SAFETY: the caller's reference on `node` keeps the root, and so the
     // shared state, alive.
     let shared = unsafe { shared_ptr.as_ref() };
@@ -565,8 +604,20 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// entry with the wanted key rescans (a bounded number of times: an
     /// unhashed node can linger in a chain while it is held) and finds the
     /// replacement.
-    #[inline]
+    ///
+    /// Out of line (as the compiler chose before `find_live_inlined` was
+    /// split off): inlined into `lookup_with`, it made that one about 10 %
+    /// slower in the hit bench.
+    #[inline(never)]
     fn find_live<'g>(&self, pid: u64, probe: &Probe<'_>, hash: u64, guard: &'g Guard) -> Option<&'g Node<T>> {
+        self.find_live_inlined(pid, probe, hash, guard)
+    }
+
+    /// `find_live`, always inlined: the counted lookup's form. There the call
+    /// and its register saves sat between one lookup's misses and the next
+    /// one's and kept the CPU from overlapping them (see `release_fast`).
+    #[inline(always)]
+    fn find_live_inlined<'g>(&self, pid: u64, probe: &Probe<'_>, hash: u64, guard: &'g Guard) -> Option<&'g Node<T>> {
         let sh = self.sh();
         let index = sh.table.index(hash);
         let mut rescans = 0;
@@ -608,7 +659,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let probe = Probe::new(name);
         let hash = sh.table.hash_probe(parent.node().hash_parent(), &probe);
         loop {
-            match self.find_live(pid, &probe, hash, &guard) {
+            match self.find_live_inlined(pid, &probe, hash, &guard) {
                 Some(n) if n.is_negative() => {
                     n.mark_referenced();
                     sh.counters.add(Event::NegativeHit, 1);
