@@ -24,8 +24,8 @@ use std::ptr::{self, NonNull};
 
 use crate::Config;
 use crate::children::ChildGuard;
-use crate::lru::Lru;
 use crate::node::{COUNT_MASK, DEAD, Node, NodePtr, ON_LRU, Probe, UNHASHED};
+use crate::policy::Lru;
 use crate::stats::{Counters, Event, Stats};
 use crate::sync::epoch::{self, Guard};
 use crate::sync::{self, AtomicU64, AtomicUsize, CachePadded, Mutex, Ordering, fence, spin_loop};
@@ -158,7 +158,7 @@ fn release_one<T>(shared: &Shared<T>, node: &Node<T>) -> bool {
                     // cannot be killed before its killer takes this lock to
                     // take it off the list) and it was on no list (ON_LRU was
                     // clear, and that bit changes only under this lock).
-                    unsafe { lru.list_for(node).push_back(node) };
+                    unsafe { lru.enlist(node) };
                     return false;
                 }
                 Err(now) => c = now,
@@ -500,7 +500,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         )));
         let shared = Box::new(Shared {
             table: Table::new(buckets, seed, colliding),
-            lru: CachePadded::new(Mutex::new(Lru::new())),
+            lru: CachePadded::new(Mutex::new(Lru::new(&config))),
             rename_lock: Mutex::new(()),
             rename_seq: AtomicUsize::new(0),
             next_id: CachePadded::new(AtomicU64::new(1)),
@@ -1351,10 +1351,12 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         }
     }
 
-    /// One pass of the lazy LRU over one list (seed 000 §6.2): in-use
-    /// entries are taken off, referenced ones rotated to the tail with the bit
-    /// cleared, unused unreferenced ones evicted. Scans each entry at most
-    /// twice per call.
+    /// One pass of the pruner over the negative list or the two queues of
+    /// the eviction policy (`policy.rs`: S3-FIFO, lazy as seed 000 §6.2's
+    /// LRU): in-use entries are taken off, entries hit since the last pass
+    /// get another one (or move from probation to the main queue), unused
+    /// ones without hits are evicted. Scans each entry at most
+    /// `MAX_FREQ + 2` times per call.
     fn prune_list(&self, negative: bool, want: usize) -> usize {
         if want == 0 {
             return 0;
@@ -1362,58 +1364,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         let sh = self.sh();
         let guard = epoch::pin();
         let mut victims = Vec::new();
-        {
-            let mut lru = sh.lru.lock();
-            let list = if negative { &mut lru.negative } else { &mut lru.positive };
-            // Two laps at most: a referenced entry loses its bit on the first
-            // and can go on the second, after every unreferenced one.
-            let mut budget = list.len().saturating_mul(2);
-            while victims.len() < want && budget > 0 {
-                budget -= 1;
-                let head = list.head();
-                // SAFETY: nodes on the list are alive (killers take them off
-                // under this lock before freeing them).
-                let Some(node) = (unsafe { head.as_ref() }) else { break };
-                let c = node.count.load(Ordering::Relaxed);
-                if c & DEAD != 0 {
-                    // Its killer is waiting for this lock to take it off.
-                    // SAFETY: on the list, lock held.
-                    unsafe { list.rotate(head) };
-                    continue;
-                }
-                if c & COUNT_MASK != 0 {
-                    // In use: take it off lazily. Its last `put` will put it
-                    // back (ON_LRU is clear), under this lock.
-                    if node
-                        .count
-                        .compare_exchange(c, c & !ON_LRU, Ordering::Relaxed, Ordering::Relaxed)
-                        .is_ok()
-                    {
-                        // SAFETY: on the list, lock held.
-                        unsafe { list.remove(head) };
-                    }
-                    continue;
-                }
-                if node.referenced.load(Ordering::Relaxed) {
-                    node.referenced.store(false, Ordering::Relaxed);
-                    // SAFETY: on the list, lock held.
-                    unsafe { list.rotate(head) };
-                    continue;
-                }
-                // Acquire: we are going to free the node; pairs with the
-                // Release decrements of its former holders in `release_one`.
-                if node
-                    .count
-                    .compare_exchange(c, c | UNHASHED | DEAD, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    // SAFETY: on the list, lock held.
-                    unsafe { list.remove(head) };
-                    node.count.fetch_and(!ON_LRU, Ordering::Relaxed);
-                    victims.push(NodePtr(NonNull::from(node)));
-                }
-            }
-        }
+        sh.lru.lock().select(negative, want, &mut victims);
         let n = victims.len();
         kill_victims(self.shared, victims, &guard);
         // As in `drop_subtree`: one flush for the whole batch.
@@ -1440,8 +1391,14 @@ impl<T: Send + Sync + 'static> Dcache<T> {
 
     /// The number of entries on the LRU lists (unused, evictable).
     pub fn lru_len(&self) -> usize {
-        let lru = self.sh().lru.lock();
-        lru.positive.len() + lru.negative.len()
+        self.sh().lru.lock().len()
+    }
+
+    /// The lengths of the eviction policy's lists: the probation queue, the
+    /// main queue and the negative list (for tests).
+    #[doc(hidden)]
+    pub fn policy_lens(&self) -> (usize, usize, usize) {
+        self.sh().lru.lock().lens()
     }
 
     /// A snapshot of the counters.

@@ -15,7 +15,9 @@
 #[cfg(not(rcufs_loom))]
 mod imp {
     pub(crate) use std::sync::Arc;
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+    pub(crate) use std::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    };
 
     pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
 
@@ -139,7 +141,9 @@ mod imp {
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::sync::Arc;
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+    pub(crate) use loom::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    };
 
     pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 
