@@ -44,6 +44,15 @@ impl<T> List<T> {
         self.head
     }
 
+    /// The node after `node` (null at the tail).
+    ///
+    /// # Safety
+    /// The LRU lock is held and `node` is on this list (hence alive).
+    pub(crate) unsafe fn next(&self, node: *const Node<T>) -> *const Node<T> {
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::link(node, |l| l.next) }
+    }
+
     /// Runs `f` on the LRU link of `node`.
     ///
     /// # Safety

@@ -218,8 +218,9 @@ pub(crate) struct Node<T> {
     /// in what would be padding).
     pub(crate) child_lock: Mutex<()>,
     /// The policy queue the node is on or goes back to (`policy::Queue`;
-    /// changed only under the LRU lock; one byte, in what was padding).
-    pub(crate) queue: AtomicU8,
+    /// read and written only under its LRU shard's lock; one byte, in what
+    /// was padding).
+    pub(crate) queue: UnsafeCell<u8>,
     /// The state word; see the module docs.
     pub(crate) count: AtomicUsize,
     /// `None` for a negative entry.
@@ -258,17 +259,19 @@ fn long_name(name: &[u8]) -> Atomic<LongName> {
 }
 
 impl<T> Node<T> {
-    /// A node with key (`parent_id`, `name`) whose table hash is `hash`.
+    /// A node with key (`parent_id`, the probe's name) whose table hash is
+    /// `hash`.
+    #[inline]
     pub(crate) fn new(
         id: u64,
         hash: u64,
         parent_id: u64,
-        name: &[u8],
+        probe: &Probe<'_>,
         parent: *const Node<T>,
         payload: Option<T>,
         count: usize,
     ) -> Self {
-        let (words, _) = name_words(name);
+        let name = probe.bytes;
         Self {
             next: Atomic::null(),
             seq: AtomicU32::new(0),
@@ -278,10 +281,10 @@ impl<T> Node<T> {
             freq: AtomicU8::new(0),
             linked: AtomicBool::new(false),
             child_lock: Mutex::new(()),
-            queue: AtomicU8::new(crate::policy::Queue::New as u8),
+            queue: UnsafeCell::new(crate::policy::Queue::New as u8),
             count: AtomicUsize::new(count),
             payload,
-            name: words.map(AtomicU64::new),
+            name: probe.words.map(AtomicU64::new),
             long: long_name(name),
             id,
             parent: AtomicPtr::new(parent.cast_mut()),

@@ -102,19 +102,25 @@ pub(crate) enum Queue {
 }
 
 impl Queue {
-    fn of<T>(node: &Node<T>) -> Self {
-        // Relaxed: the byte changes only under the LRU lock, which the
-        // caller holds.
-        match node.queue.load(Ordering::Relaxed) {
+    /// The queue byte of `node`, a node of this shard.
+    ///
+    /// # Safety
+    /// The caller holds the shard's LRU lock (`&mut Lru`), under which
+    /// alone the byte is read and written once the node is published.
+    unsafe fn of<T>(node: &Node<T>) -> Self {
+        // SAFETY: forwarded from the caller.
+        match node.queue.with(|q| unsafe { *q }) {
             0 => Queue::New,
             1 => Queue::Small,
             _ => Queue::Main,
         }
     }
 
-    fn set<T>(self, node: &Node<T>) {
-        // Relaxed: as in `of`.
-        node.queue.store(self as u8, Ordering::Relaxed);
+    /// # Safety
+    /// As for `of`.
+    unsafe fn set<T>(self, node: &Node<T>) {
+        // SAFETY: forwarded from the caller.
+        node.queue.with_mut(|q| unsafe { *q = self as u8 });
     }
 }
 
@@ -170,13 +176,15 @@ pub(crate) struct Lru<T> {
 }
 
 impl<T> Lru<T> {
-    pub(crate) fn new(config: &Config) -> Self {
+    /// The lists of one of `shards` LRU shards, which share `max_entries`.
+    pub(crate) fn new(config: &Config, shards: usize) -> Self {
+        let share = config.max_entries / shards;
         Self {
             small: List::new(),
             main: List::new(),
             negative: List::new(),
-            ghost: Ghost::new(config.max_entries),
-            small_target: (config.max_entries * SMALL_PERCENT / 100).max(1),
+            ghost: Ghost::new(share),
+            small_target: (share * SMALL_PERCENT / 100).max(1),
         }
     }
 
@@ -191,11 +199,15 @@ impl<T> Lru<T> {
     }
 
     /// The list `node` is on (its `ON_LRU` bit is set).
-    pub(crate) fn list_for(&mut self, node: &Node<T>) -> &mut List<T> {
+    ///
+    /// # Safety
+    /// `node` is a node of this shard (alive; its id names the shard).
+    pub(crate) unsafe fn list_for(&mut self, node: &Node<T>) -> &mut List<T> {
         if node.is_negative() {
             return &mut self.negative;
         }
-        match Queue::of(node) {
+        // SAFETY: a node of this shard, whose lock we hold (`&mut self`).
+        match unsafe { Queue::of(node) } {
             Queue::Main => &mut self.main,
             Queue::Small | Queue::New => &mut self.small,
         }
@@ -204,19 +216,22 @@ impl<T> Lru<T> {
     /// Puts an unused node on its list: the last `put` of a hashed node.
     ///
     /// # Safety
-    /// The LRU lock is held (`&mut self`), `node` is alive and on no list.
+    /// The LRU lock is held (`&mut self`), `node` is a node of this shard,
+    /// alive and on no list.
     pub(crate) unsafe fn enlist(&mut self, node: &Node<T>) {
         if node.is_negative() {
             // SAFETY: forwarded from the caller.
             unsafe { self.negative.push_back(node) };
             return;
         }
-        let q = match Queue::of(node) {
+        // SAFETY: a node of this shard, whose lock we hold (caller).
+        let q = match unsafe { Queue::of(node) } {
             Queue::New if self.ghost.take(node.hash_bits()) => Queue::Main,
             Queue::New => Queue::Small,
             q => q,
         };
-        q.set(node);
+        // SAFETY: as above.
+        unsafe { q.set(node) };
         let list = if q == Queue::Main {
             &mut self.main
         } else {
@@ -261,6 +276,15 @@ impl<T> Lru<T> {
             // SAFETY: nodes on the lists are alive (killers take them off
             // under this lock before freeing them).
             let Some(node) = (unsafe { head.as_ref() }) else { break };
+            // The next head is cold too (it was queued long ago): start
+            // loading its state word and its links while this one is
+            // handled.
+            // SAFETY: `head` is on this list and the lock is held, so the
+            // node after it is on the list too, and alive.
+            if let Some(n) = unsafe { list.next(head).as_ref() } {
+                crate::sync::prefetch(&n.count);
+                crate::sync::prefetch(&n.lru);
+            }
             let c = node.count.load(Ordering::Relaxed);
             if c & DEAD != 0 {
                 // Its killer is waiting for this lock to take it off.
@@ -280,7 +304,9 @@ impl<T> Lru<T> {
                     unsafe { list.remove(head) };
                     if from_small {
                         // Used while on probation: it goes back to *main*.
-                        Queue::Main.set(node);
+                        // SAFETY: a node of this shard's lists, whose lock
+                        // we hold.
+                        unsafe { Queue::Main.set(node) };
                     }
                 }
                 continue;
@@ -291,7 +317,8 @@ impl<T> Lru<T> {
             if f > 0 {
                 if from_small {
                     node.freq.store(0, Ordering::Relaxed);
-                    Queue::Main.set(node);
+                    // SAFETY: as above.
+                    unsafe { Queue::Main.set(node) };
                     // SAFETY: on *small*, lock held; then on no list.
                     unsafe {
                         self.small.remove(head);

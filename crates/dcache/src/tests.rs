@@ -322,7 +322,8 @@ fn directories_with_cached_children_are_not_pruned() {
 
 #[test]
 fn referenced_entries_get_a_second_chance() {
-    let c = cache();
+    // One LRU shard (see `policy_cache`), so that the two entries share it.
+    let c = policy_cache();
     let root = c.root();
     drop(c.insert(&root, b"old", Some(1)));
     drop(c.insert(&root, b"new", Some(2)));
@@ -351,7 +352,7 @@ fn in_use_entries_leave_the_lru_lazily() {
     assert_eq!(c.lru_len(), 1);
 }
 
-/// A cache of 100 entries: the eviction policy's probation queue keeps 10
+/// A cache of 100 entries: one LRU shard, whose probation queue keeps 10
 /// before the pruner takes from it first.
 fn policy_cache() -> Dcache<u32> {
     Dcache::new(
