@@ -1608,6 +1608,16 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         self.sh().shards.iter().map(|s| s.lru.lock().len()).sum()
     }
 
+    /// Panics unless every LRU list holds exactly its nodes, each listed,
+    /// alive and on the list its sign and queue byte name (see
+    /// `policy::Lru::assert_consistent`). For tests and loom models.
+    #[doc(hidden)]
+    pub fn assert_lists_consistent(&self) {
+        for shard in self.sh().shards.iter() {
+            shard.lru.lock().assert_consistent();
+        }
+    }
+
     /// The lengths of the eviction policy's lists: the probation queue, the
     /// main queue and the negative list (for tests).
     #[doc(hidden)]

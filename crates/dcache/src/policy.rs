@@ -198,6 +198,41 @@ impl<T> Lru<T> {
         (self.small.len(), self.main.len(), self.negative.len())
     }
 
+    /// Walks every list (lock held) and panics unless each node on it has
+    /// `ON_LRU`, is not `DEAD`, is of the list's kind (negative or not) and,
+    /// on a queue, has that queue's byte, and unless each list's length is
+    /// the number of nodes on it. For tests and loom models.
+    pub(crate) fn assert_consistent(&mut self) {
+        let lists = [
+            (&self.small, Some(Queue::Small), false),
+            (&self.main, Some(Queue::Main), false),
+            (&self.negative, None, true),
+        ];
+        for (list, queue, negative) in lists {
+            let mut n = 0;
+            let mut cur = list.head();
+            // SAFETY: nodes on the lists are alive (killers take them off
+            // under this lock, which `&mut self` holds, before freeing).
+            while let Some(node) = unsafe { cur.as_ref() } {
+                n += 1;
+                assert!(n <= list.len(), "dcache: a list longer than its length");
+                let c = node.count.load(Ordering::Relaxed);
+                assert!(
+                    c & ON_LRU != 0 && c & DEAD == 0,
+                    "dcache: a listed node off the LRU or dead"
+                );
+                assert_eq!(node.is_negative(), negative, "dcache: a node on the other sign's list");
+                if let Some(q) = queue {
+                    // SAFETY: a node of this shard's lists, lock held.
+                    assert_eq!(unsafe { Queue::of(node) }, q, "dcache: a node on another queue's list");
+                }
+                // SAFETY: on this list, lock held.
+                cur = unsafe { list.next(cur) };
+            }
+            assert_eq!(n, list.len(), "dcache: a list's length is not its nodes'");
+        }
+    }
+
     /// The list `node` is on (its `ON_LRU` bit is set).
     ///
     /// # Safety

@@ -402,6 +402,7 @@ fn probation_evicts_entries_without_hits_first() {
     for i in 10..30 {
         hit(&c, &root, &format!("b{i}"));
     }
+    c.assert_lists_consistent();
 }
 
 #[test]
@@ -418,6 +419,7 @@ fn an_entry_evicted_from_probation_comes_back_to_the_main_queue() {
     // Another new name goes on probation.
     drop(c.insert(&root, b"y", Some(8)));
     assert_eq!(c.policy_lens(), (21, 1, 0));
+    c.assert_lists_consistent();
 }
 
 #[test]
@@ -437,6 +439,7 @@ fn an_entry_used_while_on_probation_goes_back_to_the_main_queue() {
     drop(held);
     assert_eq!(c.policy_lens(), (19, 1, 0));
     hit(&c, &root, "u");
+    c.assert_lists_consistent();
 }
 
 #[test]
@@ -463,6 +466,7 @@ fn the_main_queue_gives_hit_entries_more_laps() {
     assert_eq!(c.policy_lens(), (9, 1, 0));
     assert!(c.lookup_with(&root, b"m1", |_| ()).is_none());
     hit(&c, &root, "m0");
+    c.assert_lists_consistent();
 }
 
 #[test]
@@ -679,6 +683,7 @@ fn chains_stay_consistent_through_every_operation() {
             c.rename(&e, name.as_bytes(), &d, format!("moved-{i}").as_bytes());
         }
         c.assert_consistent();
+        c.assert_lists_consistent();
     }
     c.drop_subtree(&d, |_| true);
     c.assert_consistent();

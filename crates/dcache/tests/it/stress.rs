@@ -205,6 +205,8 @@ fn readers_never_miss_stable_entries_under_churn() {
     for h in handles {
         h.join().unwrap();
     }
+    c.assert_consistent();
+    c.assert_lists_consistent();
     for (i, d) in schildren.iter().enumerate() {
         assert!(d.is_hashed());
         assert_eq!(d.payload().unwrap().verify(), 600 + i as u64);
@@ -328,6 +330,7 @@ fn no_entry_freed_while_counted() {
     for t in threads {
         t.join().unwrap();
     }
+    c.assert_lists_consistent();
     // Once every handle is gone, everything can be freed.
     let root = c.root();
     c.drop_subtree(&root, |_| true);
