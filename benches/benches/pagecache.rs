@@ -7,12 +7,22 @@
 //! under RCU. rcufs's `PageCache::get` pins the page with a speculative
 //! reference and takes no lock, so a hit should cost little more than the
 //! copy. `rcufs_read_into` copies the same pages through
-//! `PageCache::read_into` (one call per page here). The working set is 16,384 pages (64 MiB, twice this machine's 32 MiB
-//! last-level cache) in 16 files, probed in the same random order by both.
+//! `PageCache::read_into` (one call per page here), and `rcufs_read_range`
+//! through `PageCache::read_range_into` into a reused `Vec` (neither takes
+//! a reference: folios never change after their fill). The working set is
+//! 16,384 pages (64 MiB, twice this machine's 32 MiB last-level cache) in
+//! 16 files, probed in the same random order by all.
+//!
+//! `pagecache_range_128k` and `pagecache_range_1m`: 128 KiB and 1 MiB reads
+//! at random aligned offsets of 16 files of 4 MiB cached as folios of 64
+//! pages (what a FUSE read of a large file asks), through `read_range_into`
+//! (`rcufs_read_range`) and through `read_refs` plus a copy of the slices
+//! (`rcufs_read_refs`: what a vectored write of the reply would read),
+//! beside `memcpy` of the same bytes from plain 4 MiB buffers.
 
 use benches::{Routine, Unit, consume, cycle, permutation, run_group, timed_threads};
 use criterion::{Criterion, criterion_group, criterion_main};
-use pagecache::{Config, PageCache};
+use pagecache::{Config, FillOrder, FolioSlice, PageCache};
 
 const PAGE: usize = 4096;
 const FILES: u64 = 16;
@@ -76,6 +86,24 @@ fn bench_hits(c: &mut Criterion) {
             }),
         ),
         (
+            "rcufs_read_range",
+            Box::new(|threads, iters| {
+                timed_threads(threads, iters, |t, iters| {
+                    let mut out = Vec::with_capacity(PAGE);
+                    cycle(&probes, off(t, threads), iters, |&(ino, index)| {
+                        out.clear();
+                        let n = cache
+                            .read_range_into(ino, index * PAGE as u64, PAGE, &mut out, FillOrder::Order(0), |_, _| {
+                                Err::<usize, ()>(())
+                            })
+                            .expect("every benchmark page is cached");
+                        assert_eq!(n, PAGE);
+                        consume(&out);
+                    })
+                })
+            }),
+        ),
+        (
             "memcpy",
             Box::new(|threads, iters| {
                 timed_threads(threads, iters, |t, iters| {
@@ -92,9 +120,100 @@ fn bench_hits(c: &mut Criterion) {
     run_group(c, "pagecache_hit_copy", Unit::Bytes(PAGE as u64), &contenders);
 }
 
+/// Files of this size, cached as folios of 64 pages, for the range groups.
+const BIG: u64 = 4 << 20;
+
+fn bench_ranges(c: &mut Criterion) {
+    let cache = PageCache::new(Config {
+        budget_bytes: 4 * (FILES * BIG) as usize,
+        page_size: PAGE,
+        ..Config::default()
+    });
+    let mut plain: Vec<Vec<u8>> = Vec::new();
+    for ino in 1..=FILES {
+        let bytes: Vec<u8> = (0..BIG).map(|i| (ino * 7 + i / PAGE as u64) as u8).collect();
+        for first in (0..BIG / PAGE as u64).step_by(64) {
+            cache
+                .get_or_fill_folio(ino, first, 6, |f, b| {
+                    let at = (f * PAGE as u64) as usize;
+                    b.copy_from_slice(&bytes[at..at + b.len()]);
+                    Ok::<usize, ()>(b.len())
+                })
+                .expect("fill succeeds");
+        }
+        plain.push(bytes);
+    }
+    for (group, size) in [
+        ("pagecache_range_128k", 128usize << 10),
+        ("pagecache_range_1m", 1 << 20),
+    ] {
+        let per = BIG / size as u64;
+        let probes: Vec<(u64, u64)> = permutation((FILES * per) as usize, 43)
+            .into_iter()
+            .map(|p| (p as u64 / per + 1, (p as u64 % per) * size as u64))
+            .collect();
+        let off = |t: usize, threads: usize| t * probes.len() / threads;
+        let none = |_: u64, _: &mut [u8]| Err::<usize, ()>(());
+        let (cache, plain, probes) = (&cache, &plain, &probes);
+        let contenders: Vec<(&str, Routine<'_>)> = vec![
+            (
+                "rcufs_read_range",
+                Box::new(move |threads, iters| {
+                    timed_threads(threads, iters, |t, iters| {
+                        let mut out = Vec::with_capacity(size);
+                        cycle(probes, off(t, threads), iters, |&(ino, at)| {
+                            out.clear();
+                            let n = cache
+                                .read_range_into(ino, at, size, &mut out, FillOrder::Readahead, none)
+                                .expect("cached");
+                            assert_eq!(n, size);
+                            consume(&out);
+                        })
+                    })
+                }),
+            ),
+            (
+                "rcufs_read_refs",
+                Box::new(move |threads, iters| {
+                    timed_threads(threads, iters, |t, iters| {
+                        let mut out = Vec::with_capacity(size);
+                        let mut slices: Vec<FolioSlice> = Vec::with_capacity(8);
+                        cycle(probes, off(t, threads), iters, |&(ino, at)| {
+                            out.clear();
+                            let n = cache
+                                .read_refs(ino, at, size, FillOrder::Readahead, &mut slices, none)
+                                .expect("cached");
+                            assert_eq!(n, size);
+                            for s in slices.drain(..) {
+                                out.extend_from_slice(&s);
+                            }
+                            consume(&out);
+                        })
+                    })
+                }),
+            ),
+            (
+                "memcpy",
+                Box::new(move |threads, iters| {
+                    timed_threads(threads, iters, |t, iters| {
+                        let mut out = Vec::with_capacity(size);
+                        cycle(probes, off(t, threads), iters, |&(ino, at)| {
+                            out.clear();
+                            let f = &plain[(ino - 1) as usize];
+                            out.extend_from_slice(&f[at as usize..at as usize + size]);
+                            consume(&out);
+                        })
+                    })
+                }),
+            ),
+        ];
+        run_group(c, group, Unit::Bytes(size as u64), &contenders);
+    }
+}
+
 criterion_group! {
     name = pagecache_benches;
     config = benches::criterion();
-    targets = bench_hits
+    targets = bench_hits, bench_ranges
 }
 criterion_main!(pagecache_benches);

@@ -52,7 +52,9 @@ use crate::inode::{Inode, InodeTable, NewInode, ROOT_INO, Stamp, key_of};
 use crate::inval::InvalQueue;
 use crate::names::{Hit, Names};
 use crate::open_files::{self, FdGate, Handles, OpenDir, OpenFile, ShareKey, SharedFd, SharedFds};
+use crate::pinned::PinnedRead;
 use crate::protocol::{self, DropArgs, DropMode};
+use crate::range_lock::RangeLocks;
 use crate::sys::{self, cstr};
 
 mod watched;
@@ -357,6 +359,8 @@ pub struct Fs {
     creds: Creds,
     watched: Watched,
     warmer: warm::Warmer,
+    /// Orders each file's source changes and cache updates (`range_lock.rs`).
+    writes: RangeLocks,
 }
 
 fn name_ok(name: &[u8]) -> FsResult<()> {
@@ -478,6 +482,7 @@ impl Fs {
             creds: Creds::new(sys::is_root()),
             watched: Watched::default(),
             warmer: warm::Warmer::default(),
+            writes: RangeLocks::default(),
         })
     }
 
@@ -686,6 +691,7 @@ impl Fs {
 
     /// GETATTR.
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
+        crate::fault::getattr_delay();
         let inode = self.inode(ino)?;
         if let Some(fh) = fh
             && let Ok(file) = self.files.get(fh)
@@ -720,6 +726,7 @@ impl Fs {
         if set.uid.is_some() || set.gid.is_some() {
             sys::fchown(pfd.as_fd(), set.uid.unwrap_or(u32::MAX), set.gid.unwrap_or(u32::MAX))?;
         }
+        let _held = set.size.map(|_| self.writes.lock_all(ino));
         if let Some(size) = set.size {
             let old = inode.attr().st.st_size.max(0) as u64;
             match &file {
@@ -965,6 +972,12 @@ impl Fs {
         let st = sys::fstat(fd.as_fd())?;
         self.store_attr(&inode, st, before);
         let now = Stamp::of(&st);
+        if self.cfg.kernel_cache && *inode.data_stamp.lock() != Some(now) {
+            // A change the watcher may not have applied yet: let it, so that
+            // its kernel invalidations go before this open is answered
+            // (`fs/watched.rs`, "Catching up before answering").
+            self.catch_up_with_source();
+        }
         let same = {
             let mut stamp = inode.data_stamp.lock();
             let same = *stamp == Some(now);
@@ -983,7 +996,12 @@ impl Fs {
             same
         };
         let append = flags & libc::O_APPEND != 0;
-        let fh = self.files.insert(OpenFile { inode, fd, append });
+        let fh = self.files.insert(OpenFile {
+            inode,
+            fd,
+            append,
+            readahead: Default::default(),
+        });
         Ok(Opened {
             fh,
             direct_io: !self.cfg.kernel_cache,
@@ -992,20 +1010,23 @@ impl Fs {
         })
     }
 
-    /// READ: through the page cache.
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+    /// READ: through the page cache; the answer pins the cached pages it
+    /// returns (see `pinned.rs`).
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<PinnedRead> {
         let file = self.files.get(fh)?;
-        self.data.read(file.inode.ino, file.fd.as_fd(), offset, size)
+        self.data
+            .read(file.inode.ino, file.fd.as_fd(), offset, size, Some(&file.readahead))
     }
 
     /// WRITE: to the source first, then to the cached pages.
     ///
     /// The source write and the cache update are two steps, so two
-    /// overlapping writers could apply them in opposite orders. They cannot
-    /// here because the kernel serialises direct-I/O writes to one inode
-    /// under its inode lock as long as the open does not set
-    /// `FOPEN_PARALLEL_DIRECT_WRITES` (see `fuse.rs`): setting that flag
-    /// needs a per-inode write lock here first.
+    /// overlapping writers could apply them in opposite orders; the pages
+    /// the write touches are held in the range locks across both
+    /// (`range_lock.rs`), so the kernel may send writes to one file in
+    /// parallel (`FOPEN_PARALLEL_DIRECT_WRITES`, see `fuse.rs`). The cache
+    /// update is write-through (`Data::wrote`): pages the write covers are
+    /// cached with its bytes, so reading them back is a hit.
     ///
     /// A write by another user than root, or marked `kill_suidgid` (the
     /// kernel's `FUSE_WRITE_KILL_SUIDGID`: the writer lacks `CAP_FSETID`),
@@ -1017,7 +1038,15 @@ impl Fs {
     pub fn write(&self, fh: u64, offset: u64, data: &[u8], caller: Caller, kill_suidgid: bool) -> FsResult<u32> {
         let file = self.files.get(fh)?;
         let inode = &file.inode;
+        let pages = self.data.write_pages(
+            offset,
+            data.len() as u64,
+            inode.attr().st.st_size.max(0) as u64,
+            file.append,
+        );
+        let _held = self.writes.lock(inode.ino, pages.first, pages.last);
         let old_size = inode.attr().st.st_size.max(0) as u64;
+        let seq = self.source_seq();
         let as_writer =
             (self.creds.takes_uid(caller) || kill_suidgid) && may_lose_suidgid(sys::fstat(file.fd.as_fd())?.st_mode);
         let n = if as_writer {
@@ -1026,6 +1055,7 @@ impl Fs {
         } else {
             sys::pwrite(file.fd.as_fd(), data, offset)?
         };
+        crate::fault::cache_jitter();
         let before = self.source_seq();
         let st = sys::fstat(file.fd.as_fd())?;
         let new_size = st.st_size.max(0) as u64;
@@ -1038,7 +1068,13 @@ impl Fs {
                 // The bytes between the old end and `offset` became zeros.
                 self.data.invalidate_from(inode.ino, old_size);
             }
-            self.data.wrote(inode.ino, offset, &data[..n]);
+            self.data
+                .wrote(inode.ino, offset, &data[..n], new_size, pages.last == u64::MAX);
+            if self.source_changed_since(seq) {
+                // A change made in the source was applied meanwhile: what was
+                // cached from this write may be older than the source.
+                self.data.invalidate_range(inode.ino, offset, n as u64);
+            }
         }
         self.store_attr(inode, st, before);
         self.note_own_change(inode, &st);
@@ -1264,6 +1300,7 @@ impl Fs {
     /// FALLOCATE, as the caller.
     pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32, caller: Caller) -> FsResult<()> {
         let file = self.files.get(fh)?;
+        let _held = self.writes.lock_all(file.inode.ino);
         {
             let _g = self.creds.act_as(caller)?;
             sys::fallocate(file.fd.as_fd(), mode, offset, len)?;
@@ -1284,7 +1321,13 @@ impl Fs {
         sys::lseek(file.fd.as_fd(), offset, whence)
     }
 
-    /// COPY_FILE_RANGE (the write into the destination as the caller).
+    /// COPY_FILE_RANGE (the write into the destination as the caller),
+    /// done by the source (which may share the blocks); then the copy is
+    /// cached as a write of the same bytes would be (`Data::copied`: the
+    /// destination's pages from the source range's, read through the
+    /// cache), so a `cp` leaves both files cached as the kernel's page cache
+    /// does (seed 001). The destination is held whole in the range locks,
+    /// and the source range too unless it is the same file.
     #[allow(clippy::too_many_arguments)]
     pub fn copy_file_range(
         &self,
@@ -1299,6 +1342,21 @@ impl Fs {
         let src = self.files.get(fh_in)?;
         let dst = self.files.get(fh_out)?;
         let len = len.min(u32::MAX as u64 & !0xfff);
+        // Two inodes' ranges are taken in inode order, so that copies in
+        // opposite directions cannot wait for each other.
+        let ps = self.data.page_size();
+        let (lo, hi) = (src.inode.ino.min(dst.inode.ino), src.inode.ino.max(dst.inode.ino));
+        let range = |ino: u64| {
+            if ino == dst.inode.ino {
+                self.writes.lock_all(ino)
+            } else {
+                self.writes
+                    .lock(ino, off_in / ps, off_in.saturating_add(len.max(1) - 1) / ps)
+            }
+        };
+        let _held = range(lo);
+        let _held_other = (hi != lo).then(|| range(hi));
+        let seq = self.source_seq();
         let n = {
             // A write into `dst`: as the caller, like WRITE.
             let _g = self.creds.act_as(caller)?;
@@ -1311,6 +1369,22 @@ impl Fs {
         }
         let before = self.source_seq();
         let st = sys::fstat(dst.fd.as_fd())?;
+        let size = st.st_size.max(0) as u64;
+        if src.inode.ino != dst.inode.ino && n > 0 {
+            let cached = self.data.copied(
+                src.inode.ino,
+                src.fd.as_fd(),
+                off_in,
+                dst.inode.ino,
+                off_out,
+                n as u64,
+                size,
+                true,
+            );
+            if cached.is_err() || self.source_changed_since(seq) {
+                self.data.invalidate_range(dst.inode.ino, off_out, n as u64);
+            }
+        }
         self.store_attr(&dst.inode, st, before);
         self.note_own_change(&dst.inode, &st);
         Ok(n as u32)
@@ -1335,6 +1409,7 @@ impl Fs {
                 return Err(FsError::new(libc::ENOTSUP));
             }
             let mode = DropMode::from_xattr_value(value).ok_or(FsError::INVAL)?;
+            self.catch_up_with_source();
             return Ok(self.drop_dir(ino, mode, caller)?.inval);
         }
         let inode = self.inode(ino)?;
@@ -1457,6 +1532,7 @@ impl Fs {
             return Err(FsError::INVAL);
         }
         let mode = DropMode::from_u32(args.mode).ok_or(FsError::INVAL)?;
+        self.catch_up_with_source();
         let mut out = self.drop_dir(ino, mode, caller)?;
         out.args.version = args.version;
         out.args.mode = args.mode;

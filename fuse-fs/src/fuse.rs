@@ -12,6 +12,14 @@
 //! it returns. `batch_forget` is fuser's default (one `forget` per node):
 //! fuser 0.18 does not export the type of its argument.
 //!
+//! READ is answered with `ReplyData::data_vectored`, an addition to fuser
+//! carried in `vendor/fuser` (ARCHITECTURE.md says why): the reply header
+//! and the pinned cache pages of `pinned.rs` go to the kernel in one
+//! `writev`, the pages pinned until it returns. Files opened with direct
+//! I/O also get `FOPEN_PARALLEL_DIRECT_WRITES` (the kernel sends
+//! non-extending writes to one file concurrently; `range_lock.rs` orders
+//! those that share a page).
+//!
 //! INIT asks for `FUSE_POSIX_ACL`, `FUSE_DONT_MASK` and
 //! `FUSE_HANDLE_KILLPRIV_V2`: the kernel checks ACLs, and leaves the umask
 //! and setuid/setgid clearing to the source, since the operations run as
@@ -258,9 +266,11 @@ fn attr(a: &Attr) -> FileAttr {
 fn fopen(o: &Opened) -> FopenFlags {
     let mut f = FopenFlags::empty();
     if o.direct_io {
-        // No FOPEN_PARALLEL_DIRECT_WRITES: `Fs::write` relies on the kernel
-        // serialising writes to one inode.
-        f |= FopenFlags::FOPEN_DIRECT_IO;
+        // Parallel direct writes: the kernel sends non-extending direct
+        // writes to one file concurrently (extending and O_APPEND ones
+        // still one at a time); `Fs::write` orders writes that share a
+        // page itself (`range_lock.rs`).
+        f |= FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
     }
     if o.keep_cache {
         f |= FopenFlags::FOPEN_KEEP_CACHE;
@@ -503,6 +513,22 @@ impl Filesystem for FuseAdapter {
                 Ok(o) => {
                     if o.changed && self.fs.config().kernel_cache {
                         self.forget_kernel_attr(ino.0);
+                        // An invalidation of this file still queued (the
+                        // watcher's for the change this open found, or a
+                        // drop's) must reach the kernel before the answer:
+                        // landing during the reader's first GETATTR, it
+                        // would make the kernel discard the new size. Kept
+                        // answer: no worker waits (`inval.rs`).
+                        let q = self.fs.inval_queue();
+                        if q.expedite_inode(ino.0) {
+                            let flags = fopen(&o);
+                            q.answer_when_inode_sent(
+                                ino.0,
+                                DROP_INVAL_WAIT,
+                                Box::new(move |_| reply.opened(FileHandle(o.fh), flags)),
+                            );
+                            return;
+                        }
                     }
                     reply.opened(FileHandle(o.fh), fopen(&o))
                 }
@@ -524,7 +550,10 @@ impl Filesystem for FuseAdapter {
     ) {
         handler!("read", req, ino.0, {
             match self.fs.read(fh.0, offset, size) {
-                Ok(d) => reply.data(&d),
+                // The pinned pages go to the kernel as they are, in one
+                // writev with the reply header; they stay pinned until it
+                // returns.
+                Ok(d) => d.with_io_slices(|s| reply.data_vectored(s)),
                 Err(e) => reply.error(errno(e)),
             }
         });

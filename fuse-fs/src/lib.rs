@@ -10,6 +10,7 @@
 //!   layer (every lookup); `data.rs` the page-cache layer (every read);
 //!   `creds.rs` the caller's identity, taken for each operation that
 //!   creates, opens, changes or lists something in the source;
+//!   `pinned.rs` a READ's answer as pinned cache pages (the zero-copy reply);
 //!   `sys.rs` the libc calls; `error.rs` the one error type;
 //!   `open_files.rs` open handles, shared descriptors and the root reserve;
 //!   `children.rs` the index a directory drop walks; `inval.rs` the bounded
@@ -55,8 +56,11 @@ mod mount;
 pub mod mountinfo;
 pub mod names;
 pub mod open_files;
+pub mod pinned;
 pub mod protocol;
+pub mod range_lock;
 pub mod ratelog;
+pub mod readahead;
 pub mod sys;
 pub mod watch;
 

@@ -4,8 +4,14 @@
 //! growing and shrinking against lock-free lookups, path locking of
 //! set-tag against clear-tag on siblings, an optimistic start whose
 //! validation fails, a gang lookup against a remove, and the page cache's
-//! speculative reference against removal, in-place write and fill-once,
-//! and the retirement of an emptied inode entry against a fill.
+//! speculative reference against removal, copy-on-write and fill-once,
+//! and the retirement of an emptied inode entry against a fill; the
+//! multi-index runs of folios (insert against insert inside, removal
+//! against removal in one leaf); and the folio protocols: a reference-less
+//! copy against the fill of a folio (the ready tag published after the
+//! bytes), against a copy-on-write replacement, a held folio slice against
+//! a write, a folio slice against a removal, a drop against a
+//! copy-on-write write, and write-through against a racing fill.
 //!
 //! Under `rcufs_loom` a node has 4 slots, so small keys build deep trees:
 //! a leaf covers 4 keys, a height-2 tree 16, height 3 64. Each tree or cache
@@ -15,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use loom::sync::Arc;
 use loom::thread;
-use pagecache::{Config, Mode, PageCache, RadixTree, Tag};
+use pagecache::{Config, FillOrder, Mode, PageCache, RadixTree, Tag};
 
 /// Runs a model with room for the long execution paths of an epoch pin
 /// plus a tree walk (loom's default of 1000 branches is too few).
@@ -170,6 +176,58 @@ fn gang_lookup_vs_remove() {
     });
 }
 
+/// Two removals in one leaf: a multi-index entry (slots 0 and 1) and the
+/// leaf's other entry (slot 2). Whichever goes second empties the leaf,
+/// which must then be unlinked: an optimistic removal may start at the leaf
+/// only if the leaf keeps an entry outside the whole run it removes, and
+/// must re-check that under the leaf's lock. (Key 5, in a sibling leaf,
+/// keeps the tree at height 2, so the emptied leaf is not the root.)
+#[test]
+fn run_remove_vs_remove_same_leaf() {
+    for mode in [Mode::LockCoupled, Mode::Optimistic] {
+        model(move || {
+            let t = tree(mode, &[2, 5]);
+            t.insert_run(0, 1, 0).unwrap();
+            let t2 = t.clone();
+            let h = thread::spawn(move || assert!(t2.remove(2)));
+            assert!(t.remove(1));
+            h.join().unwrap();
+            // `check` runs `check_invariants`: no empty leaf stays linked.
+            check(&t, &[5], &[0, 1, 2]);
+        });
+    }
+}
+
+/// A multi-index entry (indexes 2 and 3) races with a single insert at its
+/// second index: exactly one wins, each thread's lookups find the winner's
+/// value or nothing, and the leaf holds exactly the winner.
+#[test]
+fn run_insert_vs_insert_inside() {
+    for mode in [Mode::LockCoupled, Mode::Optimistic] {
+        model(move || {
+            let t = tree(mode, &[0]);
+            let t2 = t.clone();
+            let h = thread::spawn(move || {
+                let won = t2.insert_run(2, 1, 9).is_ok();
+                let v = t2.get_cloned(3);
+                assert!(v == Some(30) || (won && v == Some(9)), "{v:?}");
+                won
+            });
+            let single = t.insert(3, 30).is_ok();
+            let v = t.get_cloned(2);
+            assert!(v.is_none() || v == Some(9), "{v:?}");
+            let run = h.join().unwrap();
+            assert!(run != single, "run {run}, single {single}");
+            if run {
+                check(&t, &[0], &[]);
+                assert_eq!((t.get_cloned(2), t.get_cloned(3)), (Some(9), Some(9)));
+            } else {
+                check(&t, &[0, 3], &[2]);
+            }
+        });
+    }
+}
+
 fn small_cache() -> Arc<PageCache> {
     let c = PageCache::new(Config {
         budget_bytes: 1 << 10,
@@ -307,6 +365,186 @@ fn read_into_vs_write() {
             assert!(page == [7; 8] || page == [9; 8], "torn page {page:?}");
         }
         h.join().unwrap();
+        c.check_invariants().unwrap();
+    });
+}
+
+/// A cache holding inode 1's page 0 (sevens) and, for the folio models, a
+/// folio of two pages at indexes 2 and 3 (eights).
+fn folio_cache() -> Arc<PageCache> {
+    let c = small_cache();
+    c.get_or_fill_folio(1, 2, 1, |first, b| {
+        assert_eq!((first, b.len()), (2, 16));
+        b.fill(8);
+        Ok::<_, ()>(16)
+    })
+    .unwrap();
+    c
+}
+
+/// The fill of a two-page folio against a reference-less copy of its
+/// second page (`read_range_into`, which takes no reference and reads
+/// readiness from the slot's tag): the copy sees the filled bytes or fills
+/// the page itself, never the bytes being written. Under loom the folio's
+/// bytes are a tracked cell: a copy not ordered after the filler's writes
+/// (by the ready tag's Release store and the reader's Acquire load) fails
+/// the model.
+#[test]
+fn folio_fill_vs_copy() {
+    model(|| {
+        let c = small_cache();
+        let c2 = c.clone();
+        // The reader is the spawned thread: the interleaving that matters
+        // (the filler preempted right after its insert) then takes one
+        // preemption, well within the bound.
+        let h = thread::spawn(move || {
+            let mut out = Vec::new();
+            let n = c2
+                .read_range_into(1, 24, 8, &mut out, FillOrder::Order(0), |_, b| {
+                    b.fill(3);
+                    Ok::<_, ()>(b.len())
+                })
+                .unwrap();
+            assert_eq!((n, &out[..]), (8, &[3u8; 8][..]));
+        });
+        let p = c
+            .get_or_fill_folio(1, 2, 1, |_, b| {
+                b.fill(3);
+                Ok::<_, ()>(b.len())
+            })
+            .unwrap();
+        assert_eq!(&*p, &[3u8; 8]);
+        h.join().unwrap();
+        c.check_invariants().unwrap();
+    });
+}
+
+/// A copy-on-write write of a folio nobody holds against a
+/// reference-less copy of it: the copy is all old or all new bytes (one
+/// folio, replaced at once in both slots, and its bytes never written once
+/// published: under loom a copy racing a write of them fails the model),
+/// and afterwards the cache holds the new ones.
+#[test]
+fn cow_write_vs_copy() {
+    model(|| {
+        let c = folio_cache();
+        let c2 = c.clone();
+        let h = thread::spawn(move || {
+            let mut out = Vec::new();
+            c2.read_range_into(1, 16, 16, &mut out, FillOrder::Order(0), |_, b| {
+                b.fill(9);
+                Ok::<_, ()>(b.len())
+            })
+            .unwrap();
+            assert!(out == [8; 16] || out == [9; 16], "torn folio {out:?}");
+        });
+        c.write(1, 16, &[9; 16]);
+        h.join().unwrap();
+        assert_eq!(&*c.get(1, 3).expect("replaced, not dropped"), &[9u8; 8]);
+        c.check_invariants().unwrap();
+    });
+}
+
+/// A write over a folio a reader holds (a folio slice, as a zero-copy
+/// reply keeps until its write returns): the folio is dropped, and the
+/// slice keeps its bytes.
+#[test]
+fn write_vs_held_slice() {
+    model(|| {
+        let c = folio_cache();
+        let mut held = Vec::new();
+        c.read_refs(1, 16, 16, FillOrder::Order(0), &mut held, |_, _| Err::<usize, ()>(()))
+            .unwrap();
+        let c2 = c.clone();
+        let h = thread::spawn(move || c2.write(1, 16, &[9; 16]));
+        let bytes: Vec<u8> = held.iter().flat_map(|s| s.iter().copied()).collect();
+        assert_eq!(bytes, vec![8u8; 16], "a held slice changed");
+        h.join().unwrap();
+        drop(held);
+        assert!(c.get(1, 2).is_none(), "a held folio is dropped, not replaced");
+        c.check_invariants().unwrap();
+    });
+}
+
+/// A drop of a folio (an invalidation: the source changed) against a
+/// copy-on-write write of it: whichever way they interleave, nothing of
+/// the folio stays cached (a write that replaced the folio first has its
+/// copy removed by the drop, which retries on the replacement; a drop that
+/// claimed the folio first makes the replacement fail).
+#[test]
+fn drop_vs_cow_write() {
+    model(|| {
+        let c = folio_cache();
+        let c2 = c.clone();
+        let h = thread::spawn(move || {
+            c2.drop_range(1, 2, 2);
+        });
+        c.write(1, 16, &[9; 8]);
+        h.join().unwrap();
+        assert!(
+            c.get(1, 2).is_none() && c.get(1, 3).is_none(),
+            "the folio outlived the drop"
+        );
+        c.check_invariants().unwrap();
+    });
+}
+
+/// Write-through against a fill of the same pages: the source is written
+/// (nines) before `write_through`, a fill reads the source at some point
+/// (sevens before the write, nines after). Each page a reader gets is one
+/// or the other, and once both are done the cache holds only nines: a fill
+/// that read the source before the write is not kept.
+#[test]
+fn write_through_vs_fill() {
+    model(|| {
+        let c = small_cache();
+        let written = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let (c2, w2) = (c.clone(), written.clone());
+        let h = thread::spawn(move || {
+            w2.store(true, Ordering::SeqCst);
+            c2.write_through(1, 16, &[9; 16], None);
+        });
+        let mut out = Vec::new();
+        c.read_range_into(1, 16, 16, &mut out, FillOrder::Order(1), |_, b| {
+            b.fill(if written.load(Ordering::SeqCst) { 9 } else { 7 });
+            Ok::<_, ()>(b.len())
+        })
+        .unwrap();
+        for page in out.chunks(8) {
+            assert!(page == [7; 8] || page == [9; 8], "torn page {page:?}");
+        }
+        h.join().unwrap();
+        for i in [2, 3] {
+            if let Some(p) = c.get(1, i) {
+                assert_eq!(&*p, &[9u8; 8], "a stale fill stayed cached at {i}");
+            }
+        }
+        c.check_invariants().unwrap();
+    });
+}
+
+/// Folio slices (`read_refs`, one speculative reference per folio) against
+/// the folio's removal: the slices hold the whole folio's bytes (the old
+/// folio's, or a refill's if the removal came first) and stay readable
+/// after the removal.
+#[test]
+fn folio_slice_vs_removal() {
+    model(|| {
+        let c = folio_cache();
+        let c2 = c.clone();
+        let h = thread::spawn(move || assert_eq!(c2.drop_range(1, 3, 3).pages, 2));
+        let mut slices = Vec::new();
+        let n = c
+            .read_refs(1, 16, 16, FillOrder::Order(0), &mut slices, |_, b| {
+                b.fill(8);
+                Ok::<_, ()>(b.len())
+            })
+            .unwrap();
+        assert_eq!(n, 16);
+        h.join().unwrap();
+        let bytes: Vec<u8> = slices.iter().flat_map(|s| s.iter().copied()).collect();
+        assert_eq!(bytes, vec![8u8; 16]);
+        drop(slices);
         c.check_invariants().unwrap();
     });
 }

@@ -55,6 +55,8 @@ use serde_json::{Value, json};
 use crate::bench::out_dir;
 
 mod coherence;
+mod data;
+mod paper;
 use crate::util::{Rng, cargo, ensure_programs, root, run};
 
 /// Sizes of the generated workloads.
@@ -200,6 +202,11 @@ impl Mount {
 
     fn path(&self) -> &Path {
         &self.mountpoint
+    }
+
+    /// The `rcufs mount` process's id.
+    fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// `rcufs drop --MODE DIR`.
@@ -586,17 +593,8 @@ fn suite(
         .map(|i| dir.join(format!("data/file{i}.bin")))
         .collect();
     let file_bytes = (s.data_file_mib as u64) << 20;
+    // The hot data rows run interleaved across the modes (`fsbench/data.rs`).
     if on("data") {
-        put(
-            "sequential 1 MiB reads, hot",
-            hot_rate(3, || read_sequential(&data))? / 1e6,
-            "MB/s",
-        );
-        put(
-            "random 4 KiB reads, hot",
-            hot_rate(3, || read_random(&data, file_bytes, s.random_reads, 7))? / 4096.0,
-            "IOPS",
-        );
         cold()?;
         put(
             "sequential 1 MiB reads, cold",
@@ -676,9 +674,9 @@ struct SeedRun {
 /// pass stats, which is what the dentry cache decides), optionally drop the
 /// dentries of 2 before 3, and time 1 again; the kernel's caches are emptied
 /// after every pass (see below).
-fn seed004(rcufs: &Path, src: &Path, mnt: &Path, s: &Scale, drop2: bool, log: &Path) -> Result<SeedRun> {
+fn seed004(rcufs: &Path, src: &Path, mnt: &Path, files: usize, drop2: bool, log: &Path) -> Result<SeedRun> {
     // Each file is one dentry; a little room for the directories themselves.
-    let cap = s.s004_files * 2 + s.s004_files / 5;
+    let cap = files * 2 + files / 5;
     let m = Mount::new(
         rcufs,
         src,
@@ -700,18 +698,18 @@ fn seed004(rcufs: &Path, src: &Path, mnt: &Path, s: &Scale, drop2: bool, log: &P
         std::thread::sleep(Duration::from_millis(500));
         Ok(())
     };
-    s004_pass(m.path(), 1, s.s004_files)?;
+    s004_pass(m.path(), 1, files)?;
     forget()?;
-    s004_pass(m.path(), 2, s.s004_files)?;
+    s004_pass(m.path(), 2, files)?;
     forget()?;
     if drop2 {
         m.drop_caches("--dentries", &m.path().join("s004/2"))?;
     }
-    s004_pass(m.path(), 3, s.s004_files)?;
+    s004_pass(m.path(), 3, files)?;
     forget()?;
     let before = m.stats();
     let start = Instant::now();
-    s004_pass(m.path(), 1, s.s004_files)?;
+    s004_pass(m.path(), 1, files)?;
     let secs = start.elapsed().as_secs_f64();
     let after = m.stats();
     Ok(SeedRun {
@@ -721,54 +719,30 @@ fn seed004(rcufs: &Path, src: &Path, mnt: &Path, s: &Scale, drop2: bool, log: &P
     })
 }
 
-/// Copies directory `from` to `to` file by file with read(2)/write(2) of
-/// 128 KiB, as the 2013 `cp` did (today's `cp` asks the filesystem for
-/// `copy_file_range`, which rcufs passes to the source without reading
-/// through its page cache). With `read_back`, the copy is then read once, so
-/// that it occupies the page cache as written pages do in the kernel's.
-fn copy_dir(from: &Path, to: &Path, read_back: bool) -> Result<()> {
-    fs::create_dir_all(to)?;
-    let mut buf = vec![0u8; 128 << 10];
-    let mut names: Vec<_> = fs::read_dir(from)?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect::<Result<_, _>>()?;
-    names.sort();
-    for name in &names {
-        let mut r = File::open(from.join(name))?;
-        let mut w = File::create(to.join(name))?;
-        loop {
-            let n = r.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            w.write_all(&buf[..n])?;
-        }
-    }
-    if read_back {
-        let copies: Vec<PathBuf> = names.iter().map(|n| to.join(n)).collect();
-        read_sequential(&copies)?;
-    }
-    Ok(())
+/// `cp -r from to` with GNU cp, as the paper ran it (cp copies each file
+/// with `copy_file_range`, which rcufs caches as a write of the same bytes).
+fn cp_r(from: &Path, to: &Path) -> Result<()> {
+    run(Command::new("cp").arg("-r").arg(from).arg(to))
 }
 
-/// Seed 001 ("Fadvise: Directory level page cache cleaning support"):
-/// `cp -r 1 2; cp -r 3 4; time grep data 1/*` with a page-cache budget of
-/// about three of the four directories, optionally dropping the pages of 2
-/// before the second copy; the kernel's caches are emptied before the grep.
+/// Seed 001 ("Fadvise: Directory level page cache cleaning support"), run
+/// literally: `cp -r 1 2; cp -r 3 4; time grep data 1/*` in `base` (a
+/// directory of the source holding `1` and `3`) with a page-cache budget of
+/// `budget` bytes, optionally dropping the pages of 2 before the second
+/// copy; the kernel's caches are emptied before the grep, so what rcufs
+/// does not hold is read from the disk.
 fn seed001(
     rcufs: &Path,
     src: &Path,
     mnt: &Path,
-    s: &Scale,
+    base_rel: &str,
+    budget: u64,
     drop2: bool,
-    read_back: bool,
     log: &Path,
 ) -> Result<SeedRun> {
-    for d in ["s001/2", "s001/4"] {
-        let _ = fs::remove_dir_all(src.join(d));
+    for d in ["2", "4"] {
+        let _ = fs::remove_dir_all(src.join(base_rel).join(d));
     }
-    let dir_bytes = s.s001_files as u64 * 2_000_000;
-    let budget = dir_bytes * 16 / 5;
     let m = Mount::new(
         rcufs,
         src,
@@ -781,12 +755,12 @@ fn seed001(
         ],
         log,
     )?;
-    let base = m.path().join("s001");
-    copy_dir(&base.join("1"), &base.join("2"), read_back)?;
+    let base = m.path().join(base_rel);
+    cp_r(&base.join("1"), &base.join("2"))?;
     if drop2 {
         m.drop_caches("--pages", &base.join("2"))?;
     }
-    copy_dir(&base.join("3"), &base.join("4"), read_back)?;
+    cp_r(&base.join("3"), &base.join("4"))?;
     drop_kernel_caches()?;
     let mut files: Vec<PathBuf> = fs::read_dir(base.join("1"))?
         .map(|e| e.map(|e| e.path()))
@@ -803,8 +777,8 @@ fn seed001(
     }
     let after = m.stats();
     drop(m);
-    for d in ["s001/2", "s001/4"] {
-        let _ = fs::remove_dir_all(src.join(d));
+    for d in ["2", "4"] {
+        let _ = fs::remove_dir_all(src.join(base_rel).join(d));
     }
     Ok(SeedRun {
         secs,
@@ -820,10 +794,22 @@ pub fn fsbench(args: &[String]) -> Result<()> {
     let mut keep = false;
     let mut modes = vec![Mode::Native, Mode::Rcufs, Mode::RcufsKernelCache];
     let mut skip: Vec<String> = Vec::new();
+    let mut paper = false;
+    let mut paper_s001: Vec<usize> = paper::S001_FILES.to_vec();
+    let mut paper_s004: Vec<usize> = paper::S004_FILES.to_vec();
+    let list = |v: Option<&String>, what: &str| -> Result<Vec<usize>> {
+        v.with_context(|| format!("{what} needs a list of file counts"))?
+            .split(',')
+            .map(|x| x.parse().with_context(|| format!("{what}: bad count {x}")))
+            .collect()
+    };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => quick = true,
+            "--paper" => paper = true,
+            "--paper-s001" => paper_s001 = list(it.next(), "--paper-s001")?,
+            "--paper-s004" => paper_s004 = list(it.next(), "--paper-s004")?,
             "--keep" => keep = true,
             "--modes" => {
                 let list = it.next().context("--modes needs a list: native,rcufs,rcufs-kc")?;
@@ -840,14 +826,15 @@ pub fn fsbench(args: &[String]) -> Result<()> {
             "--skip" => {
                 skip.extend(
                     it.next()
-                        .context("--skip needs a list: metadata,data,fio,dbench,seed004,seed001,coherence")?
+                        .context("--skip needs a list: metadata,data,fio,dbench,seed004,seed001,coherence,paper-s001,paper-s004")?
                         .split(',')
                         .map(String::from),
                 );
             }
             other => bail!(
                 "unknown argument {other}; usage: cargo xtask fsbench [--quick] [--keep] [--modes native,rcufs,rcufs-kc] \
-                 [--skip metadata,data,fio,dbench,seed004,seed001,coherence]"
+                 [--skip metadata,data,fio,dbench,seed004,seed001,coherence,paper-s001,paper-s004] \
+                 [--paper [--paper-s001 N,N,...] [--paper-s004 N,N,...]]"
             ),
         }
     }
@@ -855,9 +842,11 @@ pub fn fsbench(args: &[String]) -> Result<()> {
     ensure_programs(&[("fio", "fio"), ("dbench", "dbench")])?;
 
     let needs_rcufs = modes.iter().any(|&m| m != Mode::Native)
+        || !skip.iter().any(|x| x == "data")
         || !skip.iter().any(|x| x == "seed004")
         || !skip.iter().any(|x| x == "seed001")
-        || !skip.iter().any(|x| x == "coherence");
+        || !skip.iter().any(|x| x == "coherence")
+        || paper;
     let rcufs = if needs_rcufs {
         run(cargo().args(["build", "--release", "--locked", "-p", "fuse-fs", "--bin", "rcufs"]))
             .context("building rcufs")?;
@@ -878,6 +867,9 @@ pub fn fsbench(args: &[String]) -> Result<()> {
     fs::create_dir_all(&mnt)?;
     fs::create_dir_all(&logs)?;
     generate(&src, &s)?;
+    if paper {
+        paper::generate(&src, &paper_s001, &paper_s004, &skip)?;
+    }
 
     let mut measures = Vec::new();
     let mut errors: Vec<String> = Vec::new();
@@ -910,12 +902,27 @@ pub fn fsbench(args: &[String]) -> Result<()> {
         }
     }
 
+    let mut data_md = String::new();
+    let mut data_records = Vec::new();
+    if let Some(rcufs) = rcufs.as_deref()
+        && !skip.iter().any(|x| x == "data")
+    {
+        match data::run(rcufs, &src, &work.path, &s, &logs, quick) {
+            Ok((m, r, md)) => {
+                measures.extend(m.into_iter().filter(|m| modes.contains(&m.mode)));
+                data_records = r;
+                data_md = md;
+            }
+            Err(e) => errors.push(format!("data (hot, interleaved): {e:#}")),
+        }
+    }
+
     let mut seeds = Vec::new();
     if let Some(rcufs) = rcufs.as_deref() {
         if !skip.iter().any(|x| x == "seed004") {
             let r = (|| -> Result<Value> {
-                let keep = seed004(rcufs, &src, &mnt, &s, false, &logs.join("seed004-keep.log"))?;
-                let with = seed004(rcufs, &src, &mnt, &s, true, &logs.join("seed004-drop.log"))?;
+                let keep = seed004(rcufs, &src, &mnt, s.s004_files, false, &logs.join("seed004-keep.log"))?;
+                let with = seed004(rcufs, &src, &mnt, s.s004_files, true, &logs.join("seed004-drop.log"))?;
                 Ok(seed_record(
                     format!(
                         "seed 004: 2nd pass over dir 1 ({} files/dir, dcache for ~2 dirs), without vs with `drop --dentries 2`",
@@ -932,43 +939,35 @@ pub fn fsbench(args: &[String]) -> Result<()> {
             }
         }
         if !skip.iter().any(|x| x == "seed001") {
-            for read_back in [false, true] {
-                let r = (|| -> Result<Value> {
-                    let tag = if read_back { "readback" } else { "plain" };
-                    let keep = seed001(
-                        rcufs,
-                        &src,
-                        &mnt,
-                        &s,
-                        false,
-                        read_back,
-                        &logs.join(format!("seed001-{tag}-keep.log")),
-                    )?;
-                    let with = seed001(
-                        rcufs,
-                        &src,
-                        &mnt,
-                        &s,
-                        true,
-                        read_back,
-                        &logs.join(format!("seed001-{tag}-drop.log")),
-                    )?;
-                    Ok(seed_record(
-                        format!(
-                            "seed 001: grep data 1/* ({} files of 2 MB/dir, page cache for 3.2 dirs{}), without vs with `drop --pages 2`",
-                            s.s001_files,
-                            if read_back { ", copies read back" } else { "" }
-                        ),
-                        &keep,
-                        &with,
-                        6.888 / 2.197,
-                    ))
-                })();
-                match r {
-                    Ok(v) => seeds.push(v),
-                    Err(e) => errors.push(format!("seed001: {e:#}")),
-                }
+            let r = (|| -> Result<Value> {
+                let budget = s.s001_files as u64 * 2_000_000 * 16 / 5;
+                let keep = seed001(rcufs, &src, &mnt, "s001", budget, false, &logs.join("seed001-keep.log"))?;
+                let with = seed001(rcufs, &src, &mnt, "s001", budget, true, &logs.join("seed001-drop.log"))?;
+                Ok(seed_record(
+                    format!(
+                        "seed 001: `cp -r 1 2; cp -r 3 4; grep data 1/*` ({} files of 2 MB/dir, page cache for 3.2 dirs), without vs with `drop --pages 2`",
+                        s.s001_files
+                    ),
+                    &keep,
+                    &with,
+                    6.888 / 2.197,
+                ))
+            })();
+            match r {
+                Ok(v) => seeds.push(v),
+                Err(e) => errors.push(format!("seed001: {e:#}")),
             }
+        }
+    }
+
+    let mut paper_md = String::new();
+    if let (Some(rcufs), true) = (rcufs.as_deref(), paper) {
+        match paper::run(rcufs, &src, &mnt, &s, &logs, &paper_s001, &paper_s004, &skip) {
+            Ok((r, md)) => {
+                seeds.extend(r);
+                paper_md = md;
+            }
+            Err(e) => errors.push(format!("paper: {e:#}")),
         }
     }
 
@@ -1000,9 +999,12 @@ pub fn fsbench(args: &[String]) -> Result<()> {
         }
     }
     records.extend(seeds.iter().cloned());
+    records.extend(data_records);
     records.extend(coherence_records);
 
     let mut md = table(&measures, &seeds, &errors, &s, quick);
+    md.push_str(&data_md);
+    md.push_str(&paper_md);
     md.push_str(&coherence_md);
     print!("\n{md}");
     let doc = json!({

@@ -8,6 +8,7 @@ mod bench;
 mod ci;
 mod demo;
 mod fsbench;
+mod fsx;
 mod install;
 mod mount;
 mod soak;
@@ -26,8 +27,15 @@ Tasks:
   bench [--quick] [--paper] [BENCH...]
                   criterion benches of the cache crates against their peers,
                   and seed 002's table (--paper: at 16,777,216 indexes)
-  fsbench [--quick] [--keep]
-                  the mount against the native source filesystem
+  fsbench [--quick] [--keep] [--paper]
+                  the mount against the native source filesystem (--paper:
+                  also seeds 001 and 004 at the papers' scales, as curves)
+  fsx [--ops N] [--mode default|kernel-cache|both] [--seed S] [--release]
+      [--size BYTES]
+                  fsx-style random reads, writes, mapped reads and writes,
+                  truncates, fsyncs and reopens of one file of a mount,
+                  every read checked against a model (default 1,000,000
+                  operations per mode, both modes, debug build)
   demo            mount a generated example tree and show what rcufs does
   install [--prefix DIR] [--sbin DIR] [--debug]
                   build rcufs (release unless --debug) and install it as
@@ -65,6 +73,7 @@ fn run() -> Result<()> {
         Some("tidy") => ci::tidy(),
         Some("bench") => bench::bench(&rest),
         Some("fsbench") => fsbench::fsbench(&rest),
+        Some("fsx") => fsx::fsx(&rest),
         Some("demo") => demo::demo(),
         Some("install") => install::install(&rest),
         Some("soak") => soak::soak(&rest),

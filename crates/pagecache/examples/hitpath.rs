@@ -13,13 +13,26 @@
 //! - `pagecache_get_copy`: `PageCache::get` and a copy of the 4 KiB page
 //!   (the `pagecache_hit_copy` bench's loop), 16 files × 1024 pages;
 //! - `pagecache_read_into`: the same through `PageCache::read_into`;
-//! - `memcpy`: the same copy from a `Vec` of boxed pages.
+//! - `pagecache_read_range`: the same through `PageCache::read_range_into`
+//!   into a reused `Vec` (cleared, not zeroed);
+//! - `memcpy`: the same copy from a `Vec` of boxed pages;
+//! - `range128k_read_range`, `range1m_read_range`: 128 KiB and 1 MiB reads
+//!   at random aligned offsets of 16 files of 4 MiB cached as folios of
+//!   64 pages, through `read_range_into`, and `range128k_read_refs`,
+//!   `range1m_read_refs`: the same through `read_refs` plus a copy of the
+//!   slices (what a `writev` would read); beside `range128k_memcpy`,
+//!   `range1m_memcpy`, the same bytes copied from plain 4 MiB buffers.
 //!
-//! `cargo run --release -p pagecache --example hitpath -- [rounds]` (default 15).
+//! `cargo run --release -p pagecache --example hitpath -- [rounds] [filter]`
+//! (default 15 rounds; `filter`, a comma-separated list, keeps the
+//! contenders whose name contains one of its parts, and builds only what
+//! they use: for profiling one path). For an A/B against an older commit,
+//! build that commit's own `hitpath` in a separate directory and compare
+//! the contenders both have.
 
 use std::hint::black_box;
 
-use pagecache::{Config, Mode, PageCache, RadixTree};
+use pagecache::{Config, FillOrder, FolioSlice, Mode, PageCache, RadixTree};
 
 const PAGE: usize = 4096;
 const FILES: u64 = 16;
@@ -58,21 +71,29 @@ type Op<'a> = Box<dyn FnMut(usize) + 'a>;
 
 fn main() {
     let rounds: usize = std::env::args().nth(1).map_or(15, |a| a.parse().expect("rounds"));
+    let filter = std::env::args().nth(2).unwrap_or_default();
+    let chosen = |name: &str| filter.split(',').any(|f| name.contains(f));
     let dense: RadixTree<u64> = RadixTree::new(Mode::Optimistic);
     let sparse: RadixTree<u64> = RadixTree::new(Mode::Optimistic);
     let mut next = xorshift(31);
+    // Only what the chosen contenders use is built (for profiles of one).
+    let keys = if filter.is_empty() || filter.contains("radix") {
+        KEYS
+    } else {
+        1
+    };
     let mut sparse_keys = std::collections::BTreeSet::new();
-    while sparse_keys.len() < KEYS {
+    while sparse_keys.len() < keys {
         sparse_keys.insert(next() & 0xffff_ffff);
     }
     let sparse_keys: Vec<u64> = sparse_keys.into_iter().collect();
-    for k in 0..KEYS as u64 {
+    for k in 0..keys as u64 {
         dense.insert(k, k + 1).unwrap();
     }
     for &k in &sparse_keys {
         sparse.insert(k, k + 1).unwrap();
     }
-    let probes = permutation(KEYS, 32);
+    let probes = permutation(keys, 32);
 
     let cache = PageCache::new(Config {
         budget_bytes: 4 * (FILES * PAGES_PER_FILE) as usize * PAGE,
@@ -98,6 +119,78 @@ fn main() {
         .map(|p| (p as u64 / PAGES_PER_FILE + 1, p as u64 % PAGES_PER_FILE))
         .collect();
 
+    // Files of 4 MiB cached as folios of 64 pages, for the range rows.
+    const BIG: u64 = 4 << 20;
+    let folios = PageCache::new(Config {
+        budget_bytes: 4 * (FILES * BIG) as usize,
+        page_size: PAGE,
+        ..Config::default()
+    });
+    let mut big_plain: Vec<Vec<u8>> = Vec::new();
+    let range_names = [
+        "range128k_read_range",
+        "range128k_read_refs",
+        "range128k_memcpy",
+        "range1m_read_range",
+        "range1m_read_refs",
+        "range1m_memcpy",
+    ];
+    let big_files = if range_names.iter().any(|n| chosen(n)) {
+        FILES
+    } else {
+        0
+    };
+    for ino in 1..=big_files {
+        let bytes: Vec<u8> = (0..BIG).map(|i| (ino * 7 + i / 4096) as u8).collect();
+        for first in (0..BIG / PAGE as u64).step_by(64) {
+            folios
+                .get_or_fill_folio(ino, first, 6, |f, b| {
+                    let at = (f * PAGE as u64) as usize;
+                    b.copy_from_slice(&bytes[at..at + b.len()]);
+                    Ok::<usize, ()>(b.len())
+                })
+                .unwrap();
+        }
+        big_plain.push(bytes);
+    }
+    let ranges = |size: u64| -> Vec<(u64, u64)> {
+        let per = BIG / size;
+        permutation((FILES * per) as usize, 43)
+            .into_iter()
+            .map(|p| (p as u64 / per + 1, (p as u64 % per) * size))
+            .collect()
+    };
+    let (r128, r1m) = (ranges(128 << 10), ranges(1 << 20));
+    let out = std::cell::RefCell::new(Vec::<u8>::with_capacity(1 << 20));
+    let slices = std::cell::RefCell::new(Vec::<FolioSlice>::with_capacity(64));
+    let none = |_: u64, _: &mut [u8]| Err::<usize, ()>(());
+    let read_range = |ino: u64, offset: u64, len: usize| {
+        let mut o = out.borrow_mut();
+        o.clear();
+        let n = folios
+            .read_range_into(ino, offset, len, &mut o, FillOrder::Readahead, none)
+            .expect("cached");
+        black_box((n, &*o));
+    };
+    let read_refs = |ino: u64, offset: u64, len: usize| {
+        let (mut o, mut s) = (out.borrow_mut(), slices.borrow_mut());
+        o.clear();
+        let n = folios
+            .read_refs(ino, offset, len, FillOrder::Readahead, &mut s, none)
+            .expect("cached");
+        for piece in s.drain(..) {
+            o.extend_from_slice(&piece);
+        }
+        black_box((n, &*o));
+    };
+    let plain_range = |ino: u64, offset: u64, len: usize| {
+        let mut o = out.borrow_mut();
+        o.clear();
+        let f = &big_plain[(ino - 1) as usize];
+        o.extend_from_slice(&f[offset as usize..offset as usize + len]);
+        black_box(&*o);
+    };
+
     // One destination buffer for every contender (they run one at a time).
     let buf = std::cell::RefCell::new(vec![0u8; PAGE]);
     let mut ops: Vec<(&str, usize, Op<'_>)> = vec![
@@ -106,7 +199,7 @@ fn main() {
             2_000_000,
             Box::new(|i| {
                 let g = dense.pin();
-                black_box(dense.get(probes[i % KEYS] as u64, &g).copied());
+                black_box(dense.get(probes[i % keys] as u64, &g).copied());
             }),
         ),
         (
@@ -114,7 +207,7 @@ fn main() {
             2_000_000,
             Box::new(|i| {
                 let g = sparse.pin();
-                black_box(sparse.get(sparse_keys[probes[i % KEYS]], &g).copied());
+                black_box(sparse.get(sparse_keys[probes[i % keys]], &g).copied());
             }),
         ),
         (
@@ -141,6 +234,19 @@ fn main() {
             }),
         ),
         (
+            "pagecache_read_range",
+            200_000,
+            Box::new(|i| {
+                let (ino, index) = pages[i % total];
+                let mut o = out.borrow_mut();
+                o.clear();
+                let n = cache
+                    .read_range_into(ino, index * PAGE as u64, PAGE, &mut o, FillOrder::Order(0), none)
+                    .expect("cached");
+                black_box((n, &*o));
+            }),
+        ),
+        (
             "memcpy",
             200_000,
             Box::new(|i| {
@@ -150,7 +256,56 @@ fn main() {
                 black_box(&*b);
             }),
         ),
+        (
+            "range128k_read_range",
+            10_000,
+            Box::new(|i| {
+                let (ino, off) = r128[i % r128.len()];
+                read_range(ino, off, 128 << 10);
+            }),
+        ),
+        (
+            "range128k_read_refs",
+            10_000,
+            Box::new(|i| {
+                let (ino, off) = r128[i % r128.len()];
+                read_refs(ino, off, 128 << 10);
+            }),
+        ),
+        (
+            "range128k_memcpy",
+            10_000,
+            Box::new(|i| {
+                let (ino, off) = r128[i % r128.len()];
+                plain_range(ino, off, 128 << 10);
+            }),
+        ),
+        (
+            "range1m_read_range",
+            1_500,
+            Box::new(|i| {
+                let (ino, off) = r1m[i % r1m.len()];
+                read_range(ino, off, 1 << 20);
+            }),
+        ),
+        (
+            "range1m_read_refs",
+            1_500,
+            Box::new(|i| {
+                let (ino, off) = r1m[i % r1m.len()];
+                read_refs(ino, off, 1 << 20);
+            }),
+        ),
+        (
+            "range1m_memcpy",
+            1_500,
+            Box::new(|i| {
+                let (ino, off) = r1m[i % r1m.len()];
+                plain_range(ino, off, 1 << 20);
+            }),
+        ),
     ];
+    ops.retain(|(name, _, _)| chosen(name));
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); ops.len()];
     let mut order: Vec<usize> = (0..ops.len()).collect();
     let mut next = xorshift(77);

@@ -1,90 +1,130 @@
-//! The page cache: fixed-size pages keyed by (inode, page index), one radix
-//! tree per inode, speculative references, fill-once, a byte budget with
-//! CLOCK reclaim (seed 002, "A Concurrent Pagecache", §3).
+//! The page cache: folios keyed by (inode, page index), one radix tree per
+//! inode, speculative references, fill-once, a byte budget with CLOCK
+//! reclaim (seed 002, "A Concurrent Pagecache", §3).
 //!
 //! # Structure
 //! `inodes` is itself a [`RadixTree`] keyed by inode number, holding an
-//! `Arc<Inode>`; each [`Inode`] holds a `RadixTree<Page, PageOwn>` whose
-//! slots point at the pages themselves (a slot is the tree's reference). Both are
-//! read without locks.
+//! `Arc<Inode>`; each [`Inode`] holds a `RadixTree<Folio, FolioOwn>`. A
+//! folio of `2^order` pages (`folio.rs`) is a multi-index entry of that
+//! tree: its pointer is in each of the `2^order` slots it covers, an
+//! aligned run inside one leaf, so `order <= SHIFT` ([`MAX_ORDER`]: 64
+//! pages, 256 KiB of 4 KiB pages) and a lookup of any index inside the
+//! folio finds it with one load. (Larger folios would need entries above
+//! the leaves, which the tree's typed nodes do not have; a 1 MiB read
+//! touches four folios.) Tags (ACCESSED, CLOCK's reference bit, and
+//! PARTIAL) live on the folio's first slot. Both trees are read without
+//! locks.
 //!
 //! # Protocols
-//! - **Lookup** (§3.1.2): under an epoch guard, find the page in the tree,
-//!   take a reference only if the count is non-zero and `NONEWREFS` is clear
-//!   (`Page::try_get`), then re-read the slot (of the leaf the descent
-//!   found: a leaf never moves and is unlinked only once empty, so this is
-//!   the tree's slot); if it no longer holds this page, drop the reference
-//!   and retry. A page whose `NONEWREFS` is set is being removed or written:
-//!   retry until the slot changes or the bit clears.
-//! - **Ranged reads** (`read_into`): the same speculative reference per page,
-//!   but consecutive pages are taken from consecutive slots of the leaf
-//!   already found (a new descent only at a leaf boundary), under one epoch
-//!   pin, with one statistics update per call. Anything but a filled page in
-//!   the slot (missing, filling, busy) sends that page through
-//!   `get_or_fill`.
-//! - **Removal** (§3.1.3): take the page's `NONEWREFS` (for reclaim, only if
-//!   the tree's reference is the only one), then remove the slot with
+//! - **Lookup** (§3.1.2): under an epoch guard, find the folio in the
+//!   tree, take a reference only if the count is non-zero and `NONEWREFS`
+//!   is clear (`Folio::try_get`), then re-read the slot (of the leaf the
+//!   descent found: a leaf never moves and is unlinked only once empty, so
+//!   this is the tree's slot); if it no longer holds this folio, drop the
+//!   reference and retry. A folio whose `NONEWREFS` is set is being
+//!   removed: retry until the slot changes.
+//! - **Copies without a reference** (`read.rs`): a folio's bytes never
+//!   change after its fill, so a ranged read copies them under the epoch
+//!   guard alone, once the Acquire load of the state word shows the fill
+//!   over; the guard keeps the memory (the tree's reference is dropped only
+//!   after the grace period). The copy is the folio as it was when its slot
+//!   was read: linearizable there.
+//! - **Removal** (§3.1.3): take the folio's `NONEWREFS` (for reclaim, only
+//!   if the tree's reference is the only one), then remove the run with
 //!   `remove_if` comparing the pointer. `NONEWREFS` stays set on a removed
-//!   page, so no new reference is ever taken on it; holders of older
-//!   references keep the memory until they drop them.
-//! - **Fill once**: a thread that misses inserts a page in the `FILLING`
-//!   state; a failed insert means another thread is filling or has filled,
-//!   and the loser goes back to the lookup. Waiters sleep on a condition
-//!   variable picked by the page's address. A failed fill removes the page
-//!   from the tree before it sets `FAILED`, so no half-filled page stays
+//!   folio, so no new reference is ever taken on it; holders of older
+//!   references keep the memory until they drop them. A removal for a drop
+//!   that finds its folio replaced meanwhile (copy-on-write) removes the
+//!   replacement too (`remove_at`).
+//! - **Writes are copy-on-write** (`write.rs`): a write or truncate builds
+//!   a new folio with the new bytes and replaces the old one in every slot
+//!   of its run, under the leaf lock, only if the old one is not being
+//!   removed (`NONEWREFS` clear): a removal that claimed a folio first wins.
+//! - **Fill once**: a thread that misses inserts a folio in the `FILLING`
+//!   state, of the order the caller asks for (or the per-inode readahead
+//!   suggests), shrunk until its aligned run covers no cached index; a
+//!   failed insert means another thread is filling or has filled, and the
+//!   loser goes back to the lookup. Waiters sleep on a condition variable
+//!   picked by the folio's address. A failed fill removes the folio from
+//!   the tree before it sets `FAILED`, so no half-filled folio stays
 //!   visible and a waiter that retries does not find it again. A fill
 //!   callback that panics is a failed fill (a drop guard ends it while the
-//!   panic unwinds), so it never leaves a `FILLING` page behind.
+//!   panic unwinds), so it never leaves a `FILLING` folio behind.
 //! - **Invalidation vs fills**: every `write`, `truncate` and drop bumps the
-//!   inode's generation before touching pages; a filler compares the
-//!   generation before and after its fill and, if it changed, takes its page
-//!   out of the tree (its caller still gets the bytes, read concurrently
-//!   with the invalidation). The filler tags a short page `PARTIAL` before
-//!   it reads the generation, and an invalidation bumps the generation
-//!   before it looks for `PARTIAL` pages; with a SeqCst fence on each side
-//!   one of the two sees the other.
+//!   inode's generation before touching folios; a filler compares the
+//!   generation before and after its fill and, if it changed, takes its
+//!   folio out of the tree (its caller still gets the bytes, read
+//!   concurrently with the invalidation). The filler tags a short folio
+//!   `PARTIAL` before it reads the generation, and an invalidation bumps the
+//!   generation before it looks for `PARTIAL` folios; with a SeqCst fence on
+//!   each side one of the two sees the other.
 //! - **Dropping an inode**: the inode's insertion gate is closed (a flag
 //!   plus a count of threads between "decided to insert" and "inserted");
-//!   once the count drains, the inode leaves the map and its pages are
+//!   once the count drains, the inode leaves the map and its folios are
 //!   removed. A filler that finds the gate closed retries and creates a new
 //!   inode entry once the old one is gone.
-//! - **Retiring an emptied inode**: whoever removes a page (reclaim, a drop,
-//!   a truncate, a write over a held page, a failed or stale fill) then
-//!   checks whether the inode's tree is empty; if so it closes the gate only
-//!   if no inserter is inside (a CAS from 0, Acquire, pairing with the
-//!   Release of `gate_exit`), checks emptiness again, and either unlinks the
-//!   entry from the map (the gate stays closed for good) or reopens the
-//!   gate. An inserter inside the gate makes the CAS fail; one that entered
-//!   and left before it is seen by the re-check; one that comes after finds
-//!   the gate closed and retries through the map. So no page is inserted
-//!   into an entry that left the map, and the budget never counts a page
-//!   nobody can find. `drop_inode` that finds the gate closed by a
-//!   retirement waits until the entry leaves the map or the gate reopens.
-//! - **Budget**: bytes are reserved (a page size each) before a page is
-//!   inserted; when the total passes the budget the inserting thread runs
-//!   CLOCK: the hand walks (inode, index) order; a page with the ACCESSED
-//!   tag loses it (second chance), one without it is evicted if its count
-//!   shows only the tree's reference. A hit sets ACCESSED only if it is not
-//!   set, so repeated hits write nothing shared. If every page is in use the
-//!   budget is exceeded until references are dropped.
+//! - **Retiring an emptied inode**: whoever removes a folio (reclaim, a
+//!   drop, a truncate, a write over a filling folio, a failed or stale
+//!   fill) then checks whether the inode's tree is empty; if so it closes
+//!   the gate only if no inserter is inside (a CAS from 0, Acquire, pairing
+//!   with the Release of `gate_exit`), checks emptiness again, and either
+//!   unlinks the entry from the map (the gate stays closed for good) or
+//!   reopens the gate. An inserter inside the gate makes the CAS fail; one
+//!   that entered and left before it is seen by the re-check; one that
+//!   comes after finds the gate closed and retries through the map. So no
+//!   folio is inserted into an entry that left the map, and the budget
+//!   never counts a folio nobody can find. `drop_inode` that finds the gate
+//!   closed by a retirement waits until the entry leaves the map or the
+//!   gate reopens.
+//! - **Budget**: bytes are reserved (a page size per page of the folio)
+//!   before a folio is inserted; when the total passes the budget the
+//!   inserting thread runs CLOCK: the hand walks (inode, index) order; a
+//!   folio with the ACCESSED tag loses it (second chance), one without it
+//!   is evicted if its count shows only the tree's reference. A hit sets
+//!   ACCESSED only if it is not set, so repeated hits write nothing shared.
+//!   (The bit is the leaf's tag rather than a bit of the folio's state
+//!   word: a reference-less copy need not load the folio's header at all,
+//!   and the leaf's tag bitmap is one line per 64 slots, mostly cached,
+//!   where the headers are one line per folio; measured in BENCHMARKS.md.)
+//!   If every folio is in use the budget is exceeded until references are
+//!   dropped.
 //!
-//! Lock order: `NONEWREFS` of a page, then tree locks; the CLOCK hand's
+//! Lock order: `NONEWREFS` of a folio, then tree locks; the CLOCK hand's
 //! mutex before either; a wait-queue mutex is never held with another lock.
 
 use std::ptr::NonNull;
 
 use crate::Mode;
 use crate::counter::Counter;
-use crate::page::{FAILED, FILLING, NONEWREFS, Page, PageOwn, PageRef, page_item};
-use crate::radix::node::bit;
+use crate::folio::{FAILED, FILLING, Folio, FolioOwn, NONEWREFS, PageRef, filling_item, ready_tag};
+use crate::radix::node::{SHIFT, bit};
 use crate::radix::{RadixTree, SLOTS, Tag};
+use crate::readahead::Readahead;
 use crate::sync::epoch::Guard;
 use crate::sync::{Arc, AtomicU64, Condvar, Domain, Mutex, Ordering, fence, yield_now};
+
+mod read;
+mod write;
+
+/// The largest folio order: a folio is one run of slots in one leaf.
+pub const MAX_ORDER: u32 = SHIFT;
+
+/// How a read fills a miss.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FillOrder {
+    /// Folios of the order the inode's readahead suggests (grows while the
+    /// inode is read sequentially, one page for random reads; see
+    /// [`Readahead`]).
+    Readahead,
+    /// Folios of at most this order (0: one page).
+    Order(u32),
+}
 
 /// Configuration of a [`PageCache`].
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Memory budget in bytes (each cached page counts `page_size`).
+    /// Memory budget in bytes (each cached page counts `page_size`; a folio
+    /// of `2^order` pages counts `2^order` of them).
     pub budget_bytes: usize,
     /// Page size in bytes (4096 by default).
     pub page_size: usize,
@@ -105,25 +145,26 @@ impl Default for Config {
 /// Counters of a [`PageCache`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Lookups that found a filled page.
+    /// Lookups that found a filled page (a ranged read counts each page it
+    /// copied or referenced from the cache).
     pub hits: u64,
     /// Lookups that found no filled page (including those that then waited
     /// for another thread's fill).
     pub misses: u64,
-    /// Successful fills.
+    /// Successful fills (one per folio, whatever its size).
     pub fills: u64,
-    /// Pages evicted by CLOCK reclaim.
+    /// Folios evicted by CLOCK reclaim.
     pub evictions: u64,
     /// Bytes accounted to cached pages (a page size each).
     pub bytes_cached: u64,
-    /// Cached pages.
+    /// Cached pages (a folio of `2^order` pages counts `2^order`).
     pub pages: u64,
 }
 
 /// What a drop operation removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DropCounts {
-    /// Pages removed from the cache.
+    /// Pages removed from the cache (a folio counts each of its pages).
     pub pages: u64,
     /// Bytes released from the budget (a page size each).
     pub bytes: u64,
@@ -143,11 +184,13 @@ const WAIT_BUCKETS: usize = 64;
 pub(crate) struct Inode {
     /// The inode number (the key of this entry in the inode map).
     ino: u64,
-    pub(crate) pages: RadixTree<Page, PageOwn>,
+    pub(crate) pages: RadixTree<Folio, FolioOwn>,
     /// Insertion gate: `GATE_CLOSED` plus the number of inserters inside.
     gate: AtomicU64,
     /// Invalidation generation (see the module docs).
     generation: AtomicU64,
+    /// Sequential-read detection for [`FillOrder::Readahead`].
+    ra: Readahead,
 }
 
 impl Inode {
@@ -157,6 +200,7 @@ impl Inode {
             pages: RadixTree::with_domain_compact(mode, domain),
             gate: AtomicU64::new(0),
             generation: AtomicU64::new(0),
+            ra: Readahead::new(),
         }
     }
 
@@ -250,24 +294,70 @@ impl Inode {
     }
 }
 
-/// Ends a fill whose callback panicked as a failed fill (the page leaves the
-/// tree, `FAILED` is set, waiters wake and retry), so that a panicking
-/// callback neither leaves a `FILLING` page that every later reader of the
-/// index would wait on forever nor leaks its reserved bytes. Forgotten once
-/// the callback returns.
+/// Ends a fill whose callback panicked as a failed fill (the folio leaves
+/// the tree, `FAILED` is set, waiters wake and retry), so that a panicking
+/// callback neither leaves a `FILLING` folio that every later reader of its
+/// indexes would wait on forever nor leaks its reserved bytes. Forgotten
+/// once the callback returns.
 struct FillUnwind<'a> {
     cache: &'a PageCache,
     inode: &'a Inode,
-    index: u64,
-    page: &'a PageRef,
+    folio: &'a FolioRef,
 }
 
 impl Drop for FillUnwind<'_> {
     fn drop(&mut self) {
-        let page = self.page.ptr();
-        self.cache.remove_page(self.inode, self.index, page);
-        self.page.page().finish_fill(false);
-        self.cache.wake_fill(page);
+        self.cache.remove_folio(self.inode, self.folio);
+        self.folio.finish_fill(false);
+        self.cache.wake_fill(self.folio);
+    }
+}
+
+/// One counted reference to a folio, held inside the crate; turned into a
+/// [`PageRef`] or a [`FolioSlice`](crate::FolioSlice) for the user.
+pub(crate) struct FolioRef(NonNull<Folio>);
+
+impl FolioRef {
+    /// Wraps a reference the caller owns.
+    ///
+    /// # Safety
+    /// The caller transfers one reference to `folio`.
+    unsafe fn from_raw(folio: NonNull<Folio>) -> Self {
+        Self(folio)
+    }
+
+    /// The page `index` of this folio, for the user; the reference moves.
+    fn into_page(self, index: u64, page_size: usize) -> PageRef {
+        let folio = self.0;
+        std::mem::forget(self);
+        // SAFETY: our reference moves into the `PageRef`; only folios whose
+        // fill succeeded are turned into one (the callers check).
+        unsafe { PageRef::from_raw(folio, index, page_size) }
+    }
+
+    /// Bytes `start..start + len` of this folio, for the user; the
+    /// reference moves.
+    fn into_slice(self, start: usize, len: usize) -> crate::FolioSlice {
+        let folio = self.0;
+        std::mem::forget(self);
+        // SAFETY: as in `into_page`.
+        unsafe { crate::FolioSlice::from_raw(folio, start, len) }
+    }
+}
+
+impl std::ops::Deref for FolioRef {
+    type Target = Folio;
+
+    fn deref(&self) -> &Folio {
+        // SAFETY: the reference keeps the folio alive.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl Drop for FolioRef {
+    fn drop(&mut self) {
+        // SAFETY: we own one reference and never use it again.
+        unsafe { Folio::put(self.0) };
     }
 }
 
@@ -285,6 +375,12 @@ pub struct PageCache {
     /// The CLOCK hand: (inode, next page index).
     clock: Mutex<(u64, u64)>,
     waits: Box<[(Mutex<()>, Condvar)]>,
+    /// The largest order a fill or a write-through insertion uses: at most
+    /// [`MAX_ORDER`], and a folio at most a quarter of the budget.
+    max_order: u32,
+    /// log2 of the page size if it is a power of two (page numbers by a
+    /// shift rather than a division on the hit path), else `u32::MAX`.
+    page_shift: u32,
 }
 
 impl std::fmt::Debug for PageCache {
@@ -306,9 +402,19 @@ impl Drop for PageCache {
 
 /// How a lookup ended.
 enum Found {
-    Ready(PageRef),
-    Filling(PageRef),
+    Ready(FolioRef),
+    Filling(FolioRef),
     Missing,
+}
+
+/// What a fill asks for: the order policy, how many pages the read wants
+/// from the missing index on, and whether this is the read's first miss
+/// (for the readahead).
+#[derive(Clone, Copy)]
+struct Want {
+    order: FillOrder,
+    pages: u64,
+    first_miss: bool,
 }
 
 impl PageCache {
@@ -319,6 +425,16 @@ impl PageCache {
     pub fn new(config: Config) -> Self {
         assert!(config.page_size > 0, "page size must be positive");
         let domain = Domain::new();
+        let quarter = (config.budget_bytes / 4).max(config.page_size);
+        let page_shift = if config.page_size.is_power_of_two() {
+            config.page_size.trailing_zeros()
+        } else {
+            u32::MAX
+        };
+        let max_order = (0..=MAX_ORDER)
+            .rev()
+            .find(|&o| config.page_size.checked_shl(o).is_some_and(|b| b <= quarter))
+            .unwrap_or(0);
         Self {
             inodes: RadixTree::with_domain(config.mode, domain.clone()),
             domain,
@@ -330,6 +446,8 @@ impl PageCache {
             evictions: Counter::new(),
             clock: Mutex::new((0, 0)),
             waits: (0..WAIT_BUCKETS).map(|_| (Mutex::new(()), Condvar::new())).collect(),
+            max_order,
+            page_shift,
         }
     }
 
@@ -343,8 +461,25 @@ impl PageCache {
         &self.cfg
     }
 
+    /// The largest folio order this cache fills or inserts: [`MAX_ORDER`],
+    /// or less if such a folio would be more than a quarter of the budget.
+    pub fn max_order(&self) -> u32 {
+        self.max_order
+    }
+
+    #[inline]
     fn ps(&self) -> u64 {
         self.cfg.page_size as u64
+    }
+
+    /// The page number of byte `at`.
+    #[inline]
+    fn page_of(&self, at: u64) -> u64 {
+        if self.page_shift != u32::MAX {
+            at >> self.page_shift
+        } else {
+            at / self.ps()
+        }
     }
 
     /// The counters (not a snapshot: each is read separately).
@@ -362,28 +497,28 @@ impl PageCache {
     }
 
     /// The cached page, if it is there and filled; never waits for a fill
-    /// and never fills. Lock-free (speculative reference).
+    /// and never fills. Lock-free (speculative reference on its folio).
     pub fn get(&self, ino: u64, index: u64) -> Option<PageRef> {
         let guard = self.domain.pin();
         if let Some(inode) = self.inodes.lookup(ino, &guard)
-            && let Found::Ready(r) = Self::lookup_page(inode, index, &guard)
+            && let Found::Ready(r) = Self::lookup_folio(inode, index, &guard)
         {
             self.hits.incr();
-            return Some(r);
+            return Some(r.into_page(index, self.cfg.page_size));
         }
         self.misses.incr();
         None
     }
 
-    /// Speculative get of the page at `index` (§3.1.2); a filled page gets
-    /// the ACCESSED tag if it lacks it.
+    /// Speculative get of the folio covering `index` (§3.1.2); a filled
+    /// folio gets the ACCESSED tag if it lacks it.
     ///
     /// One descent finds the leaf; the accuracy check after the reference is
     /// taken re-reads the same leaf slot rather than descending again. That is
     /// the same check: a leaf is unlinked only once all its slots are empty
     /// and never moves (growing and shrinking add or remove nodes above it),
     /// so a slot that still holds the item is the tree's slot for `index`.
-    fn lookup_page(inode: &Inode, index: u64, guard: &Guard) -> Found {
+    fn lookup_folio(inode: &Inode, index: u64, guard: &Guard) -> Found {
         loop {
             let Some((leaf, s)) = inode.pages.find_leaf(index, guard) else {
                 return Found::Missing;
@@ -391,53 +526,60 @@ impl PageCache {
             let item = leaf.item(s, guard);
             // SAFETY: the item was in the slot while `guard` is pinned; it is
             // retired only after leaving the slot.
-            let Some(handle) = (unsafe { item.as_ref() }) else {
+            let Some(folio) = (unsafe { item.as_ref() }) else {
                 return Found::Missing;
             };
-            match handle.try_get() {
+            match folio.try_get() {
                 Ok(state) => {
-                    // SAFETY: `try_get` gave us a reference. The pointer is the
-                    // slot's (not one derived from `handle`), with the provenance of the
-                    // allocation that the last reference frees.
-                    let r = unsafe { PageRef::from_raw(NonNull::new_unchecked(item.as_raw().cast_mut())) };
-                    // Accuracy: the slot must still hold this page, or the
-                    // page was removed after we loaded it. Acquire (in
-                    // `item`): pairs with the Release store of the slot.
+                    // SAFETY: `try_get` gave us a reference.
+                    let r = unsafe { FolioRef::from_raw(folio.ptr()) };
+                    // Accuracy: the slot must still hold this folio, or it
+                    // was removed or replaced after we loaded it. Acquire
+                    // (in `item`): pairs with the Release store of the slot.
                     if leaf.item(s, guard) != item {
                         continue; // `r` drops our reference.
                     }
                     if state & FILLING != 0 {
                         return Found::Filling(r);
                     }
-                    // Only if not set, so repeated hits write nothing shared.
-                    if leaf.tag_bits(Tag::ACCESSED.idx()) & bit(s) == 0 {
-                        inode.pages.set_tag(index, Tag::ACCESSED);
-                    }
+                    Self::touch(inode, leaf, folio.index());
                     return Found::Ready(r);
                 }
-                Err(_) => yield_now(), // Being removed or written: retry.
+                Err(_) => yield_now(), // Being removed: retry.
             }
         }
     }
 
-    fn wait_queue(&self, page: NonNull<Page>) -> &(Mutex<()>, Condvar) {
-        let h = (page.as_ptr() as usize >> 6) ^ (page.as_ptr() as usize >> 12);
+    /// Sets the ACCESSED tag on the first slot of the folio starting at
+    /// `first` if it is clear (so repeated hits write nothing shared).
+    /// `leaf` holds the folio.
+    #[inline]
+    fn touch(inode: &Inode, leaf: &crate::radix::node::Node<Folio>, first: u64) {
+        let head = (first % SLOTS as u64) as usize;
+        if leaf.tag_bits(Tag::ACCESSED.idx()) & bit(head) == 0 {
+            inode.pages.set_tag(first, Tag::ACCESSED);
+        }
+    }
+
+    fn wait_queue(&self, folio: &Folio) -> &(Mutex<()>, Condvar) {
+        let a = std::ptr::from_ref(folio) as usize;
+        let h = (a >> 6) ^ (a >> 12);
         &self.waits[h % WAIT_BUCKETS]
     }
 
-    /// Waits until the page is not FILLING; true if the fill succeeded.
-    fn wait_fill(&self, r: &PageRef) -> bool {
-        let (lock, cv) = self.wait_queue(r.ptr());
+    /// Waits until the folio is not FILLING; true if the fill succeeded.
+    fn wait_fill(&self, r: &FolioRef) -> bool {
+        let (lock, cv) = self.wait_queue(r);
         let mut g = lock.lock();
-        while r.page().state() & FILLING != 0 {
+        while r.state() & FILLING != 0 {
             g = cv.wait(g);
         }
         drop(g);
-        r.page().state() & FAILED == 0
+        r.state() & FAILED == 0
     }
 
-    fn wake_fill(&self, page: NonNull<Page>) {
-        let (lock, cv) = self.wait_queue(page);
+    fn wake_fill(&self, folio: &Folio) {
+        let (lock, cv) = self.wait_queue(folio);
         // Taking the mutex orders the state change before a waiter's check
         // or its sleep, so the wake-up is not lost.
         let _g = lock.lock();
@@ -473,20 +615,61 @@ impl PageCache {
     /// retries (possibly filling itself). `fill` gets a zeroed buffer of the
     /// page size and returns the number of valid bytes (clamped to the page
     /// size); bytes past it are zeroed again after the call. If `fill`
-    /// panics, the panic propagates and the fill counts as failed.
+    /// panics, the panic propagates and the fill counts as failed. (A miss
+    /// fills one page; [`get_or_fill_folio`](Self::get_or_fill_folio) fills
+    /// larger folios. A hit may find the page inside a larger folio.)
     pub fn get_or_fill<E>(
         &self,
         ino: u64,
         index: u64,
         fill: impl FnOnce(&mut [u8]) -> Result<usize, E>,
     ) -> Result<PageRef, E> {
+        self.get_or_fill_folio(ino, index, 0, |_, buf| fill(buf))
+    }
+
+    /// The page `index`, filled on a miss as part of a folio of at most
+    /// `2^order` pages: the aligned folio covering `index` of the largest
+    /// order up to `order` (and up to [`max_order`](Self::max_order)) that
+    /// covers no page already cached. `fill(first, buf)` gets the folio's
+    /// first page index and a zeroed buffer of the folio's size, and
+    /// returns the number of valid bytes read from byte `first * page_size`
+    /// on (clamped to the buffer); a short count is the end of the file
+    /// (the folio then holds the pages past it as empty, and reads stop
+    /// there). Otherwise as [`get_or_fill`](Self::get_or_fill): one fill
+    /// per folio, waiters share it, a failed or panicking fill leaves
+    /// nothing cached.
+    pub fn get_or_fill_folio<E>(
+        &self,
+        ino: u64,
+        index: u64,
+        order: u32,
+        fill: impl FnOnce(u64, &mut [u8]) -> Result<usize, E>,
+    ) -> Result<PageRef, E> {
+        let want = Want {
+            order: FillOrder::Order(order),
+            pages: 1,
+            first_miss: true,
+        };
+        let (r, _) = self.get_or_fill_ref(ino, index, want, fill)?;
+        Ok(r.into_page(index, self.cfg.page_size))
+    }
+
+    /// The folio covering `index`, filled on a miss with the order `want`
+    /// asks for; also whether this call counted a hit (false: a miss).
+    fn get_or_fill_ref<E>(
+        &self,
+        ino: u64,
+        index: u64,
+        want: Want,
+        fill: impl FnOnce(u64, &mut [u8]) -> Result<usize, E>,
+    ) -> Result<(FolioRef, bool), E> {
         let mut fill = Some(fill);
         let mut counted = false;
         loop {
             let found = {
                 let guard = self.domain.pin();
                 match self.inodes.lookup(ino, &guard) {
-                    Some(inode) => Self::lookup_page(inode, index, &guard),
+                    Some(inode) => Self::lookup_folio(inode, index, &guard),
                     None => Found::Missing,
                 }
             };
@@ -495,7 +678,7 @@ impl PageCache {
                     if !counted {
                         self.hits.incr();
                     }
-                    return Ok(r);
+                    return Ok((r, !counted));
                 }
                 Found::Filling(r) => {
                     if !counted {
@@ -503,35 +686,45 @@ impl PageCache {
                         counted = true;
                     }
                     if self.wait_fill(&r) {
-                        return Ok(r);
+                        return Ok((r, false));
                     }
                     continue; // The fill failed: retry, maybe as the filler.
                 }
                 Found::Missing => {}
             }
             let inode = self.inode_for_insert(ino);
-            self.reserve();
+            let window = match want.order {
+                FillOrder::Order(o) => o.min(self.max_order),
+                FillOrder::Readahead => inode.ra.suggest(index, want.pages, want.first_miss, self.max_order),
+            };
+            let order = self.fit_order(&inode, index, window);
+            let first = index & !((1u64 << order) - 1);
+            let pages = 1u64 << order;
+            self.reserve(pages);
             if !inode.gate_enter() {
-                self.unreserve();
+                self.unreserve(pages);
                 continue;
             }
-            let page = Page::new_filling(self.cfg.page_size);
-            // The slot takes the tree's reference (one of the two the page
-            // was made with).
-            let inserted = inode.pages.insert_with(index, page, |p, _| page_item(p));
+            let folio = Folio::new_filling(first, order, self.cfg.page_size);
+            // The run of slots takes the tree's reference (one of the two
+            // the folio was made with).
+            let inserted = inode.pages.insert_run_with(first, order, folio, |p, _| filling_item(p));
             inode.gate_exit();
             if inserted.is_err() {
-                // SAFETY: the insert failed, so no other thread saw the page.
-                unsafe { Page::free_unshared(page) };
-                self.unreserve();
+                // SAFETY: the insert failed, so no other thread saw the folio.
+                unsafe { Folio::free_unshared(folio) };
+                self.unreserve(pages);
                 continue;
             }
             if !counted {
                 self.misses.incr();
             }
+            if want.order == FillOrder::Readahead {
+                inode.ra.filled(first, pages, window);
+            }
             let before = inode.generation();
-            // SAFETY: we hold the filler's reference to a page we inserted.
-            let mine = unsafe { PageRef::from_raw(page) };
+            // SAFETY: we hold the filler's reference to a folio we inserted.
+            let mine = unsafe { FolioRef::from_raw(folio) };
             let f = fill
                 .take()
                 .expect("the fill closure runs at most once: after it we return");
@@ -540,194 +733,165 @@ impl PageCache {
             let unwind = FillUnwind {
                 cache: self,
                 inode: &inode,
-                index,
-                page: &mine,
+                folio: &mine,
             };
-            // SAFETY: the page is FILLING and we are its filler.
-            let buf = unsafe { mine.page().buffer_mut() };
-            let res = f(buf);
+            // SAFETY: the folio is FILLING and we are its filler.
+            let buf = unsafe { mine.buffer_mut() };
+            let res = f(first, buf);
             std::mem::forget(unwind);
-            match res {
+            return match res {
                 Ok(n) => {
                     let n = n.min(buf.len());
                     buf[n..].fill(0);
-                    // SAFETY: we are the filler of a FILLING page.
-                    unsafe { mine.page().set_len(n) };
-                    if n < self.cfg.page_size {
-                        inode.pages.set_tag(index, Tag::PARTIAL);
+                    // SAFETY: we are the filler of a FILLING folio.
+                    unsafe { mine.set_len(n) };
+                    if n < mine.capacity() {
+                        inode.pages.set_tag(first, Tag::PARTIAL);
                     }
                     if inode.fill_is_stale(before) {
-                        self.remove_page(&inode, index, page);
+                        self.remove_folio(&inode, &mine);
+                    } else {
+                        // Publishes the bytes to reference-less readers: the
+                        // slots' Release stores follow our writes (see
+                        // `read.rs`). A folio removed meanwhile stays out.
+                        let me = |h: &Folio| std::ptr::eq(h, &*mine);
+                        inode.pages.retag_with(first, me, ready_tag(folio));
                     }
-                    mine.page().finish_fill(true);
-                    self.wake_fill(page);
+                    mine.finish_fill(true);
+                    self.wake_fill(&mine);
                     self.fills.incr();
-                    return Ok(mine);
+                    Ok((mine, false))
                 }
                 Err(e) => {
-                    self.remove_page(&inode, index, page);
-                    mine.page().finish_fill(false);
-                    self.wake_fill(page);
-                    return Err(e);
+                    self.remove_folio(&inode, &mine);
+                    mine.finish_fill(false);
+                    self.wake_fill(&mine);
+                    Err(e)
                 }
-            }
+            };
         }
     }
 
-    /// Copies the cached bytes of `ino` from `offset` into `buf`, filling
-    /// missing pages with `fill(index, page_buf)` (as
-    /// [`get_or_fill`](Self::get_or_fill) does, same contract per page), and
-    /// returns the number of bytes copied: `buf.len()`, or fewer when a page
-    /// shorter than the page size (the end of the file) ends the range.
-    ///
-    /// This is a cached read of several pages with the cost of one: one
-    /// epoch pin and one descent for a run of consecutive cached pages (the
-    /// next page is read from the next slot of the same leaf; the descent is
-    /// repeated only on entering another leaf), one statistics update per
-    /// call, and per page only the speculative reference that keeps the
-    /// bytes stable while they are copied. A page that is missing, being
-    /// filled or being removed or written ends the run and goes through
-    /// `get_or_fill`.
-    pub fn read_into<E>(
-        &self,
-        ino: u64,
-        offset: u64,
-        buf: &mut [u8],
-        mut fill: impl FnMut(u64, &mut [u8]) -> Result<usize, E>,
-    ) -> Result<usize, E> {
-        let ps = self.ps();
-        let mut done = 0usize;
-        let mut index = offset / ps;
-        let mut hits = 0i64;
-        // Copies page `index` (valid bytes `page`) into `buf`; true if the
-        // read is over (buffer full or end of file).
-        let copy = |page: &[u8], index: u64, done: &mut usize, buf: &mut [u8]| -> bool {
-            let at = offset + *done as u64;
-            let from = (at - index * ps) as usize;
-            if from >= page.len() {
-                return true;
-            }
-            let n = (page.len() - from).min(buf.len() - *done);
-            buf[*done..*done + n].copy_from_slice(&page[from..from + n]);
-            *done += n;
-            *done == buf.len() || page.len() < self.cfg.page_size
+    /// The largest order up to `order` whose aligned run covering `index`
+    /// has no occupied slot (read without locks; the insert re-checks
+    /// under the leaf lock). 0 if none larger fits (`index` itself was
+    /// just found missing).
+    fn fit_order(&self, inode: &Inode, index: u64, order: u32) -> u32 {
+        if order == 0 {
+            return 0;
+        }
+        let guard = self.domain.pin();
+        let Some((leaf, _)) = inode.pages.find_leaf(index, &guard) else {
+            return order; // No leaf: nothing cached anywhere near.
         };
-        'read: while done < buf.len() {
-            // The fast path: a run of filled pages, walked leaf by leaf.
-            {
-                let guard = self.domain.pin();
-                if let Some(inode) = self.inodes.lookup(ino, &guard) {
-                    let mut at = inode.pages.find_leaf(index, &guard);
-                    while let Some((leaf, s)) = at {
-                        let item = leaf.item(s, &guard);
-                        // SAFETY: the item was in the slot while `guard` is
-                        // pinned; it is retired only after leaving the slot.
-                        let Some(handle) = (unsafe { item.as_ref() }) else {
-                            break;
-                        };
-                        let Ok(state) = handle.try_get() else { break };
-                        // SAFETY: `try_get` gave us a reference. The pointer is the
-                        // slot's (not one derived from `handle`), with the provenance of the
-                        // allocation that the last reference frees.
-                        let r = unsafe { PageRef::from_raw(NonNull::new_unchecked(item.as_raw().cast_mut())) };
-                        // Accuracy, as in `lookup_page`: the same leaf slot
-                        // still holds the page (Acquire in `item`, pairing
-                        // with the Release store of the slot).
-                        if state & FILLING != 0 || leaf.item(s, &guard) != item {
-                            break;
-                        }
-                        if leaf.tag_bits(Tag::ACCESSED.idx()) & bit(s) == 0 {
-                            inode.pages.set_tag(index, Tag::ACCESSED);
-                        }
-                        hits += 1;
-                        let over = copy(&r, index, &mut done, buf);
-                        drop(r);
-                        if over {
-                            break 'read;
-                        }
-                        index += 1;
-                        // The next index is the next slot of this leaf unless
-                        // it starts a new leaf; a leaf unlinked meanwhile has
-                        // only empty slots, which sends us to the slow path.
-                        at = if s + 1 < SLOTS {
-                            Some((leaf, s + 1))
-                        } else {
-                            inode.pages.find_leaf(index, &guard)
-                        };
-                    }
-                }
-            }
-            // The slow path for one page: wait for its fill or fill it.
-            let r = self.get_or_fill(ino, index, |b| fill(index, b))?;
-            if copy(&r, index, &mut done, buf) {
-                break;
-            }
-            index += 1;
-        }
-        self.hits.add(hits);
-        Ok(done)
+        (1..=order)
+            .rev()
+            .find(|&o| {
+                let first = (index & !((1u64 << o) - 1)) % SLOTS as u64;
+                (first..first + (1 << o)).all(|s| !leaf.occupied(s as usize, &guard))
+            })
+            .unwrap_or(0)
     }
 
-    /// Reserves a page's bytes, reclaiming if over budget.
-    fn reserve(&self) {
+    /// Reserves the bytes of `pages` pages, reclaiming if over budget.
+    fn reserve(&self, pages: u64) {
+        let bytes = pages * self.ps();
         // Relaxed: accounting only; the budget is soft under races.
-        let now = self.bytes.fetch_add(self.ps(), Ordering::Relaxed) + self.ps();
+        let now = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
         let budget = self.cfg.budget_bytes as u64;
         if now > budget {
             self.reclaim(now - budget);
         }
     }
 
-    fn unreserve(&self) {
+    /// Reserves the bytes of `pages` pages if they fit in the budget, after
+    /// reclaiming if needed; false (nothing reserved) if they do not.
+    fn try_reserve(&self, pages: u64) -> bool {
+        self.reserve(pages);
         // Relaxed: accounting only.
-        self.bytes.fetch_sub(self.ps(), Ordering::Relaxed);
+        if self.bytes.load(Ordering::Relaxed) > self.cfg.budget_bytes as u64 {
+            self.unreserve(pages);
+            return false;
+        }
+        true
     }
 
-    /// Removes `page` from `index` of `inode` (§3.1.3): takes `NONEWREFS`
-    /// (waiting while another thread holds it, unless the page has left the
-    /// slot), then removes the slot if it still holds the page. True if this
-    /// call removed it.
-    fn remove_page(&self, inode: &Inode, index: u64, page: NonNull<Page>) -> bool {
+    fn unreserve(&self, pages: u64) {
+        // Relaxed: accounting only.
+        self.bytes.fetch_sub(pages * self.ps(), Ordering::Relaxed);
+    }
+
+    /// Removes `folio` from `inode` (§3.1.3): takes `NONEWREFS` (waiting
+    /// while another thread holds it, unless the folio has left its slots),
+    /// then removes its run if it still holds the folio. True if this call
+    /// removed it.
+    fn remove_folio(&self, inode: &Inode, folio: &Folio) -> bool {
         let guard = self.domain.pin();
+        let first = folio.index();
         let in_slot = || {
             inode
                 .pages
-                .lookup(index, &guard)
-                .is_some_and(|h| std::ptr::eq(h, page.as_ptr()))
+                .lookup(first, &guard)
+                .is_some_and(|h| std::ptr::eq(h, folio))
         };
         loop {
             if !in_slot() {
                 return false;
             }
-            // SAFETY: the page is in the slot while `guard` is pinned, so the
-            // tree's reference keeps it alive.
-            if unsafe { page.as_ref() }.try_lock_nonewrefs() {
+            if folio.try_lock_nonewrefs() {
                 break;
             }
             yield_now();
         }
-        // NONEWREFS stays set: the page never gains a reference again.
-        if inode.pages.remove_if(index, |h| std::ptr::eq(h, page.as_ptr())) {
-            self.unreserve();
+        // NONEWREFS stays set: the folio never gains a reference again.
+        if inode.pages.remove_if(first, |h| std::ptr::eq(h, folio)) {
+            self.unreserve(folio.pages());
             self.retire_if_empty(inode);
             true
         } else {
-            // Not reachable while removals hold NONEWREFS; keep it safe.
-            // SAFETY: as above, the guard keeps the page alive.
-            unsafe { page.as_ref() }.release_exclusive();
+            // Replaced meanwhile (copy-on-write): it is not ours to remove.
+            folio.release_exclusive();
             false
         }
     }
 
-    /// Takes an inode whose last page is gone out of the inode map, so that
-    /// an inode nobody uses costs no memory. Called after every removal of a
-    /// page. The gate is closed only if no inserter is inside, and the
+    /// Removes whatever folio covers `index`, also if it is replaced while
+    /// this runs (a drop must not leave a copy-on-write replacement of the
+    /// folio it came for). Returns the pages removed (0: none was there).
+    fn remove_at(&self, inode: &Inode, index: u64) -> u64 {
+        loop {
+            let guard = self.domain.pin();
+            let Some(folio) = inode.pages.lookup(index, &guard) else {
+                return 0;
+            };
+            if !folio.try_lock_nonewrefs() {
+                // Another remover (or CLOCK) has it: wait until it leaves
+                // the slot, or the bit is released.
+                drop(guard);
+                yield_now();
+                continue;
+            }
+            if inode.pages.remove_if(index, |h| std::ptr::eq(h, folio)) {
+                let pages = folio.pages();
+                self.unreserve(pages);
+                drop(guard);
+                self.retire_if_empty(inode);
+                return pages;
+            }
+            // Replaced between the lookup and the removal: remove that one.
+            folio.release_exclusive();
+        }
+    }
+
+    /// Takes an inode whose last folio is gone out of the inode map, so
+    /// that an inode nobody uses costs no memory. Called after every removal
+    /// of a folio. The gate is closed only if no inserter is inside, and the
     /// emptiness is checked again after closing it: a fill that inserted
     /// before the close is seen by the re-check (the entry then stays, gate
     /// reopened), and a fill that comes after it finds the gate closed and
     /// retries through the map, where it finds no entry (or a new one) once
-    /// this one is gone. So no page is ever inserted into an entry that has
-    /// left the map, and no page is lost with it.
+    /// this one is gone. So no folio is ever inserted into an entry that has
+    /// left the map, and no folio is lost with it.
     fn retire_if_empty(&self, inode: &Inode) {
         if !inode.pages.is_empty() || !inode.gate_try_close_idle() {
             return;
@@ -736,24 +900,24 @@ impl PageCache {
             inode.gate_reopen();
             return;
         }
-        // The gate stays closed for good: this entry takes no page again.
+        // The gate stays closed for good: this entry takes no folio again.
         self.inodes
             .remove_if(inode.ino, |i| std::ptr::eq(Arc::as_ptr(i), inode));
     }
 
-    /// Evicts an unused page (CLOCK): only if the tree's reference is the
+    /// Evicts an unused folio (CLOCK): only if the tree's reference is the
     /// only one and no flag is set.
-    fn try_evict(&self, inode: &Inode, index: u64, handle: &Page) -> bool {
-        if !handle.try_lock_unused() {
+    fn try_evict(&self, inode: &Inode, folio: &Folio) -> bool {
+        if !folio.try_lock_unused() {
             return false;
         }
-        if inode.pages.remove_if(index, |h| std::ptr::eq(h, handle)) {
-            self.unreserve();
+        if inode.pages.remove_if(folio.index(), |h| std::ptr::eq(h, folio)) {
+            self.unreserve(folio.pages());
             self.evictions.incr();
             self.retire_if_empty(inode);
             true
         } else {
-            handle.release_exclusive();
+            folio.release_exclusive();
             false
         }
     }
@@ -779,23 +943,20 @@ impl PageCache {
             if ino != hand.0 {
                 *hand = (ino, 0);
             }
-            let pages = inode.pages.gang(hand.1, 32, None, &guard);
+            let folios = inode.pages.gang_runs(hand.1, 32, None, &guard);
             scanned += 1;
-            if pages.is_empty() {
+            if folios.is_empty() {
                 *hand = if ino == u64::MAX { (0, 0) } else { (ino + 1, 0) };
                 continue;
             }
-            for (index, handle) in pages {
-                scanned += 1;
-                *hand = if index == u64::MAX {
-                    (ino.wrapping_add(1), 0)
-                } else {
-                    (ino, index + 1)
-                };
-                if inode.pages.get_tag(index, Tag::ACCESSED) {
-                    inode.pages.clear_tag(index, Tag::ACCESSED);
-                } else if self.try_evict(inode, index, handle) {
-                    freed += ps;
+            for (_, folio) in folios {
+                scanned += folio.pages();
+                let end = folio.end();
+                *hand = if end == 0 { (ino.wrapping_add(1), 0) } else { (ino, end) };
+                if inode.pages.get_tag(folio.index(), Tag::ACCESSED) {
+                    inode.pages.clear_tag(folio.index(), Tag::ACCESSED);
+                } else if self.try_evict(inode, folio) {
+                    freed += folio.pages() * ps;
                     if freed >= want {
                         break;
                     }
@@ -804,154 +965,37 @@ impl PageCache {
         }
     }
 
-    /// Updates cached pages with bytes the caller has written through to the
-    /// backing file at `offset`. A page that a reader holds, or that is being
-    /// filled, is dropped instead (it cannot be changed in place). Short
-    /// pages before the write are dropped too: the file grew past them.
-    ///
-    /// Ordering contract: for one inode, the caller must make its `write`
-    /// and `truncate` calls in the order of the backing-file changes they
-    /// describe (for example by holding a per-inode lock across the backing
-    /// write and this call). The cache cannot see the backing order: if two
-    /// overlapping writes reach the file as A then B but the cache as B then
-    /// A, the page keeps A's bytes while the file has B's. Fills need no such
-    /// care (the invalidation generation handles them).
-    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) {
-        if data.is_empty() {
-            return;
-        }
-        let Some(inode) = self.inode(ino) else { return };
-        inode.invalidate();
-        let ps = self.ps();
-        let end = offset.saturating_add(data.len() as u64);
-        let (first, last) = (offset / ps, (end - 1) / ps);
-        self.drop_partial_below(&inode, first);
-        let mut next = first;
-        while next <= last {
-            let guard = self.domain.pin();
-            let batch = inode.pages.gang(next, 64, None, &guard);
-            let Some(&(max_seen, _)) = batch.last() else { break };
-            for (index, handle) in batch {
-                if index > last {
-                    return;
-                }
-                let start = index * ps;
-                let lo = offset.max(start);
-                let hi = end.min(start.saturating_add(ps));
-                let src = &data[(lo - offset) as usize..(hi - offset) as usize];
-                let page = handle;
-                if page.try_lock_unused() {
-                    // SAFETY: we hold NONEWREFS with the tree's reference as the
-                    // only one: nobody else reads or writes the buffer.
-                    let buf = unsafe { page.buffer_mut() };
-                    let at = (lo - start) as usize;
-                    buf[at..at + src.len()].copy_from_slice(src);
-                    // SAFETY: as above.
-                    unsafe { page.set_len(page.len().max(at + src.len())) };
-                    page.release_exclusive();
-                } else {
-                    self.remove_page(&inode, index, NonNull::from(handle));
-                }
-            }
-            if max_seen == u64::MAX {
-                break;
-            }
-            next = max_seen + 1;
-        }
-    }
-
-    /// Drops cached pages past `new_size` and shortens (or, for a file that
-    /// grew inside its last page, lengthens with zeros) the page holding the
-    /// new end; short pages before it are dropped (the file grew past them).
-    /// The ordering contract of [`write`](Self::write) applies.
-    pub fn truncate(&self, ino: u64, new_size: u64) {
-        let Some(inode) = self.inode(ino) else { return };
-        inode.invalidate();
-        let ps = self.ps();
-        let keep = new_size.div_ceil(ps);
-        self.drop_range_in(&inode, keep, u64::MAX);
-        let tail = (new_size % ps) as usize;
-        let last_full = new_size / ps;
-        self.drop_partial_below(&inode, last_full);
-        if tail != 0 {
-            let guard = self.domain.pin();
-            if let Some(handle) = inode.pages.lookup(last_full, &guard) {
-                let page = handle;
-                if page.try_lock_unused() {
-                    // SAFETY: NONEWREFS with only the tree's reference: the
-                    // buffer is ours.
-                    let buf = unsafe { page.buffer_mut() };
-                    buf[tail..].fill(0);
-                    // SAFETY: as above.
-                    unsafe { page.set_len(tail) };
-                    // Tag before releasing, so a concurrent invalidation that
-                    // finds the page unlocked also finds the tag.
-                    inode.pages.set_tag(last_full, Tag::PARTIAL);
-                    page.release_exclusive();
-                } else {
-                    self.remove_page(&inode, last_full, NonNull::from(handle));
-                }
-            }
-        }
-    }
-
-    /// Drops the pages before `below` that are shorter than a page.
-    fn drop_partial_below(&self, inode: &Inode, below: u64) {
-        let guard = self.domain.pin();
-        let mut next = 0;
-        while next < below {
-            let batch = inode.pages.gang(next, 64, Some(Tag::PARTIAL.idx()), &guard);
-            let Some(&(max_seen, _)) = batch.last() else { return };
-            for (index, handle) in batch {
-                if index >= below {
-                    return;
-                }
-                // A page still FILLING is stale by the generation check of its
-                // filler; a filled one is checked by length.
-                // A page still FILLING or held exclusively may be short: drop it.
-                // Otherwise the length is a hint that can only be stale
-                // towards "short" (lengths grow only under NONEWREFS).
-                let short = handle.state() & (FILLING | NONEWREFS) != 0 || handle.len() < self.cfg.page_size;
-                if short {
-                    self.remove_page(inode, index, NonNull::from(handle));
-                } else {
-                    inode.pages.clear_tag(index, Tag::PARTIAL);
-                }
-            }
-            next = max_seen + 1;
-        }
-    }
-
     fn inode(&self, ino: u64) -> Option<Arc<Inode>> {
         let guard = self.domain.pin();
         self.inodes.lookup(ino, &guard).cloned()
     }
 
+    /// Removes every folio that covers an index in `first..=last`.
     fn drop_range_in(&self, inode: &Inode, first: u64, last: u64) -> DropCounts {
         let mut counts = DropCounts::default();
         let mut next = first;
         while next <= last {
             let guard = self.domain.pin();
-            let batch = inode.pages.gang(next, 64, None, &guard);
+            let batch = inode.pages.gang_runs(next, 64, None, &guard);
             let Some(&(max_seen, _)) = batch.last() else { break };
-            for (index, handle) in batch {
+            for (index, folio) in batch {
                 if index > last {
                     return counts;
                 }
-                if self.remove_page(inode, index, NonNull::from(handle)) {
-                    counts.pages += 1;
-                    counts.bytes += self.ps();
-                }
+                let pages = self.remove_at(inode, index);
+                counts.pages += pages;
+                counts.bytes += pages * self.ps();
+                next = folio.end();
             }
-            if max_seen == u64::MAX {
-                break;
+            if next == 0 || next <= max_seen {
+                break; // The last folio ended the index space.
             }
-            next = max_seen + 1;
         }
         counts
     }
 
-    /// Drops the pages of `ino` with index in `first..=last`.
+    /// Drops the pages of `ino` with index in `first..=last`; a folio that
+    /// the range cuts is dropped whole.
     pub fn drop_range(&self, ino: u64, first: u64, last: u64) -> DropCounts {
         let Some(inode) = self.inode(ino) else {
             return DropCounts::default();
@@ -995,8 +1039,11 @@ impl PageCache {
         self.inodes.len()
     }
 
-    /// Checks the radix-tree invariants of every tree and that the byte
-    /// count matches the cached pages. Call it only when quiescent.
+    /// Checks the radix-tree invariants of every tree, that each folio is
+    /// aligned to its size and fills exactly its run of slots, tagged ready
+    /// with its order and shortness, that no folio is busy, that bytes past
+    /// a folio's valid length are zero, and that the byte count matches the
+    /// cached pages. Call it only when quiescent.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.inodes.check_invariants()?;
         let guard = self.domain.pin();
@@ -1010,13 +1057,43 @@ impl PageCache {
                     .pages
                     .check_invariants()
                     .map_err(|e| format!("inode {ino}: {e}"))?;
-                pages += inode.pages.len() as u64;
-                for (index, handle) in inode.pages.gang(0, usize::MAX, None, &guard) {
-                    let s = handle.state();
-                    if s & (NONEWREFS | FILLING | FAILED) != 0 {
-                        return Err(format!("inode {ino} page {index}: state {s:#x} while quiescent"));
+                let slots = inode.pages.len() as u64;
+                let mut covered = 0;
+                for (index, folio) in inode.pages.gang_runs(0, usize::MAX, None, &guard) {
+                    let (first, n) = (folio.index(), folio.pages());
+                    let at = |i: u64| inode.pages.lookup(i, &guard).is_some_and(|h| std::ptr::eq(h, folio));
+                    if index != first || first % n != 0 || !at(first) || !at(first + n - 1) {
+                        return Err(format!("inode {ino}: folio of {n} pages at {first} found at {index}"));
                     }
+                    if (first > 0 && at(first - 1)) || at(first + n) {
+                        return Err(format!("inode {ino}: folio of {n} pages at {first} in more slots"));
+                    }
+                    let s = folio.state();
+                    if s & (NONEWREFS | FILLING | FAILED) != 0 {
+                        return Err(format!("inode {ino} folio {first}: state {s:#x} while quiescent"));
+                    }
+                    for i in [first, first + n - 1] {
+                        let (leaf, slot) = inode.pages.find_leaf(i, &guard).ok_or("a folio's leaf is gone")?;
+                        let item = leaf.item(slot, &guard);
+                        if item.tag() != ready_tag(folio.ptr()) {
+                            return Err(format!(
+                                "inode {ino} folio {first}: slot {i} tagged {:#x}, not ready and {:#x}",
+                                item.tag(),
+                                ready_tag(folio.ptr())
+                            ));
+                        }
+                    }
+                    // SAFETY: not FILLING (checked above), found under `guard`.
+                    let all = unsafe { folio.buffer() };
+                    if all[folio.len()..].iter().any(|&b| b != 0) {
+                        return Err(format!("inode {ino} folio {first}: bytes past its length"));
+                    }
+                    covered += n;
                 }
+                if covered != slots {
+                    return Err(format!("inode {ino}: folios cover {covered} pages of {slots} slots"));
+                }
+                pages += covered;
             }
             if max_seen == u64::MAX {
                 break;

@@ -10,13 +10,19 @@
 //!   per-node locks with ladder and path locking (`LockCoupled`, §2.4), or
 //!   lock-free descent to the lowest node to change, then validation under
 //!   its lock (`Optimistic`, §5).
-//! - [`PageCache`] keeps fixed-size pages keyed by (inode, page index): one
-//!   radix tree per inode, found through another radix tree keyed by inode.
-//!   Pages carry their own reference count; lookups take speculative
-//!   references (§3.1.2) and removal is exclusive per page through a
-//!   no-new-references bit (§3.1.3). Misses are filled once by one thread
-//!   while the others wait. A byte budget is kept by CLOCK reclaim over the
-//!   ACCESSED tag.
+//! - [`PageCache`] keeps folios, aligned runs of 1 to 64 pages, keyed by
+//!   (inode, page index): one radix tree per inode, where a folio is a
+//!   multi-index entry (its pointer in each slot it covers, as the Linux
+//!   XArray stores large folios), found through another radix tree keyed by
+//!   inode. Folios carry their own reference count; lookups take
+//!   speculative references (§3.1.2) and removal is exclusive per folio
+//!   through a no-new-references bit (§3.1.3). A folio's bytes never change
+//!   after its fill (writes replace it by a copy), so ranged reads copy
+//!   them under the epoch guard without a reference, and [`FolioSlice`]s
+//!   hand them out for zero-copy replies. Misses are filled once by one
+//!   thread while the others wait, in folios of the order the caller or the
+//!   per-inode [`Readahead`] asks for. A byte budget is kept by CLOCK
+//!   reclaim over the ACCESSED tag.
 //!
 //! # Invariants
 //! - Items and nodes unlinked from a tree are freed only after every epoch
@@ -24,13 +30,15 @@
 //! - After quiescence a tree node's tag bit for a slot is set if and only if
 //!   some entry below that slot has the tag; a tagged child's parent bit is
 //!   set at every instant.
-//! - A page in the cache has a count of at least one (the tree's); a page
-//!   with another reference (a [`PageRef`], a filler) is never reclaimed, and
-//!   its bytes never change while any [`PageRef`] to it exists.
+//! - A folio in the cache has a count of at least one (the tree's); a folio
+//!   with another reference (a [`PageRef`], a [`FolioSlice`], a filler) is
+//!   never reclaimed, and its bytes never change after its fill.
+//! - A folio of `2^order` pages fills exactly the aligned run of slots it
+//!   covers, in one leaf.
 //!
 //! # Concurrency
 //! Lock order: a tree's root lock, then node locks parent before child; a
-//! page's no-new-references bit is taken with no tree lock held, and tree
+//! folio's no-new-references bit is taken with no tree lock held, and tree
 //! locks may be taken while holding it. See `radix` and `cache` module docs
 //! for the protocols. Only `sync.rs` names the primitives, so that the
 //! `loom-tests` crate can model-check them under `--cfg rcufs_loom`.
@@ -39,13 +47,15 @@
 
 mod cache;
 mod counter;
-mod page;
+mod folio;
 pub mod radix;
+mod readahead;
 mod sync;
 
-pub use cache::{Config, DropCounts, PageCache, Stats};
-pub use page::PageRef;
+pub use cache::{Config, DropCounts, FillOrder, MAX_ORDER, PageCache, Stats};
+pub use folio::{FolioSlice, PageRef};
 pub use radix::{RadixTree, Tag};
+pub use readahead::Readahead;
 
 /// The writer protocol of a radix tree (seed 002's CONFIG option, plus the
 /// optimistic locking of §5).

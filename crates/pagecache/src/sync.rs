@@ -116,16 +116,51 @@ mod imp {
         pub(crate) fn drain(&self) {}
     }
 
-    /// A small per-thread number used to pick a counter shard: the address
-    /// of a thread-local, hashed.
-    pub(crate) fn shard_hint() -> usize {
-        thread_local! {
-            static MARK: u8 = const { 0 };
+    /// Counter shards a thread can own (see `stats_shard`).
+    pub(crate) const OWNED_SHARDS: usize = 64;
+
+    /// The counter shard of the calling thread, and whether the thread owns
+    /// it. A thread owns one of `OWNED_SHARDS` shard numbers from its first
+    /// count until it exits (then the number is free for another thread);
+    /// while it does, it is the only writer of that shard in every counter
+    /// and may count with a plain load and store, which unlike a
+    /// read-modify-write is no barrier on the hit path. Threads beyond
+    /// those, and threads that count while their thread-locals are torn
+    /// down, share shard `OWNED_SHARDS` and count with `fetch_add`. (The
+    /// same scheme as the dcache's statistics.)
+    pub(crate) fn stats_shard() -> (usize, bool) {
+        use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
+        /// Bit `i` set: shard number `i` is free.
+        static FREE: StdAtomicU64 = StdAtomicU64::new(u64::MAX);
+        struct Owned(usize);
+        impl Drop for Owned {
+            fn drop(&mut self) {
+                if self.0 < OWNED_SHARDS {
+                    // Release: the exiting owner's counts happen before the
+                    // next owner's; pairs with the Acquire CAS below.
+                    FREE.fetch_or(1 << self.0, StdOrdering::Release);
+                }
+            }
         }
-        MARK.with(|m| {
-            let addr = std::ptr::from_ref(m) as usize;
-            (addr >> 6) ^ (addr >> 12)
-        })
+        fn claim() -> usize {
+            let mut free = FREE.load(StdOrdering::Relaxed);
+            while free != 0 {
+                let i = free.trailing_zeros() as usize;
+                // Acquire: pairs with the Release `fetch_or` of the number's
+                // previous owner, so its last stores to the shard are seen
+                // by our first load.
+                match FREE.compare_exchange_weak(free, free & !(1 << i), StdOrdering::Acquire, StdOrdering::Relaxed) {
+                    Ok(_) => return i,
+                    Err(now) => free = now,
+                }
+            }
+            OWNED_SHARDS
+        }
+        std::thread_local! {
+            static SHARD: Owned = Owned(claim());
+        }
+        let i = SHARD.try_with(|s| s.0).unwrap_or(OWNED_SHARDS);
+        (i, i < OWNED_SHARDS)
     }
 }
 
@@ -275,9 +310,13 @@ mod imp {
         }
     }
 
-    /// One shard is enough under loom.
-    pub(crate) fn shard_hint() -> usize {
-        0
+    /// Under loom every thread counts in the one shared shard, with
+    /// `fetch_add`: the statistics are not part of any protocol the models
+    /// check, and fewer shards mean fewer states.
+    pub(crate) const OWNED_SHARDS: usize = 0;
+
+    pub(crate) fn stats_shard() -> (usize, bool) {
+        (0, false)
     }
 }
 

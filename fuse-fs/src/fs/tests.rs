@@ -62,7 +62,7 @@ fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
     let o = fs.open(ino, libc::O_RDONLY, ME).expect("open");
     let mut out = Vec::new();
     loop {
-        let chunk = fs.read(o.fh, out.len() as u64, 3000).expect("read");
+        let chunk = fs.read(o.fh, out.len() as u64, 3000).expect("read").to_vec();
         if chunk.is_empty() {
             break;
         }
@@ -784,7 +784,7 @@ fn opens_of_one_inode_and_mode_share_one_descriptor() {
         .collect();
     assert_eq!(t.fs.shared.live(), 1);
     assert_eq!(t.fs.files.len(), 100, "every open keeps its own handle");
-    assert_eq!(t.fs.read(fhs[7], 0, 100).expect("read"), b"hello");
+    assert_eq!(t.fs.read(fhs[7], 0, 100).expect("read").to_vec(), b"hello");
     // Another mode is another descriptor; O_APPEND stays per handle.
     let w = t.fs.open(a.ino, libc::O_WRONLY | libc::O_APPEND, ME).expect("open");
     assert_eq!(t.fs.shared.live(), 2);
@@ -929,4 +929,40 @@ fn creates_run_as_the_caller() {
     // The thread is root again.
     std::fs::write(base.join("as-root"), b"x").expect("root writes in its 0755 directory");
     assert_eq!(std::fs::metadata(base.join("as-root")).unwrap().uid(), 0);
+}
+
+#[test]
+fn written_pages_are_cached_and_read_back_as_hits() {
+    let t = setup(default_cfg());
+    let (e, o) = t.fs.create(ROOT_INO, b"wt", 0o644, libc::O_RDWR, ME).expect("create");
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    t.fs.write(o.fh, 0, &data, ME, false).expect("write");
+    let fills = pc(&t.fs, "fills");
+    assert_eq!(fills, 3, "two whole pages and the page ending the file");
+    let hits = pc(&t.fs, "hits");
+    assert_eq!(read_all(&t.fs, e.ino), data);
+    assert_eq!(pc(&t.fs, "fills"), fills, "reading back fills nothing");
+    assert!(pc(&t.fs, "hits") >= hits + 3);
+    // A write inside a page, not at the end of file, updates the cached
+    // page in place; one over a whole page that was not cached caches it.
+    t.fs.write(o.fh, 5000, b"xyz", ME, false).expect("write");
+    t.fs.release(o.fh).expect("release");
+    let mut want = data.clone();
+    want[5000..5003].copy_from_slice(b"xyz");
+    assert_eq!(read_all(&t.fs, e.ino), want);
+    assert_eq!(std::fs::read(t.src.join("wt")).expect("source"), want);
+    assert_eq!(pc(&t.fs, "fills"), fills, "still nothing read from the source");
+}
+
+#[test]
+fn a_partial_page_write_that_does_not_end_the_file_is_not_cached() {
+    let t = setup(default_cfg());
+    let f = walk(&t.fs, "d/e/f").expect("f");
+    let o = t.fs.open(f.ino, libc::O_RDWR, ME).expect("open");
+    t.fs.write(o.fh, 100, b"abc", ME, false).expect("write");
+    assert_eq!(pc(&t.fs, "fills"), 0, "the rest of the page is unknown without a read");
+    t.fs.release(o.fh).expect("release");
+    let mut want = vec![7u8; 10_000];
+    want[100..103].copy_from_slice(b"abc");
+    assert_eq!(read_all(&t.fs, f.ino), want);
 }

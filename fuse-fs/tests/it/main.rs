@@ -10,6 +10,7 @@
 
 mod by_name;
 mod cli;
+mod datapath;
 mod drop;
 mod harness;
 mod identity;

@@ -150,15 +150,18 @@ fn budget_evicts_by_clock_and_spares_pinned_pages() {
 /// `--nocapture`); asserts only the layout facts the docs state.
 #[test]
 fn metadata_overhead_per_page() {
-    use crate::page::{Page, PageHandle};
+    use crate::folio::{Folio, FolioHandle};
     use crate::radix::SLOTS;
-    let page = std::mem::size_of::<Page>();
-    let handle = std::mem::size_of::<PageHandle>();
-    let node = std::mem::size_of::<crate::radix::node::Node<PageHandle>>();
+    let header = std::mem::size_of::<Folio>();
+    let handle = std::mem::size_of::<FolioHandle>();
+    let node = std::mem::size_of::<crate::radix::node::Node<Folio>>();
     assert!(node >= SLOTS * 8, "the slots are in the node");
     assert_eq!(handle, 8);
-    // A page-tree slot points at its `Page` (no box in between).
-    println!("per page: Page {page} B + leaf node {node} B / {SLOTS} slots (a slot is a {handle}-byte pointer)");
+    assert_eq!(header, 64, "the folio header is one cache line before the bytes");
+    // A page-tree slot points at its folio (no box in between).
+    println!(
+        "per folio: header {header} B (same allocation as the bytes) + leaf node {node} B / {SLOTS} slots (a slot is a {handle}-byte pointer)"
+    );
 }
 
 /// An inode whose pages are all gone leaves the inode map, whichever way
@@ -275,6 +278,483 @@ fn read_into_matches_the_file() {
                 assert_eq!(c.stats().hits - hits, pages, "one hit per page");
             }
             c.check_invariants().unwrap();
+        }
+    }
+}
+
+/// A fill callback that reads `file` from page `first` on, as a source
+/// would: the folio's buffer gets the file's bytes, the count is short at
+/// the end of the file.
+fn from_file(file: &[u8], page_size: usize) -> impl Fn(u64, &mut [u8]) -> Result<usize, Infallible> + '_ {
+    move |first, buf| {
+        let start = (first as usize * page_size).min(file.len());
+        let n = (file.len() - start).min(buf.len());
+        buf[..n].copy_from_slice(&file[start..start + n]);
+        Ok(n)
+    }
+}
+
+/// A folio fill covers the aligned run of the requested order; every page
+/// inside it is then a hit (one fill), a page past the end of the file is
+/// empty, and the folio shrinks to fit around pages already cached.
+#[test]
+fn folio_fill_and_lookups() {
+    for mode in Mode::ALL {
+        let c = cache(mode, 256);
+        let file: Vec<u8> = (0..16 * 13 + 5).map(|i| i as u8).collect(); // 13 pages and 5 bytes
+        let fill = from_file(&file, 16);
+        // Page 2 alone first, then an order-3 folio around page 5: it must
+        // not cover page 2, so it shrinks to pages 4..8.
+        c.get_or_fill(1, 2, |b| fill(2, b)).unwrap();
+        let firsts = std::cell::RefCell::new(Vec::new());
+        let p5 = c
+            .get_or_fill_folio(1, 5, 3, |first, b| {
+                firsts.borrow_mut().push((first, b.len()));
+                fill(first, b)
+            })
+            .unwrap();
+        assert_eq!(firsts.take(), vec![(4, 64)], "{mode:?}");
+        assert_eq!(&p5[..], &file[80..96]);
+        for i in 4..8 {
+            let p = c.get(1, i).expect("inside the folio");
+            assert_eq!(&p[..], &file[i as usize * 16..][..16], "{mode:?} page {i}");
+        }
+        assert!(c.get(1, 3).is_none() && c.get(1, 8).is_none());
+        // An order-3 folio at the end of the file: pages 8..16, the file
+        // ends in page 13, pages 14 and 15 are empty.
+        c.get_or_fill_folio(1, 9, 3, |first, b| fill(first, b)).unwrap();
+        assert_eq!(&c.get(1, 13).unwrap()[..], &file[208..]);
+        assert!(c.get(1, 14).unwrap().is_empty());
+        let s = c.stats();
+        assert_eq!((s.fills, s.pages), (3, 1 + 4 + 8), "{mode:?}");
+        c.check_invariants().unwrap();
+    }
+}
+
+/// Reads of any range return the file's bytes whatever the folios cached
+/// (`read_into`, `read_range_into` appending to a Vec, `read_refs` slices
+/// one per folio), stop at the end of the file, and a read of a cached range
+/// fills nothing.
+#[test]
+fn ranged_reads_over_folios() {
+    use crate::FillOrder;
+    for mode in Mode::ALL {
+        let c = cache(mode, 1024);
+        let file: Vec<u8> = (0..16 * 200 + 7).map(|i| (i * 5 + i / 16) as u8).collect();
+        let fill = from_file(&file, 16);
+        for (offset, len, order) in [(0u64, 100usize, 2), (300, 700, 4), (16 * 190, 500, 6), (5, 3000, 0)] {
+            let mut out = vec![9u8; 3];
+            let n = c
+                .read_range_into(1, offset, len, &mut out, FillOrder::Order(order), &fill)
+                .unwrap();
+            let lo = (offset as usize).min(file.len());
+            let hi = (offset as usize + len).min(file.len());
+            assert_eq!(n, hi - lo);
+            assert_eq!(&out[3..], &file[lo..hi], "{mode:?} {offset} {len}");
+            let mut slices = Vec::new();
+            let fills = c.stats().fills;
+            let m = c
+                .read_refs(
+                    1,
+                    offset,
+                    len,
+                    FillOrder::Readahead,
+                    &mut slices,
+                    |_, _| -> Result<usize, Infallible> { panic!("a cached range must not fill") },
+                )
+                .unwrap();
+            assert_eq!(c.stats().fills, fills);
+            assert_eq!(m, n);
+            let joined: Vec<u8> = slices.iter().flat_map(|s| s.iter().copied()).collect();
+            assert_eq!(joined, &file[lo..hi]);
+            let mut at = offset;
+            for s in &slices {
+                assert_eq!(s.offset(), at, "slices in file order");
+                at += s.len() as u64;
+            }
+            let mut buf = vec![0u8; len];
+            assert_eq!(c.read_into(1, offset, &mut buf, &fill).unwrap(), n);
+            assert_eq!(&buf[..n], &file[lo..hi]);
+        }
+        // One slice per folio: a range inside one order-6 folio is one slice.
+        let mut slices = Vec::new();
+        c.read_refs(1, 16 * 192, 16 * 8, FillOrder::Order(0), &mut slices, &fill)
+            .unwrap();
+        assert_eq!(slices.len(), 1);
+        assert_eq!(slices[0].folio_pages(), 64);
+        c.check_invariants().unwrap();
+    }
+}
+
+/// Sequential reads through the readahead fill growing folios: reading a
+/// file of 256 pages 4 pages at a time takes a handful of fills, and a
+/// random single page afterwards one page.
+#[test]
+fn readahead_grows_folios_for_sequential_reads() {
+    use crate::FillOrder;
+    let c = cache(Mode::Optimistic, 4096);
+    let file: Vec<u8> = (0..16 * 256).map(|i| (i / 16) as u8).collect();
+    let fill = from_file(&file, 16);
+    let mut out = Vec::new();
+    for i in 0..64u64 {
+        c.read_range_into(1, i * 64, 64, &mut out, FillOrder::Readahead, &fill)
+            .unwrap();
+    }
+    assert_eq!(out, file);
+    let s = c.stats();
+    assert!(s.fills <= 8, "{} fills for 256 pages read sequentially", s.fills);
+    let c2 = cache(Mode::Optimistic, 4096);
+    let mut out = Vec::new();
+    c2.read_range_into(1, 16 * 77, 16, &mut out, FillOrder::Readahead, &fill)
+        .unwrap();
+    assert_eq!(c2.stats().pages, 1, "a random page is filled alone");
+    c.check_invariants().unwrap();
+}
+
+/// A drop, a write, a truncate or reclaim that touches one page of a folio
+/// acts on the whole folio: a drop or reclaim removes all of it, a write
+/// or truncate replaces it with an updated copy (holders keep the old
+/// bytes).
+#[test]
+fn folios_are_dropped_written_and_truncated_whole() {
+    for mode in Mode::ALL {
+        let c = cache(mode, 64);
+        let mut file: Vec<u8> = (0..16 * 16).map(|i| i as u8).collect();
+        let fill = |file: &Vec<u8>| {
+            let f = file.clone();
+            move |first: u64, b: &mut [u8]| from_file(&f, 16)(first, b)
+        };
+        c.get_or_fill_folio(1, 0, 3, fill(&file)).unwrap();
+        c.get_or_fill_folio(1, 8, 3, fill(&file)).unwrap();
+        assert_eq!(c.drop_range(1, 3, 3), DropCounts { pages: 8, bytes: 128 }, "{mode:?}");
+        assert!(c.get(1, 0).is_none() && c.get(1, 7).is_none());
+        // A write into the second folio replaces it whole.
+        file[16 * 9 + 2..16 * 9 + 5].copy_from_slice(&[1, 2, 3]);
+        c.write(1, 16 * 9 + 2, &[1, 2, 3]);
+        for i in 8..16 {
+            assert_eq!(&c.get(1, i).unwrap()[..], &file[i as usize * 16..][..16], "{mode:?}");
+        }
+        // One a reader holds is dropped whole; the holder keeps its bytes.
+        let held = c.get(1, 9).unwrap();
+        let before = held.to_vec();
+        c.write(1, 16 * 9, &[5]);
+        file[16 * 9] = 5;
+        assert_eq!(held.to_vec(), before);
+        assert!(c.get(1, 8).is_none() && c.get(1, 15).is_none(), "{mode:?}");
+        drop(held);
+        c.get_or_fill_folio(1, 8, 3, fill(&file)).unwrap();
+        // Truncate inside it: the folio stays, shortened; pages past the end are empty.
+        c.truncate(1, 16 * 10 + 3);
+        file.truncate(16 * 10 + 3);
+        assert_eq!(&c.get(1, 10).unwrap()[..], &file[160..]);
+        assert!(c.get(1, 12).unwrap().is_empty());
+        assert_eq!(c.stats().pages, 8);
+        // Grow it inside the folio: zeros.
+        c.truncate(1, 16 * 11);
+        file.resize(16 * 11, 0);
+        assert_eq!(&c.get(1, 10).unwrap()[..], &file[160..]);
+        // Truncate below it: gone whole.
+        c.truncate(1, 16 * 7);
+        assert_eq!(c.stats().pages, 0);
+        c.check_invariants().unwrap();
+        // Reclaim evicts whole folios: fill 6 folios of 8 pages under a
+        // budget of 64 pages (48 + 16 spare), then 4 more.
+        for k in 0..10u64 {
+            c.get_or_fill_folio(2, k * 8, 3, |_, b| Ok::<_, Infallible>(b.len()))
+                .unwrap();
+            assert!(c.stats().bytes_cached <= 64 * 16, "{mode:?}: budget kept");
+        }
+        assert!(c.stats().evictions >= 2);
+        c.check_invariants().unwrap();
+    }
+}
+
+/// `write_through` caches what a write makes known: the pages it covers
+/// completely (as large aligned folios), the partial last page when the
+/// write ends the file, nothing for partial pages otherwise; reading it
+/// back fills nothing.
+#[test]
+fn write_through_inserts_covered_pages() {
+    use crate::FillOrder;
+    for mode in Mode::ALL {
+        let c = cache(mode, 1024);
+        let data: Vec<u8> = (0..16 * 20 + 9).map(|i| (i * 3) as u8).collect();
+        // A write of 20 pages and 9 bytes at offset 16 * 4 + 5 (to byte
+        // 398), ending the file.
+        let offset = 16 * 4 + 5;
+        c.write_through(1, offset, &data, Some(offset + data.len() as u64));
+        // Page 4 is partial at its start: not cached. Pages 5..=23 are
+        // covered; page 24 holds the last 14 bytes and ends the file.
+        assert!(c.get(1, 4).is_none());
+        let mut file = vec![0u8; offset as usize];
+        file.extend_from_slice(&data);
+        for i in 5..=24u64 {
+            let p = c.get(1, i).unwrap_or_else(|| panic!("{mode:?}: page {i} not cached"));
+            let start = i as usize * 16;
+            assert_eq!(&p[..], &file[start..(start + 16).min(file.len())], "{mode:?} page {i}");
+        }
+        let mut out = Vec::new();
+        let n = c
+            .read_range_into(
+                1,
+                16 * 5,
+                4096,
+                &mut out,
+                FillOrder::Readahead,
+                |_, _| -> Result<usize, Infallible> { panic!("written pages are cached") },
+            )
+            .unwrap();
+        assert_eq!(&out[..n], &file[80..]);
+        // As folios 5, 6..8, 8..16, 16..24 and 24.
+        assert_eq!(c.stats().pages, 20, "{:?}", c.stats());
+        let mut slices = Vec::new();
+        c.read_refs(
+            1,
+            16 * 5,
+            16 * 20,
+            FillOrder::Order(0),
+            &mut slices,
+            |_, _| -> Result<usize, Infallible> { panic!("written pages are cached") },
+        )
+        .unwrap();
+        let pages: Vec<u64> = slices.iter().map(|s| s.folio_pages()).collect();
+        assert_eq!(pages, vec![1, 2, 8, 8, 1], "{mode:?}");
+        assert!(c.get(1, 25).is_none());
+        // Without the file size the partial last page stays uncached, and a
+        // write that does not end the file caches only whole pages.
+        let c = cache(mode, 1024);
+        c.write_through(2, 0, &data, None);
+        assert!(c.get(2, 19).is_some() && c.get(2, 20).is_none());
+        c.write_through(3, 0, &data, Some(10_000));
+        assert!(c.get(3, 20).is_none());
+        c.check_invariants().unwrap();
+        // Within the budget: a write larger than the budget caches at most
+        // the budget.
+        let c = cache(mode, 8);
+        c.write_through(4, 0, &[7u8; 16 * 40], None);
+        assert!(c.stats().bytes_cached <= 8 * 16);
+        c.check_invariants().unwrap();
+    }
+}
+
+mod model {
+    //! A property test against a model: the backing file as a `Vec<u8>`.
+    //! Random reads (every ranged API, folio fills of any order, the
+    //! readahead), writes (with and without write-through), truncations,
+    //! drops and held references, under budgets that force reclaim, in
+    //! every radix-tree mode. After each operation: every read returned the
+    //! file's bytes, every page the cache holds is the file's page, a held
+    //! page never changed, and `check_invariants` passes (folio alignment
+    //! and coverage, slot tags, byte accounting).
+
+    use std::convert::Infallible;
+
+    use proptest::prelude::*;
+
+    use super::{Config, PageCache};
+    use crate::{FillOrder, Mode};
+
+    const PS: usize = 16;
+    /// The file stays within this many pages.
+    const SPAN: usize = 150;
+
+    #[derive(Clone, Debug)]
+    enum Read {
+        Into,
+        Range,
+        Refs,
+        Page,
+        Folio(u32),
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Read {
+            offset: usize,
+            len: usize,
+            how: Read,
+            order: Option<u32>,
+        },
+        Write {
+            offset: usize,
+            len: usize,
+            through: bool,
+            tell_size: bool,
+        },
+        Truncate(usize),
+        DropRange(u64, u64),
+        DropInode,
+        Hold(usize),
+        Release,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let at = 0..SPAN * PS;
+        let read = prop_oneof![
+            Just(Read::Into),
+            Just(Read::Range),
+            Just(Read::Refs),
+            Just(Read::Page),
+            (0..=crate::MAX_ORDER).prop_map(Read::Folio),
+        ];
+        prop_oneof![
+            6 => (at.clone(), 0..40 * PS, read, prop::option::of(0..=crate::MAX_ORDER))
+                .prop_map(|(offset, len, how, order)| Op::Read { offset, len, how, order }),
+            3 => (at.clone(), 1..20 * PS, any::<bool>(), any::<bool>())
+                .prop_map(|(offset, len, through, tell_size)| Op::Write { offset, len, through, tell_size }),
+            1 => at.clone().prop_map(Op::Truncate),
+            1 => (0..SPAN as u64, 0..8u64).prop_map(|(f, n)| Op::DropRange(f, f + n)),
+            1 => Just(Op::DropInode),
+            1 => (0..SPAN).prop_map(Op::Hold),
+            1 => Just(Op::Release),
+        ]
+    }
+
+    fn fill(file: &[u8]) -> impl FnMut(u64, &mut [u8]) -> Result<usize, Infallible> + '_ {
+        move |first, buf| {
+            let start = (first as usize * PS).min(file.len());
+            let n = (file.len() - start).min(buf.len());
+            buf[..n].copy_from_slice(&file[start..start + n]);
+            Ok(n)
+        }
+    }
+
+    #[track_caller]
+    fn run(mode: Mode, budget_pages: usize, ops: &[Op]) {
+        let c = PageCache::new(Config {
+            budget_bytes: budget_pages * PS,
+            page_size: PS,
+            mode,
+        });
+        let mut file: Vec<u8> = (0..SPAN * PS * 2 / 3).map(|i| (i * 7 + i / PS) as u8).collect();
+        let mut held: Vec<(crate::PageRef, Vec<u8>)> = Vec::new();
+        let mut version = 0u8;
+        for (step, op) in ops.iter().enumerate() {
+            match *op {
+                Op::Read {
+                    offset,
+                    len,
+                    ref how,
+                    order,
+                } => {
+                    let order = order.map_or(FillOrder::Readahead, FillOrder::Order);
+                    let lo = offset.min(file.len());
+                    let hi = (offset + len).min(file.len());
+                    let want = &file[lo..hi];
+                    let got: Vec<u8> = match how {
+                        Read::Into => {
+                            let mut buf = vec![0u8; len];
+                            let n = c.read_into(1, offset as u64, &mut buf, fill(&file)).unwrap();
+                            buf.truncate(n);
+                            buf
+                        }
+                        Read::Range => {
+                            let mut out = Vec::new();
+                            c.read_range_into(1, offset as u64, len, &mut out, order, fill(&file))
+                                .unwrap();
+                            out
+                        }
+                        Read::Refs => {
+                            let mut slices = Vec::new();
+                            c.read_refs(1, offset as u64, len, order, &mut slices, fill(&file))
+                                .unwrap();
+                            slices.iter().flat_map(|s| s.iter().copied()).collect()
+                        }
+                        Read::Page | Read::Folio(_) => {
+                            let index = (offset / PS) as u64;
+                            let o = if let Read::Folio(o) = how { *o } else { 0 };
+                            let mut f = fill(&file);
+                            let p = c.get_or_fill_folio(1, index, o, |first, b| f(first, b)).unwrap();
+                            let start = (index as usize * PS).min(file.len());
+                            let end = (start + PS).min(file.len());
+                            assert_eq!(&p[..], &file[start..end], "step {step}: page {index}");
+                            want.to_vec()
+                        }
+                    };
+                    assert_eq!(got, want, "step {step}: {op:?}");
+                }
+                Op::Write {
+                    offset,
+                    len,
+                    through,
+                    tell_size,
+                } => {
+                    version = version.wrapping_add(1);
+                    let data: Vec<u8> = (0..len).map(|i| (i as u8) ^ version.wrapping_mul(37)).collect();
+                    if file.len() < offset + len {
+                        file.resize(offset + len, 0);
+                    }
+                    file[offset..offset + len].copy_from_slice(&data);
+                    if through {
+                        let size = tell_size.then_some(file.len() as u64);
+                        c.write_through(1, offset as u64, &data, size);
+                    } else {
+                        c.write(1, offset as u64, &data);
+                    }
+                }
+                Op::Truncate(size) => {
+                    file.resize(size, 0);
+                    c.truncate(1, size as u64);
+                }
+                Op::DropRange(first, last) => {
+                    c.drop_range(1, first, last);
+                }
+                Op::DropInode => {
+                    c.drop_inode(1);
+                }
+                Op::Hold(index) => {
+                    if let Some(p) = c.get(1, index as u64) {
+                        let bytes = p.to_vec();
+                        held.push((p, bytes));
+                    }
+                }
+                Op::Release => {
+                    held.clear();
+                }
+            }
+            for (p, bytes) in &held {
+                assert_eq!(&p[..], &bytes[..], "step {step}: a held page changed");
+            }
+            c.check_invariants()
+                .unwrap_or_else(|e| panic!("step {step} {op:?}: {e}"));
+            for index in 0..SPAN as u64 + 8 {
+                if let Some(p) = c.get(1, index) {
+                    let start = (index as usize * PS).min(file.len());
+                    let end = (start + PS).min(file.len());
+                    assert_eq!(
+                        &p[..],
+                        &file[start..end],
+                        "step {step} {op:?}: cached page {index} differs"
+                    );
+                }
+            }
+        }
+        drop(held);
+        c.drop_inode(1);
+        assert_eq!(c.stats().bytes_cached, 0);
+        c.check_invariants().unwrap();
+    }
+
+    fn budget() -> impl Strategy<Value = usize> {
+        prop_oneof![Just(12usize), Just(64), Just(4096)]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(if cfg!(debug_assertions) { 48 } else { 256 }))]
+
+        #[test]
+        fn cache_matches_file_serial(budget in budget(), ops in proptest::collection::vec(op(), 1..60)) {
+            run(Mode::Serial, budget, &ops);
+        }
+
+        #[test]
+        fn cache_matches_file_lock_coupled(budget in budget(), ops in proptest::collection::vec(op(), 1..60)) {
+            run(Mode::LockCoupled, budget, &ops);
+        }
+
+        #[test]
+        fn cache_matches_file_optimistic(budget in budget(), ops in proptest::collection::vec(op(), 1..60)) {
+            run(Mode::Optimistic, budget, &ops);
         }
     }
 }

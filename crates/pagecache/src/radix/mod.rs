@@ -11,6 +11,19 @@
 //! with one child at slot 0. Unlinked nodes and removed items are retired to
 //! the epoch collector and stay readable until no reader can hold them.
 //!
+//! # Multi-index entries
+//! [`RadixTree::insert_run`] stores one item in every slot of an aligned
+//! run of `2^order` indexes inside one leaf (`order <= SHIFT`): the same
+//! pointer in each slot, as the XArray stores a large folio in every slot
+//! it covers (the XArray's sibling entries point back to a head slot; a
+//! lookup here needs no second load). A run is written and cleared slot by
+//! slot under the leaf lock, so a lock-free reader can see part of it, but
+//! every slot it finds filled holds an item covering that index. The run
+//! of a slot is recovered from the slots themselves (the adjacent slots
+//! holding the same pointer), so removals and replacements need no size
+//! stored with the item: `remove` of any index of a run removes all of it.
+//! `len` and gang lookups count and return each index.
+//!
 //! # Tags
 //! [`NUM_TAGS`] tags ([`Tag::DIRTY`], [`Tag::WRITEBACK`], [`Tag::ACCESSED`],
 //! [`Tag::PARTIAL`]), one bitmap per tag per node. After quiescence a node's
@@ -86,7 +99,8 @@ impl Tag {
     pub const DIRTY: Tag = Tag(0);
     /// Pages being written back.
     pub const WRITEBACK: Tag = Tag(1);
-    /// Pages hit since the CLOCK hand last passed (the page cache's reference bit).
+    /// Pages hit since the CLOCK hand last passed (the page cache's reference
+    /// bit, on a folio's first slot).
     pub const ACCESSED: Tag = Tag(2);
     /// Pages shorter than the page size (the end of a file), used by the page cache.
     pub const PARTIAL: Tag = Tag(3);
@@ -271,17 +285,26 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         // SAFETY: nodes reachable from the root while `guard` is pinned are
         // retired (if ever) only after being unlinked, so they outlive 'g.
         let mut node = unsafe { root.as_ref() }?;
-        if index > max_index(node.height) {
+        // The heights below the root are known without reading them: a
+        // child's height is its parent's minus one, for every parent it
+        // ever had (growing and shrinking move whole subtrees under a new
+        // root or out from under an old one). Not reading each node's
+        // height field keeps a lookup to one cache line per level, the
+        // slot's.
+        let mut height = node.height;
+        if index > max_index(height) {
             return None;
         }
         loop {
-            let s = slot_of(index, node.height);
-            if node.is_leaf() {
+            debug_assert_eq!(node.height, height, "heights decrease by one");
+            let s = slot_of(index, height);
+            if height == 1 {
                 return Some((node, s));
             }
             let child = node.child(s, guard);
             // SAFETY: as above; the child was reachable when loaded.
             node = unsafe { child.as_ref() }?;
+            height -= 1;
         }
     }
 
@@ -409,6 +432,29 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         tag: Option<usize>,
         guard: &'g epoch::Guard,
     ) -> Vec<(u64, &'g V)> {
+        self.gang_with(first, max, tag, false, guard)
+    }
+
+    /// Like `gang`, but a multi-index entry is returned once, at the first
+    /// of its indexes the lookup reaches (so `max` counts entries).
+    pub(crate) fn gang_runs<'g>(
+        &self,
+        first: u64,
+        max: usize,
+        tag: Option<usize>,
+        guard: &'g epoch::Guard,
+    ) -> Vec<(u64, &'g V)> {
+        self.gang_with(first, max, tag, true, guard)
+    }
+
+    fn gang_with<'g>(
+        &self,
+        first: u64,
+        max: usize,
+        tag: Option<usize>,
+        runs: bool,
+        guard: &'g epoch::Guard,
+    ) -> Vec<(u64, &'g V)> {
         let mut out = Vec::new();
         if max == 0 {
             return out;
@@ -422,23 +468,27 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         if first > max_index(root.height) {
             return out;
         }
-        Self::collect(root, 0, first, tag, max, &mut out, guard);
+        Self::collect(root, 0, first, tag, max, runs, &mut out, guard);
         out
     }
 
     /// Depth-first, in slot order, from the slot of `first`. Returns true
-    /// once `out` holds `max` entries.
+    /// once `out` holds `max` entries. With `runs`, an item equal to the
+    /// one pushed from the previous slot of the same leaf is skipped.
+    #[allow(clippy::too_many_arguments)]
     fn collect<'g>(
         node: &'g Node<V>,
         base: u64,
         first: u64,
         tag: Option<usize>,
         max: usize,
+        runs: bool,
         out: &mut Vec<(u64, &'g V)>,
         guard: &'g epoch::Guard,
     ) -> bool {
         let shift = SHIFT as usize * (node.height - 1);
         let start = slot_of(first.max(base), node.height);
+        let mut prev = Shared::null();
         for s in start..SLOTS {
             let child_base = u128::from(base) + ((s as u128) << shift);
             if child_base > u128::from(u64::MAX) {
@@ -452,9 +502,10 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
             }
             if node.is_leaf() {
                 let item = node.item(s, guard);
-                if item.is_null() {
+                if item.is_null() || (runs && item == prev) {
                     continue;
                 }
+                prev = item;
                 if let Some(t) = tag {
                     // Re-read the slot after the bitmap (which was read after
                     // the first load): the same item was in the slot while the
@@ -473,7 +524,7 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                 let child = node.child(s, guard);
                 // SAFETY: the child was reachable while `guard` was pinned.
                 if let Some(c) = unsafe { child.as_ref() }
-                    && Self::collect(c, child_base, first.max(child_base), tag, max, out, guard)
+                    && Self::collect(c, child_base, first.max(child_base), tag, max, runs, out, guard)
                 {
                     return true;
                 }
@@ -499,16 +550,25 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                 Err(format!("empty root but len {}", self.len()))
             };
         };
-        let items = Self::check_node(root, true, &guard)?;
+        let mut seen = std::collections::HashSet::new();
+        let items = Self::check_node(root, true, &mut seen, &guard)?;
         if items != self.len() {
             return Err(format!("{items} items reachable but len {}", self.len()));
         }
         Ok(())
     }
 
-    fn check_node(node: &Node<V>, is_root: bool, guard: &epoch::Guard) -> Result<usize, String> {
+    fn check_node(
+        node: &Node<V>,
+        is_root: bool,
+        seen: &mut std::collections::HashSet<usize>,
+        guard: &epoch::Guard,
+    ) -> Result<usize, String> {
         if node.is_dead() {
             return Err(format!("dead node of height {} reachable", node.height));
+        }
+        if node.is_leaf() {
+            Self::check_runs(node, seen, guard)?;
         }
         let mut occupied = 0;
         let mut items = 0;
@@ -540,7 +600,7 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                             ));
                         }
                     }
-                    items += Self::check_node(c, false, guard)?;
+                    items += Self::check_node(c, false, seen, guard)?;
                 }
             }
         }
@@ -558,6 +618,35 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
             return Err("empty root left in the tree".into());
         }
         Ok(items)
+    }
+
+    /// Every run of equal items in a leaf (a multi-index entry) is aligned
+    /// to its length, which is a power of two, and no item is in two runs.
+    fn check_runs(
+        leaf: &Node<V>,
+        seen: &mut std::collections::HashSet<usize>,
+        guard: &epoch::Guard,
+    ) -> Result<(), String> {
+        let mut s = 0;
+        while s < SLOTS {
+            let p = leaf.slot_addr(s, guard);
+            if p == 0 {
+                s += 1;
+                continue;
+            }
+            let mut n = 1;
+            while s + n < SLOTS && leaf.slot_addr(s + n, guard) == p {
+                n += 1;
+            }
+            if !n.is_power_of_two() || s % n != 0 {
+                return Err(format!("a run of {n} slots at slot {s} of a leaf"));
+            }
+            if !seen.insert(p) {
+                return Err(format!("an item in two runs (again at slot {s} of a leaf)"));
+            }
+            s += n;
+        }
+        Ok(())
     }
 
     pub(crate) fn len_counter(&self) -> &Counter {
@@ -590,7 +679,9 @@ unsafe fn free_subtree<V, O: Own<V>>(node: Shared<'_, Node<V>>, guard: &epoch::G
     for s in 0..SLOTS {
         if n.is_leaf() {
             let p = n.item(s, guard);
-            if !p.is_null() {
+            // A multi-index entry fills adjacent slots: free it once, at the
+            // first slot of its run.
+            if !p.is_null() && (s == 0 || n.item(s - 1, guard) != p) {
                 // SAFETY: the item is owned by this exclusive, live leaf.
                 unsafe { O::free(p) };
             }

@@ -23,7 +23,7 @@
 
 use std::marker::PhantomData;
 
-use crate::sync::epoch::{Atomic, Guard, Shared};
+use crate::sync::epoch::{Atomic, Guard, Pointer, Shared};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
 
 /// Bits of the index consumed by one level: 6 (64 slots, as in Linux), or 2
@@ -71,6 +71,24 @@ pub(crate) fn bit(s: usize) -> u64 {
     1u64 << s
 }
 
+/// The bitmap of `n` slots from slot `s` (`s + n <= SLOTS`).
+pub(crate) fn run_bits(s: usize, n: usize) -> u64 {
+    debug_assert!(s + n <= SLOTS, "a run stays inside its node");
+    if n >= 64 { u64::MAX } else { ((1u64 << n) - 1) << s }
+}
+
+/// The slots of a bitmap, in increasing order.
+pub(crate) fn slots_of(mut bits: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        if bits == 0 {
+            return None;
+        }
+        let s = bits.trailing_zeros() as usize;
+        bits &= bits - 1;
+        Some(s)
+    })
+}
+
 /// What a slot points to, with its type erased: a `Node<V>` in an inner
 /// node, a `V` in a leaf (the node's height says which). Alignment 1, so
 /// that crossbeam-epoch's pointer-tag bits are empty and a pointer of any
@@ -79,9 +97,14 @@ pub(crate) struct Erased {
     _opaque: u8,
 }
 
-/// Converts a slot's pointer to the type the node's height says it has.
+/// Converts a slot's pointer to the type the node's height says it has,
+/// keeping the whole word: an item policy may keep a tag in the low bits
+/// its item's alignment leaves free (the page cache keeps a folio's order
+/// there), which `Erased`, of alignment 1, carries through untouched.
 fn cast<'g, T, U>(p: Shared<'g, T>) -> Shared<'g, U> {
-    Shared::from(p.as_raw().cast::<U>())
+    // SAFETY: the word came from a `Shared` of the same slot; `Shared` is
+    // `Copy` and owns nothing, so converting it back is only a cast.
+    unsafe { Shared::from_usize(p.into_usize()) }
 }
 
 /// One node of the tree.
@@ -155,6 +178,38 @@ impl<V> Node<V> {
         // Release: publishes the item's contents; pairs with the Acquire
         // load in `item`.
         self.slots[s].store(cast(item), Ordering::Release);
+    }
+
+    /// The run of slot `s` of a leaf: the slots next to `s` (with `s`)
+    /// that hold the same item, as a bitmap; `bit(s)` alone for an empty
+    /// slot. Exact under the node lock (the writers' only use); a hint
+    /// otherwise. An item stored by `insert_run` fills an aligned run of a
+    /// power-of-two length, and no item is in two runs, so the run is
+    /// exactly the slots it was stored in.
+    pub(crate) fn run_at(&self, s: usize, guard: &Guard) -> u64 {
+        debug_assert!(self.is_leaf(), "runs are in leaves");
+        // Relaxed: compared only, never dereferenced (see above).
+        let p = self.slots[s].load(Ordering::Relaxed, guard);
+        if p.is_null() {
+            return bit(s);
+        }
+        let same = |x: usize| self.slots[x].load(Ordering::Relaxed, guard) == p;
+        let (mut lo, mut hi) = (s, s);
+        while lo > 0 && same(lo - 1) {
+            lo -= 1;
+        }
+        while hi + 1 < SLOTS && same(hi + 1) {
+            hi += 1;
+        }
+        run_bits(lo, hi - lo + 1)
+    }
+
+    /// The raw pointer in slot `s`, for comparisons only (never
+    /// dereferenced): `check_invariants` and the tree's drop use it to find
+    /// runs.
+    pub(crate) fn slot_addr(&self, s: usize, guard: &Guard) -> usize {
+        // Relaxed: compared only.
+        self.slots[s].load(Ordering::Relaxed, guard).as_raw() as usize
     }
 
     /// Whether slot `s` is occupied.

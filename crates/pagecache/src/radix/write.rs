@@ -25,7 +25,7 @@
 //! In `Serial` mode the root lock is the single writer lock, held for the
 //! whole operation, and node locks are never taken.
 
-use super::node::{MAX_HEIGHT, NUM_TAGS, Node, bit, height_for, max_index, slot_of};
+use super::node::{MAX_HEIGHT, NUM_TAGS, Node, bit, height_for, max_index, run_bits, slot_of, slots_of};
 use super::{Boxed, Own, RadixTree, Tag};
 use crate::Mode;
 use crate::sync::MutexGuard;
@@ -135,16 +135,20 @@ pub(crate) enum PathOp {
 
 /// Whether `node`, on the path through slot `s`, is a termination point of
 /// `op` (see the module docs of `radix`). `is_root` applies the stricter rule
-/// that keeps the root lock when the tree may shrink.
-fn is_term<V>(node: &Node<V>, s: usize, op: PathOp, is_root: bool) -> bool {
+/// that keeps the root lock when the tree may shrink. A removal at a leaf
+/// removes the whole run of the slot (a multi-index entry), so the leaf
+/// must keep at least one slot outside that run, and for every tag either
+/// no bit of the run or some bit outside it.
+fn is_term<V>(node: &Node<V>, s: usize, op: PathOp, is_root: bool, guard: &Guard) -> bool {
     match op {
         PathOp::ClearTag(t) => node.tag_bits_relaxed(t) & !bit(s) != 0,
         PathOp::Remove => {
-            let need = if is_root { 3 } else { 2 };
+            let gone = if node.is_leaf() { node.run_at(s, guard) } else { bit(s) };
+            let need = gone.count_ones() + if is_root { 2 } else { 1 };
             node.count() >= need
                 && (0..NUM_TAGS).all(|t| {
                     let b = node.tag_bits_relaxed(t);
-                    b & bit(s) == 0 || b & !bit(s) != 0
+                    b & gone == 0 || b & !gone != 0
                 })
         }
     }
@@ -220,13 +224,35 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         value: T,
         make: impl for<'g> FnOnce(T, &'g Guard) -> Shared<'g, V>,
     ) -> Result<(), T> {
+        self.insert_run_with(index, 0, value, make)
+    }
+
+    /// Inserts the item `make(value)` at every index of the aligned run of
+    /// `2^order` indexes from `first` (a multi-index entry, all in one
+    /// leaf), or gives `value` back if any of them is occupied. The slots
+    /// are filled one by one under the leaf lock: a lock-free reader may
+    /// see some of them filled and others not yet, but every slot it finds
+    /// filled holds the item, which covers that index.
+    ///
+    /// # Panics
+    /// If `order` exceeds [`SHIFT`](super::SHIFT) or `first` is not a
+    /// multiple of `2^order`.
+    pub(crate) fn insert_run_with<T>(
+        &self,
+        first: u64,
+        order: u32,
+        value: T,
+        make: impl for<'g> FnOnce(T, &'g Guard) -> Shared<'g, V>,
+    ) -> Result<(), T> {
+        assert!(order <= super::SHIFT, "a run fits in one leaf");
+        assert_eq!(first & ((1u64 << order) - 1), 0, "a run is aligned to its length");
         let guard = self.raw_pin();
         let mut ctx = LockCtx::new(self.serial());
-        if !(self.mode() == Mode::Optimistic && self.optimistic_insert_start(&mut ctx, index, &guard)) {
-            let started = self.start_at_root(&mut ctx, index, true, &guard);
+        if !(self.mode() == Mode::Optimistic && self.optimistic_insert_start(&mut ctx, first, &guard)) {
+            let started = self.start_at_root(&mut ctx, first, true, &guard);
             debug_assert!(started, "a growing start always starts");
         }
-        self.insert_from(&mut ctx, index, value, make, &guard)
+        self.insert_from(&mut ctx, first, 1 << order, value, make, &guard)
     }
 
     /// Lock-free descent to the lowest existing node on the path of `index`,
@@ -258,11 +284,13 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         true
     }
 
-    /// Ladder locking from the context's last node down to the leaf.
+    /// Ladder locking from the context's last node down to the leaf, where
+    /// the item fills the `n` slots from the slot of `index`.
     fn insert_from<'a, T>(
         &'a self,
         ctx: &mut LockCtx<'a, V>,
         index: u64,
+        n: usize,
         value: T,
         make: impl for<'g> FnOnce(T, &'g Guard) -> Shared<'g, V>,
         guard: &'a Guard,
@@ -271,12 +299,16 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
             let node = ctx.last();
             let s = slot_of(index, node.height);
             if node.is_leaf() {
-                if node.occupied(s, guard) {
+                let run = run_bits(s, n);
+                if slots_of(run).any(|x| node.occupied(x, guard)) {
                     return Err(value);
                 }
-                node.set_item(s, make(value, guard));
-                node.add_count(1);
-                self.len_counter().incr();
+                let item = make(value, guard);
+                for x in slots_of(run) {
+                    node.set_item(x, item);
+                }
+                node.add_count(n as i32);
+                self.len_counter().add(n as i64);
                 return Ok(());
             }
             let mut child = node.child(s, guard);
@@ -395,21 +427,23 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
 
     // ----- remove and clear_tag -----------------------------------------
 
-    /// Removes the entry at `index`; false if there was none.
+    /// Removes the entry at `index` (all of a multi-index entry covering
+    /// it); false if there was none.
     pub fn remove(&self, index: u64) -> bool {
         let guard = self.raw_pin();
         self.path_op(index, PathOp::Remove, None::<fn(&V) -> bool>, &guard)
             .is_some()
     }
 
-    /// Removes the entry at `index` if `pred` (called under the leaf lock)
-    /// accepts it.
+    /// Removes the entry at `index` (all of a multi-index entry covering
+    /// it) if `pred` (called under the leaf lock) accepts it.
     pub fn remove_if(&self, index: u64, pred: impl FnOnce(&V) -> bool) -> bool {
         let guard = self.raw_pin();
         self.path_op(index, PathOp::Remove, Some(pred), &guard).is_some()
     }
 
-    /// Removes the entry at `index` and returns a clone of it.
+    /// Removes the entry at `index` (all of a multi-index entry covering
+    /// it) and returns a clone of it.
     pub fn take(&self, index: u64) -> Option<V>
     where
         V: Clone,
@@ -481,7 +515,7 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         let mut first = true;
         loop {
             let s = slot_of(index, node.height);
-            if is_term(node, s, op, first) {
+            if is_term(node, s, op, first, guard) {
                 best = Some((node, first));
             }
             first = false;
@@ -500,7 +534,7 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         }
         let (node, was_root) = best.ok_or(Fallback)?;
         let lock = node.lock.lock();
-        if node.is_dead() || !is_term(node, slot_of(index, node.height), op, was_root) {
+        if node.is_dead() || !is_term(node, slot_of(index, node.height), op, was_root, guard) {
             self.failed_validations.incr();
             return Err(Fallback);
         }
@@ -522,7 +556,7 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         loop {
             let node = ctx.last();
             let s = slot_of(index, node.height);
-            if is_term(node, s, op, ctx.at_root && ctx.depth == 1) {
+            if is_term(node, s, op, ctx.at_root && ctx.depth == 1, guard) {
                 ctx.release_above_last();
             }
             if node.is_leaf() {
@@ -555,12 +589,18 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                 {
                     return None;
                 }
-                for t in 0..NUM_TAGS {
-                    bottom.clear_tag_bit(t, s);
+                // The whole run of the slot goes: a multi-index entry
+                // leaves every index it covers, under this one lock.
+                let run = bottom.run_at(s, guard);
+                for x in slots_of(run) {
+                    for t in 0..NUM_TAGS {
+                        bottom.clear_tag_bit(t, x);
+                    }
+                    bottom.set_item(x, Shared::null());
                 }
-                bottom.set_item(s, Shared::null());
-                bottom.add_count(-1);
-                self.len_counter().add(-1);
+                let n = run.count_ones();
+                bottom.add_count(-(n as i32));
+                self.len_counter().add(-i64::from(n));
                 // SAFETY: the item is unlinked, retired once; the policy
                 // defers its destruction past every pinned reader.
                 unsafe { O::retire(item, guard) };
@@ -578,6 +618,107 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                 }
                 cleared.then(Shared::null)
             }
+        }
+    }
+
+    // ----- replace ------------------------------------------------------
+
+    /// Replaces the item covering `index` with `make(value)` if `pred`
+    /// (called under the leaf lock) accepts the old one: every slot of the
+    /// old item's run gets the new item, and the old one is retired. Gives
+    /// `value` back if there is no item or `pred` refuses. Tags stay as
+    /// they are. The new item must cover the same indexes as the old one
+    /// (the caller's contract: a lock-free reader of any slot of the run
+    /// finds one or the other, and each covers its index).
+    pub(crate) fn replace_with<T>(
+        &self,
+        index: u64,
+        pred: impl FnOnce(&V) -> bool,
+        value: T,
+        make: impl for<'g> FnOnce(T, &'g Guard) -> Shared<'g, V>,
+    ) -> Result<(), T> {
+        let guard = self.raw_pin();
+        let mut ctx = LockCtx::new(self.serial());
+        if !self.lock_leaf(&mut ctx, index, &guard) {
+            return Err(value);
+        }
+        let leaf = ctx.last();
+        let s = slot_of(index, 1);
+        let old = leaf.item(s, &guard);
+        // SAFETY: the item is in a slot of a leaf we hold locked.
+        match unsafe { old.as_ref() } {
+            Some(v) if pred(v) => {}
+            _ => return Err(value),
+        }
+        let run = leaf.run_at(s, &guard);
+        let new = make(value, &guard);
+        for x in slots_of(run) {
+            leaf.set_item(x, new);
+        }
+        // SAFETY: the old item left every slot it was in, under the leaf
+        // lock; it is retired once, past every pinned reader.
+        unsafe { O::retire(old, &guard) };
+        Ok(())
+    }
+
+    /// Rewrites the tag bits of the pointer in every slot of the run
+    /// holding `index` (the same item, differently tagged: an item policy's
+    /// own use of the bits its item's alignment leaves free), if `pred`
+    /// (called under the leaf lock) accepts the item. Nothing is retired.
+    /// False if there is no item or `pred` refuses.
+    pub(crate) fn retag_with(&self, index: u64, pred: impl FnOnce(&V) -> bool, tag: usize) -> bool {
+        let guard = self.raw_pin();
+        let mut ctx = LockCtx::new(self.serial());
+        if !self.lock_leaf(&mut ctx, index, &guard) {
+            return false;
+        }
+        let leaf = ctx.last();
+        let s = slot_of(index, 1);
+        let item = leaf.item(s, &guard);
+        // SAFETY: the item is in a slot of a leaf we hold locked.
+        match unsafe { item.as_ref() } {
+            Some(v) if pred(v) => {}
+            _ => return false,
+        }
+        let run = leaf.run_at(s, &guard);
+        let tagged = item.with_tag(tag);
+        for x in slots_of(run) {
+            leaf.set_item(x, tagged);
+        }
+        true
+    }
+
+    /// Locks the leaf that holds `index` (the root lock too in `Serial`
+    /// mode): a validated optimistic descent, or ladder locking from the
+    /// root. False, with nothing locked, if there is no such leaf.
+    fn lock_leaf<'a>(&'a self, ctx: &mut LockCtx<'a, V>, index: u64, guard: &'a Guard) -> bool {
+        if self.mode() == Mode::Optimistic {
+            let Some((leaf, _)) = self.find_leaf(index, guard) else {
+                return false; // Linearizes at the lock-free read: no leaf.
+            };
+            let lock = leaf.lock.lock();
+            if !leaf.is_dead() {
+                ctx.push_locked(leaf, Some(lock));
+                return true;
+            }
+            self.failed_validations.incr();
+        }
+        if !self.start_at_root(ctx, index, false, guard) {
+            return false;
+        }
+        loop {
+            let node = ctx.last();
+            if node.is_leaf() {
+                return true;
+            }
+            let child = node.child(slot_of(index, node.height), guard);
+            if child.is_null() {
+                ctx.reset();
+                return false;
+            }
+            // SAFETY: linked under `node`, whose lock we hold.
+            ctx.push(unsafe { child.deref() });
+            ctx.release_above_last();
         }
     }
 
@@ -657,6 +798,27 @@ impl<V: Send + Sync + 'static> RadixTree<V, Boxed> {
     /// Inserts `value` at `index`; gives it back if the index is occupied.
     pub fn insert(&self, index: u64, value: V) -> Result<(), V> {
         self.insert_with(index, value, |v, guard| Owned::new(v).into_shared(guard))
+    }
+
+    /// Inserts `value` as one multi-index entry covering the `2^order`
+    /// indexes from `first` (which must be a multiple of `2^order`;
+    /// `order` at most [`SHIFT`](super::SHIFT), so that the entry fits in
+    /// one leaf); gives it back if any of them is occupied. Every index of
+    /// the run then finds the value (`get`, gang lookups, which return it
+    /// once per index), `len` counts each index, and `remove` (or `take`)
+    /// of any of them removes the whole entry. Tags stay per index.
+    ///
+    /// # Panics
+    /// If `order` or `first` break the rule above.
+    pub fn insert_run(&self, first: u64, order: u32, value: V) -> Result<(), V> {
+        self.insert_run_with(first, order, value, |v, guard| Owned::new(v).into_shared(guard))
+    }
+
+    /// Replaces the entry covering `index` (every index of a multi-index
+    /// entry) with `value`; gives `value` back if there is none. Lock-free
+    /// readers find the old value or the new one at each index.
+    pub fn replace(&self, index: u64, value: V) -> Result<(), V> {
+        self.replace_with(index, |_| true, value, |v, guard| Owned::new(v).into_shared(guard))
     }
 }
 

@@ -1,16 +1,19 @@
 //! Stress of the page cache in every mode, against a backing store in
-//! memory: readers fill and hit, one writer writes through and updates the
-//! cache, a dropper drops ranges and inodes, and a small budget makes CLOCK
-//! evict all along. Checks: every page's content is the pattern of one
-//! version; never older than the last write that completed before the read
-//! began (so a page removed or replaced by a write is never returned after
-//! it); a pinned page never changes; the counters balance at the end.
+//! memory: readers fill (single pages, folios of random orders, the
+//! readahead's folios) and hit (pages, ranged copies, folio slices), one
+//! writer writes through and updates the cache (copy-on-write, and
+//! write-through insertion), a dropper drops ranges and inodes, and a small
+//! budget makes CLOCK evict all along. Checks: every page's content is the
+//! pattern of one version; never older than the last write that completed
+//! before the read began (so a page removed or replaced by a write is never
+//! returned after it); a pinned page or a held folio slice never changes;
+//! the counters balance at the end.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::Duration;
 
-use pagecache::{Config, Mode, PageCache, PageRef};
+use pagecache::{Config, FillOrder, FolioSlice, Mode, PageCache, PageRef};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -79,12 +82,28 @@ impl Store {
         buf.copy_from_slice(&pattern(ino, index, v));
         PS
     }
+
+    /// A folio's fill: pages from `first`, one by one (each consistent),
+    /// short at the end of the file.
+    fn read_folio(&self, ino: u64, first: u64, buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        for (i, page) in buf.chunks_mut(PS).enumerate() {
+            let index = first + i as u64;
+            if index >= PAGES {
+                break;
+            }
+            n += self.read(ino, index, page);
+        }
+        n
+    }
 }
 
-fn read_checked(cache: &PageCache, store: &Store, ino: u64, index: u64) -> PageRef {
+fn read_checked(cache: &PageCache, store: &Store, ino: u64, index: u64, order: u32) -> PageRef {
     let floor = store.committed[Store::slot(ino, index)].load(Ordering::Acquire);
     let r = cache
-        .get_or_fill(ino, index, |buf| Ok::<_, ()>(store.read(ino, index, buf)))
+        .get_or_fill_folio(ino, index, order, |first, buf| {
+            Ok::<_, ()>(store.read_folio(ino, first, buf))
+        })
         .unwrap();
     let v = version_of(ino, index, &r);
     assert!(
@@ -94,27 +113,71 @@ fn read_checked(cache: &PageCache, store: &Store, ino: u64, index: u64) -> PageR
     r
 }
 
-/// A `read_into` of up to `k` whole pages from `index`: every page of the
+/// How a ranged read of the stress reads.
+#[derive(Clone, Copy, Debug)]
+enum Ranged {
+    /// `read_into` (one page per fill).
+    Into,
+    /// `read_range_into`, filling as the readahead says.
+    Range,
+    /// `read_refs`, filling folios of up to 4 pages; the slices are held
+    /// and checked again later.
+    Refs,
+}
+
+/// A ranged read of up to `k` whole pages from `index`: every page of the
 /// result is one version's pattern, never older than the last write that
 /// completed before the read began.
-fn read_range_checked(cache: &PageCache, store: &Store, ino: u64, index: u64, k: u64) {
+fn read_range_checked(
+    cache: &PageCache,
+    store: &Store,
+    ino: u64,
+    index: u64,
+    k: u64,
+    how: Ranged,
+    held: &mut Vec<(FolioSlice, Vec<u8>)>,
+) {
     let k = k.min(PAGES - index);
     let floors: Vec<u64> = (index..index + k)
         .map(|i| store.committed[Store::slot(ino, i)].load(Ordering::Acquire))
         .collect();
-    let mut buf = vec![0u8; k as usize * PS];
-    let n = cache
-        .read_into(ino, index * PS as u64, &mut buf, |i, b| {
-            Ok::<_, ()>(store.read(ino, i, b))
-        })
-        .unwrap();
-    assert_eq!(n, buf.len());
+    let (offset, len) = (index * PS as u64, k as usize * PS);
+    let fill = |first: u64, b: &mut [u8]| Ok::<_, ()>(store.read_folio(ino, first, b));
+    let buf = match how {
+        Ranged::Into => {
+            let mut buf = vec![0u8; len];
+            let n = cache.read_into(ino, offset, &mut buf, fill).unwrap();
+            assert_eq!(n, len);
+            buf
+        }
+        Ranged::Range => {
+            let mut out = Vec::new();
+            let n = cache
+                .read_range_into(ino, offset, len, &mut out, FillOrder::Readahead, fill)
+                .unwrap();
+            assert_eq!(n, len);
+            out
+        }
+        Ranged::Refs => {
+            let mut slices = Vec::new();
+            let n = cache
+                .read_refs(ino, offset, len, FillOrder::Order(2), &mut slices, fill)
+                .unwrap();
+            assert_eq!(n, len);
+            let bytes: Vec<u8> = slices.iter().flat_map(|s| s.iter().copied()).collect();
+            for s in slices {
+                let copy = s.to_vec();
+                held.push((s, copy));
+            }
+            bytes
+        }
+    };
     for (j, page) in buf.chunks(PS).enumerate() {
         let i = index + j as u64;
         let v = version_of(ino, i, page);
         assert!(
             v >= floors[j],
-            "page {ino}/{i}: version {v} after write of {} completed",
+            "{how:?}: page {ino}/{i}: version {v} after write of {} completed",
             floors[j]
         );
     }
@@ -136,9 +199,11 @@ fn stress(mode: Mode) {
                 s.spawn(move || {
                     let mut rng = SmallRng::seed_from_u64(t);
                     let mut pinned: Vec<(u64, u64, u64, PageRef)> = Vec::new();
+                    let mut held: Vec<(FolioSlice, Vec<u8>)> = Vec::new();
                     for _ in 0..reads {
                         let (ino, index) = (rng.random_range(0..INODES), rng.random_range(0..PAGES));
-                        let r = read_checked(cache, store, ino, index);
+                        let order = [0, 0, 1, 2, 3][rng.random_range(0..5)];
+                        let r = read_checked(cache, store, ino, index, order);
                         if rng.random_range(0..16) == 0 {
                             let v = version_of(ino, index, &r);
                             pinned.push((ino, index, v, r));
@@ -152,7 +217,14 @@ fn stress(mode: Mode) {
                             version_of(ino, index, &r);
                         }
                         if rng.random_range(0..4) == 0 {
-                            read_range_checked(cache, store, ino, index, rng.random_range(1..=4));
+                            let how = [Ranged::Into, Ranged::Range, Ranged::Refs][rng.random_range(0..3)];
+                            read_range_checked(cache, store, ino, index, rng.random_range(1..=6), how, &mut held);
+                        }
+                        if held.len() > 12 {
+                            // A held folio slice never changes under its holder.
+                            for (s, copy) in held.drain(..6) {
+                                assert_eq!(&s[..], &copy[..], "a held folio slice changed");
+                            }
                         }
                     }
                 })
@@ -169,8 +241,14 @@ fn stress(mode: Mode) {
                     *cur += 1;
                     *cur
                 };
-                if rng.random_range(0..2) == 0 {
-                    cache.write(ino, index * PS as u64, &pattern(ino, index, v));
+                let whole = pattern(ino, index, v);
+                if rng.random_range(0..3) == 0 {
+                    cache.write(ino, index * PS as u64, &whole);
+                } else if rng.random_range(0..2) == 0 {
+                    // Write-through: the page is cached after the call
+                    // (within the budget) even if it was not before.
+                    let size = (index == PAGES - 1).then_some(PAGES * PS as u64);
+                    cache.write_through(ino, index * PS as u64, &whole, size);
                 } else {
                     // Two partial writes, one half each.
                     let p = pattern(ino, index, v);
@@ -202,10 +280,21 @@ fn stress(mode: Mode) {
         dropper.join().unwrap();
     });
     cache.check_invariants().unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+    // Held pages and slices may have kept the cache over its budget (it is
+    // exceeded while everything is in use); with nothing held, the next
+    // fill's reclaim brings it back within.
+    let spare = cache
+        .get_or_fill(INODES, 0, |b| {
+            b.fill(1);
+            Ok::<_, ()>(PS)
+        })
+        .unwrap();
+    drop(spare);
+    cache.check_invariants().unwrap_or_else(|e| panic!("{mode:?}: {e}"));
     let stats = cache.stats();
     assert!(
         stats.bytes_cached <= 64 * PS as u64,
-        "{mode:?}: over budget when quiescent: {stats:?}"
+        "{mode:?}: over budget when nothing is held: {stats:?}"
     );
     assert!(
         stats.evictions > 0,
@@ -224,7 +313,7 @@ fn stress(mode: Mode) {
             }
         }
     }
-    let dropped = cache.drop_inodes(&(0..INODES).collect::<Vec<_>>());
+    let dropped = cache.drop_inodes(&(0..=INODES).collect::<Vec<_>>());
     assert_eq!(dropped.pages, stats.pages);
     assert_eq!(cache.stats().bytes_cached, 0);
 }
@@ -391,12 +480,26 @@ fn fills_vs_writes_and_truncates() {
             };
             std::thread::scope(|s| {
                 for r in 0..2u64 {
-                    let (stop, read_page) = (&stop, &read_page);
+                    let (stop, read_page, cache, file) = (&stop, &read_page, &cache, &file);
                     s.spawn(move || {
                         let mut rng = SmallRng::seed_from_u64(round * 17 + r);
                         while !stop.load(Ordering::Relaxed) {
                             let page = read_page(rng.random_range(0..(SPAN / PS) as u64));
                             assert!(page.len() <= PS);
+                            if rng.random_range(0..3) == 0 {
+                                // A ranged read filling the readahead's folios.
+                                let offset = rng.random_range(0..SPAN as u64);
+                                let mut out = Vec::new();
+                                cache
+                                    .read_range_into(9, offset, PS * 3, &mut out, FillOrder::Readahead, |first, buf| {
+                                        let f = file.lock().unwrap();
+                                        let start = (first as usize * PS).min(f.len());
+                                        let n = (f.len() - start).min(buf.len());
+                                        buf[..n].copy_from_slice(&f[start..start + n]);
+                                        Ok::<_, ()>(n)
+                                    })
+                                    .unwrap();
+                            }
                         }
                     });
                 }
@@ -412,14 +515,19 @@ fn fills_vs_writes_and_truncates() {
                         let off = rng.random_range(0..SPAN - 1);
                         let len = rng.random_range(1..(PS + PS / 2).min(SPAN - off));
                         let data: Vec<u8> = (0..len).map(|i| (step + i) as u8 | 1).collect();
-                        {
+                        let size = {
                             let mut f = file.lock().unwrap();
                             if f.len() < off + len {
                                 f.resize(off + len, 0);
                             }
                             f[off..off + len].copy_from_slice(&data);
+                            f.len() as u64
+                        };
+                        if step % 2 == 0 {
+                            cache.write(9, off as u64, &data);
+                        } else {
+                            cache.write_through(9, off as u64, &data, Some(size));
                         }
-                        cache.write(9, off as u64, &data);
                     }
                 }
                 stop.store(true, Ordering::Relaxed);

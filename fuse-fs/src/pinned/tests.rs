@@ -1,0 +1,116 @@
+use std::io::IoSlice;
+
+use pagecache::{Config, PageCache};
+
+use super::{MAX_SLICES, PinnedRead};
+
+/// A cache of 4 KiB pages whose page `i` of inode 1 holds the byte
+/// `i as u8` (the last page `short` bytes long when `short` is non-zero).
+fn cache_with(pages: u64, short: usize) -> PageCache {
+    cache_of(4096, pages, short)
+}
+
+fn cache_of(page_size: usize, pages: u64, short: usize) -> PageCache {
+    let c = PageCache::new(Config {
+        budget_bytes: 256 << 20,
+        page_size,
+        ..Config::default()
+    });
+    for i in 0..pages {
+        c.get_or_fill(1, i, |b: &mut [u8]| {
+            let n = if i + 1 == pages && short != 0 { short } else { b.len() };
+            b[..n].fill(i as u8);
+            Ok::<_, ()>(n)
+        })
+        .expect("fill");
+    }
+    c
+}
+
+/// Concatenates what `with_io_slices` hands over, and counts the slices.
+fn gathered(r: &PinnedRead) -> (Vec<u8>, usize) {
+    r.with_io_slices(|s: &[IoSlice<'_>]| (s.iter().flat_map(|x| x.iter().copied()).collect(), s.len()))
+}
+
+#[test]
+fn ranges_across_units_come_out_in_order_and_exact() {
+    let c = cache_with(3, 100);
+    let mut r = PinnedRead::with_capacity(3);
+    r.push(c.get(1, 0).expect("page 0"), 4000..4096);
+    r.push(c.get(1, 1).expect("page 1"), 0..4096);
+    r.push(c.get(1, 2).expect("page 2"), 0..100);
+    let mut want = vec![0u8; 96];
+    want.extend(vec![1u8; 4096]);
+    want.extend(vec![2u8; 100]);
+    assert_eq!(r.len(), want.len());
+    assert_eq!(r.units(), 3);
+    assert_eq!(r.to_vec(), want);
+    assert_eq!(gathered(&r), (want, 3));
+}
+
+#[test]
+fn empty_ranges_are_not_kept() {
+    let c = cache_with(1, 10);
+    let mut r = PinnedRead::default();
+    r.push(c.get(1, 0).expect("page"), 10..10);
+    assert!(r.is_empty());
+    assert_eq!(r.units(), 0);
+    assert_eq!(gathered(&r), (Vec::new(), 0));
+}
+
+#[test]
+#[should_panic(expected = "outside a unit")]
+fn a_range_past_the_unit_is_refused() {
+    let c = cache_with(1, 10);
+    PinnedRead::default().push(c.get(1, 0).expect("page"), 0..11);
+}
+
+#[test]
+fn a_pinned_unit_keeps_its_bytes_when_the_cache_writes_over_it() {
+    let c = cache_with(1, 0);
+    let mut r = PinnedRead::default();
+    r.push(c.get(1, 0).expect("page"), 0..8);
+    // The write cannot change a held page: it drops it from the cache.
+    c.write(1, 0, &[9u8; 8]);
+    assert_eq!(r.to_vec(), vec![0u8; 8]);
+    assert!(c.get(1, 0).is_none(), "the held page left the cache");
+}
+
+#[test]
+fn many_small_units_are_gathered_into_one_slice() {
+    let c = cache_with(40, 0);
+    let mut r = PinnedRead::with_capacity(40);
+    for i in 0..40 {
+        r.push(c.get(1, i).expect("page"), 0..4096);
+    }
+    let want: Vec<u8> = (0..40u8).flat_map(|i| vec![i; 4096]).collect();
+    assert_eq!(gathered(&r), (want.clone(), 1));
+    // The thread's buffer is reused: a second, shorter reply is exact too.
+    let mut r = PinnedRead::default();
+    for i in 0..9 {
+        r.push(c.get(1, i).expect("page"), 100..200);
+    }
+    let want: Vec<u8> = (0..9u8).flat_map(|i| vec![i; 100]).collect();
+    assert_eq!(gathered(&r), (want, 1));
+}
+
+#[test]
+fn large_units_go_vectored_and_past_iov_max_into_one_buffer() {
+    const PS: usize = 32 << 10;
+    let n = MAX_SLICES as u64 + 1;
+    let c = cache_of(PS, n, 0);
+    let build = |units: u64| {
+        let mut r = PinnedRead::with_capacity(units as usize);
+        for i in 0..units {
+            r.push(c.get(1, i).expect("page"), 0..PS);
+        }
+        r
+    };
+    let want = |units: u64| (0..units).flat_map(|i| vec![i as u8; PS]).collect::<Vec<u8>>();
+    let r = build(20);
+    assert_eq!(gathered(&r), (want(20), 20));
+    let r = build(MAX_SLICES as u64);
+    assert_eq!(gathered(&r), (want(MAX_SLICES as u64), MAX_SLICES));
+    let r = build(n);
+    assert_eq!(gathered(&r), (want(n), 1), "one copied buffer past IOV_MAX");
+}
