@@ -4,7 +4,9 @@
 //! reference count against pruning; two racing inserts of one name; rename
 //! against lookup; a rename's in-place key change (under the node's
 //! sequence count) against lookups of torn keys; subtree drop against an
-//! insert under the dropped directory; rename against subtree drop.
+//! insert under the dropped directory; rename against subtree drop; the
+//! eviction policy's queues against lookups and removal; a prune batch's
+//! release of its victims' parent against a lookup of that parent.
 //!
 //! Under `rcufs_loom` the cache has two hash buckets and a fixed hash seed,
 //! and crossbeam-epoch runs on loom with a fresh default collector per
@@ -520,5 +522,67 @@ fn dcache_drop_cursor_vs_rename_away() {
         let b_in_e = payload_of(&c.lookup(&e, b"b"));
         assert!(b_in_e.is_none() || (moved && b_in_e == Some(4)));
         c.assert_consistent();
+    });
+}
+
+/// The eviction policy's queues (S3-FIFO, `policy.rs`) against a counted
+/// lookup and a removal. `a` was hit while on probation. The pruner moves it
+/// to the main queue, or, if the lookup holds it, takes it off lazily and
+/// marks it for the main queue, where the lookup's last `put` puts it; then
+/// it evicts `b` (never hit). The removal kills `a` wherever it is, taking
+/// it off the list its queue byte names. Whatever the order, every list
+/// holds exactly its nodes, each on the queue its byte names, and nothing
+/// is left. Fails (a list's nodes and length disagree) if a kill takes the
+/// node off the probation queue whatever its byte says.
+#[test]
+fn dcache_policy_queues_vs_lookup_and_remove() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        drop(c.insert(&root, b"a", Some(P::new(1).0)));
+        drop(c.insert(&root, b"b", Some(P::new(2).0)));
+        assert!(c.lookup_with(&root, b"a", |_| ()).is_some());
+        let pruner = {
+            let c = c.clone();
+            thread::spawn(move || c.prune(1))
+        };
+        assert_eq!(payload_of(&c.lookup(&root, b"a")), Some(1));
+        assert!(c.remove(&root, b"a"));
+        assert_eq!(pruner.join().unwrap(), 1);
+        c.assert_lists_consistent();
+        assert!(matches!(c.lookup(&root, b"a"), Lookup::Miss));
+        assert!(matches!(c.lookup(&root, b"b"), Lookup::Miss));
+        assert_eq!(c.len(), 0);
+        assert_eq!(c.lru_len(), 0);
+    });
+}
+
+/// A prune batch releases its victims' references on their parent together
+/// (one decrement when none of them is the last, `release_many`), against
+/// a counted lookup of that parent whose handle is then dropped. Whoever
+/// drops the parent's last reference puts it on the LRU: afterwards the
+/// parent is cached, unused and listed, and its children are gone.
+#[test]
+fn dcache_batch_release_vs_parent_lookup() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        let d = c.insert(&root, b"d", Some(P::new(1).0));
+        drop(c.insert(&d, b"x", Some(P::new(2).0)));
+        drop(c.insert(&d, b"y", Some(P::new(3).0)));
+        // `d` is held by its two children only, and on no list.
+        drop(d);
+        let reader = {
+            let c = c.clone();
+            let root = root.clone();
+            thread::spawn(move || payload_of(&c.lookup(&root, b"d")))
+        };
+        // The probation queue holds `x` and `y` (both unused, never hit).
+        assert_eq!(c.prune(2), 2);
+        assert_eq!(reader.join().unwrap(), Some(1));
+        c.assert_lists_consistent();
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.lru_len(), 1, "the parent's last put did not list it");
+        assert_eq!(payload_of(&c.lookup(&root, b"d")), Some(1));
     });
 }

@@ -8,7 +8,11 @@
 //! prune under one small cache, checking payloads as they read them; at the
 //! end everything is dropped and the cache must be empty. Every third name
 //! is longer than the node's inline name, so renames also replace and free
-//! heap copies of names.
+//! heap copies of names. It runs twice: in a cache of 256 entries (one LRU
+//! shard) over 24 names per directory, which stays under its bound, and in
+//! one of 16,384 entries (four LRU shards) over 24,000 names, which the
+//! inserts keep over its bound, so that the pruner's batches run across
+//! shards.
 
 use std::sync::Arc;
 use std::thread;
@@ -25,10 +29,17 @@ fn name(i: usize) -> Vec<u8> {
 
 fn main() {
     let rounds: usize = std::env::args().nth(1).map_or(3000, |a| a.parse().expect("ROUNDS"));
+    run(rounds, 256, 24);
+    run(rounds, 16_384, 24_000);
+}
+
+/// The three threads' rounds in a cache of `max_entries`, over `names`
+/// names under each of four directories.
+fn run(rounds: usize, max_entries: usize, names: u64) {
     let c = Arc::new(Dcache::new(
         Config {
-            max_entries: 256,
-            max_negative: 32,
+            max_entries,
+            max_negative: max_entries / 8,
             prune_batch: 8,
         },
         (0usize, 0usize),
@@ -43,9 +54,19 @@ fn main() {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    let (a, b) = ((x % 24) as usize, ((x >> 8) % 24) as usize);
+                    let (a, b) = ((x % names) as usize, ((x >> 8) % names) as usize);
                     let dir = c.insert(&root, &name(a % 4), Some((a % 4, a % 4)));
-                    match (x >> 16) % 10 {
+                    // The large cache mostly inserts (70 %; every other
+                    // operation 5 %), so that its bound prunes.
+                    let op = if names <= 24 {
+                        (x >> 16) % 10
+                    } else {
+                        match (x >> 16) % 20 {
+                            k @ 14.. => k - 10,
+                            _ => 0,
+                        }
+                    };
+                    match op {
                         0..=2 => drop(c.insert(&dir, &name(a), Some((a, a)))),
                         3 => drop(c.insert(&dir, &name(a), None)),
                         4 => {
@@ -65,8 +86,13 @@ fn main() {
                             c.rename(&dir, &name(a), &other, &name(b));
                         }
                         7 => drop(c.remove(&dir, &name(a))),
-                        8 if r % 16 == 0 => drop(c.drop_subtree(&dir, |&(p, _)| p % 2 == t % 2)),
-                        _ => drop(c.prune(4)),
+                        // In the large cache, subtree drops and explicit
+                        // prunes are rare: the bound prunes.
+                        8 if r % if names <= 24 { 16 } else { 4096 } == 0 => {
+                            c.drop_subtree(&dir, |&(p, _)| p % 2 == t % 2);
+                        }
+                        _ if names <= 24 || r % 64 == 0 => drop(c.prune(4)),
+                        _ => {}
                     }
                 }
             })
@@ -76,7 +102,9 @@ fn main() {
         t.join().unwrap();
     }
     let root = c.root();
+    c.assert_consistent();
+    c.assert_lists_consistent();
     let s = c.drop_subtree(&root, |_| true);
     assert_eq!(c.len(), 0, "{s:?}");
-    println!("ok: {:?}", c.stats());
+    println!("ok ({max_entries} entries at most): {:?}", c.stats());
 }

@@ -154,6 +154,7 @@ mod cache;
 mod children;
 mod lru;
 mod node;
+mod policy;
 mod stats;
 mod sync;
 mod table;

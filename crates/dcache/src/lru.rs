@@ -1,14 +1,13 @@
-//! The lazy LRU lists: intrusive doubly-linked lists of unused dentries, one
-//! for positive and one for negative entries, behind one mutex.
+//! The intrusive doubly-linked lists of unused dentries that the eviction
+//! policy (`policy.rs`) keeps behind the one LRU mutex: its probation and
+//! main queues and the negative entries' list.
 //!
-//! This is the lazy LRU of seed 000 ("Scalability of the directory entry
-//! cache", §6 and §6.2): a lookup hit never touches the list. It only sets the
-//! node's referenced bit. Nodes enter the list when their last reference is
-//! dropped while they are still hashed; the pruner fixes the list up lazily
-//! while it walks it: nodes found in use are taken off, referenced ones get a
-//! second chance at the tail (which makes the list a CLOCK in effect), and
-//! unused unreferenced ones are evicted. Only `put` (count reaching zero),
-//! the pruner and the killer of a node take the lock.
+//! They are the lazy LRU of seed 000 ("Scalability of the directory entry
+//! cache", §6 and §6.2): a lookup hit never touches a list. Nodes enter a
+//! list when their last reference is dropped while they are still hashed;
+//! the pruner fixes the lists up lazily while it walks them (nodes found in
+//! use are taken off). Only `put` (count reaching zero), the pruner and the
+//! killer of a node take the lock.
 //!
 //! Invariant: a node is on a list if and only if its `ON_LRU` state bit is
 //! set, and a node on a list is never freed (the killer takes it off first).
@@ -43,6 +42,15 @@ impl<T> List<T> {
 
     pub(crate) fn head(&self) -> *const Node<T> {
         self.head
+    }
+
+    /// The node after `node` (null at the tail).
+    ///
+    /// # Safety
+    /// The LRU lock is held and `node` is on this list (hence alive).
+    pub(crate) unsafe fn next(&self, node: *const Node<T>) -> *const Node<T> {
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::link(node, |l| l.next) }
     }
 
     /// Runs `f` on the LRU link of `node`.
@@ -121,30 +129,6 @@ impl<T> List<T> {
         unsafe {
             self.remove(node);
             self.push_back(node);
-        }
-    }
-}
-
-/// The two lists guarded by the one LRU mutex.
-pub(crate) struct Lru<T> {
-    pub(crate) positive: List<T>,
-    pub(crate) negative: List<T>,
-}
-
-impl<T> Lru<T> {
-    pub(crate) const fn new() -> Self {
-        Self {
-            positive: List::new(),
-            negative: List::new(),
-        }
-    }
-
-    /// The list a node belongs on (negativity never changes).
-    pub(crate) fn list_for(&mut self, node: &Node<T>) -> &mut List<T> {
-        if node.is_negative() {
-            &mut self.negative
-        } else {
-            &mut self.positive
         }
     }
 }

@@ -70,16 +70,20 @@
 //! `dcache_rename_in_chain_vs_lookup` and `dcache_rename_key_torn_vs_lookup`
 //! check this protocol.
 //!
-//! The referenced bit lives in a byte of its own (`referenced`): hits set it
-//! with a plain store only if a load shows it clear, so repeated hits write
-//! nothing shared (seed 000 §6, and the kernel's `DCACHE_REFERENCED`).
+//! The eviction policy's access frequency lives in a byte of its own
+//! (`freq`, 0 to `policy::MAX_FREQ`): hits raise it with a plain store only
+//! if a load shows it below the maximum, so repeated hits on a hot entry
+//! write nothing shared (seed 000 §6 and the kernel's `DCACHE_REFERENCED`,
+//! which is the one-bit case). Which of the policy's queues the node is on
+//! (`queue`) is another byte, in what was padding, changed only under the
+//! LRU lock (see `policy.rs`).
 
 use std::ptr::{self, NonNull};
 
 use crate::children::Sibling;
 use crate::sync::epoch::{self, Atomic, Guard, Owned};
 use crate::sync::{
-    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell, fence, spin_loop,
+    AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell, fence, spin_loop,
 };
 
 /// The node is being freed; no reference may be taken any more.
@@ -206,13 +210,17 @@ pub(crate) struct Node<T> {
     pub(crate) parent_id: AtomicU64,
     /// The name's length in bytes.
     pub(crate) len: AtomicU32,
-    /// Set by hits, cleared by the pruner (second chance).
-    pub(crate) referenced: AtomicBool,
+    /// Raised by hits up to `policy::MAX_FREQ`, lowered by the pruner.
+    pub(crate) freq: AtomicU8,
     /// The node is in the hash chain of its key's bucket (bucket lock).
     pub(crate) linked: AtomicBool,
     /// Guards `first_child` and the children's `sibling` links (one byte,
     /// in what would be padding).
     pub(crate) child_lock: Mutex<()>,
+    /// The policy queue the node is on or goes back to (`policy::Queue`;
+    /// read and written only under its LRU shard's lock; one byte, in what
+    /// was padding).
+    pub(crate) queue: UnsafeCell<u8>,
     /// The state word; see the module docs.
     pub(crate) count: AtomicUsize,
     /// `None` for a negative entry.
@@ -251,29 +259,32 @@ fn long_name(name: &[u8]) -> Atomic<LongName> {
 }
 
 impl<T> Node<T> {
-    /// A node with key (`parent_id`, `name`) whose table hash is `hash`.
+    /// A node with key (`parent_id`, the probe's name) whose table hash is
+    /// `hash`.
+    #[inline]
     pub(crate) fn new(
         id: u64,
         hash: u64,
         parent_id: u64,
-        name: &[u8],
+        probe: &Probe<'_>,
         parent: *const Node<T>,
         payload: Option<T>,
         count: usize,
     ) -> Self {
-        let (words, _) = name_words(name);
+        let name = probe.bytes;
         Self {
             next: Atomic::null(),
             seq: AtomicU32::new(0),
             hash: AtomicU32::new(hash as u32),
             parent_id: AtomicU64::new(parent_id),
             len: AtomicU32::new(name_len(name)),
-            referenced: AtomicBool::new(false),
+            freq: AtomicU8::new(0),
             linked: AtomicBool::new(false),
             child_lock: Mutex::new(()),
+            queue: UnsafeCell::new(crate::policy::Queue::New as u8),
             count: AtomicUsize::new(count),
             payload,
-            name: words.map(AtomicU64::new),
+            name: probe.words.map(AtomicU64::new),
             long: long_name(name),
             id,
             parent: AtomicPtr::new(parent.cast_mut()),
@@ -441,12 +452,17 @@ impl<T> Node<T> {
         self.seq.store(s.wrapping_add(2), Ordering::Release);
     }
 
-    /// Marks the node referenced for the lazy LRU. Writes only if the bit is
-    /// clear, so a hot entry's cache line stays shared between readers.
+    /// Counts a hit for the eviction policy. Writes only if the frequency
+    /// is below its maximum, so a hot entry's cache line stays shared
+    /// between readers. Two racing hits may store the same value (one hit
+    /// lost): the frequency is a hint, as in S3-FIFO.
     #[inline]
     pub(crate) fn mark_referenced(&self) {
-        if !self.referenced.load(Ordering::Relaxed) {
-            self.referenced.store(true, Ordering::Relaxed);
+        // Relaxed: a hint for the pruner, which reads it under the LRU
+        // lock; it orders nothing.
+        let f = self.freq.load(Ordering::Relaxed);
+        if f < crate::policy::MAX_FREQ {
+            self.freq.store(f + 1, Ordering::Relaxed);
         }
     }
 

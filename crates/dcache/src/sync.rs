@@ -15,7 +15,9 @@
 #[cfg(not(rcufs_loom))]
 mod imp {
     pub(crate) use std::sync::Arc;
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+    pub(crate) use std::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    };
 
     pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
 
@@ -65,6 +67,22 @@ mod imp {
         std::hint::spin_loop();
     }
 
+    /// Asks the CPU to start loading the cache line at `p` (a hint: no
+    /// effect on what the program computes, so nothing for loom to model).
+    /// The pruner's batches know their next victims' addresses long before
+    /// they touch them; prefetched, the misses overlap.
+    #[inline(always)]
+    pub(crate) fn prefetch<T>(p: *const T) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is a hint; it never faults, whatever the
+        // address.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = p;
+    }
+
     /// One wait of a spin lock's waiter that has spun `spins` times: a spin
     /// hint at first, then giving the core away, since the holder may be
     /// preempted (a user-space bit lock cannot disable preemption as the
@@ -81,6 +99,29 @@ mod imp {
     /// and lets it free what no reader can see any more.
     pub(crate) fn flush_deferred(guard: &epoch::Guard) {
         guard.flush();
+    }
+
+    /// Counts `n` frees this thread deferred and flushes (as
+    /// `flush_deferred`) once `every` have gathered since its last flush by
+    /// this function. A flush hands the thread's whole bag of deferred
+    /// frees to the collector's queue, a copy of about 2 KB: once per batch
+    /// of a few frees it cost the churn bench more than the frees. Up to
+    /// `every - 1` frees may then wait in the bag of a thread that goes
+    /// idle, as they would in crossbeam's own bag of 64.
+    pub(crate) fn flush_deferred_every(guard: &epoch::Guard, n: usize, every: usize) {
+        std::thread_local! {
+            static PENDING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+        }
+        let due = PENDING
+            .try_with(|p| {
+                let total = p.get() + n;
+                p.set(if total >= every { 0 } else { total });
+                total >= every
+            })
+            .unwrap_or(true);
+        if due {
+            guard.flush();
+        }
     }
 
     pub(crate) use crossbeam_utils::CachePadded;
@@ -139,7 +180,9 @@ mod imp {
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::sync::Arc;
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+    pub(crate) use loom::sync::atomic::{
+        AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    };
 
     pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 
@@ -172,6 +215,9 @@ mod imp {
         loom::thread::yield_now();
     }
 
+    /// Under loom a no-op.
+    pub(crate) fn prefetch<T>(_p: *const T) {}
+
     /// As `spin_loop`: every wait yields.
     pub(crate) fn backoff(_spins: u32) {
         loom::thread::yield_now();
@@ -183,6 +229,9 @@ mod imp {
     /// adds multiplied the models' states (the dcache models went from
     /// about two minutes to over six at preemption bound 2).
     pub(crate) fn flush_deferred(_guard: &epoch::Guard) {}
+
+    /// As `flush_deferred`: a no-op.
+    pub(crate) fn flush_deferred_every(_guard: &epoch::Guard, _n: usize, _every: usize) {}
 
     pub(crate) use crossbeam_utils::CachePadded;
 

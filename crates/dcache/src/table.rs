@@ -257,6 +257,12 @@ impl<T> Table<T> {
         (hash as usize) & self.mask
     }
 
+    /// The bucket that `hash` bits pick (for a prefetch).
+    #[inline]
+    pub(crate) fn bucket_of(&self, hash: u32) -> *const Bucket<T> {
+        &self.buckets[self.index(u64::from(hash))]
+    }
+
     /// Locks bucket `index`.
     #[inline]
     pub(crate) fn lock(&self, index: usize) -> BucketGuard<'_, T> {
@@ -315,10 +321,10 @@ impl<T> Table<T> {
         index: usize,
         hash: u64,
         parent: u64,
-        name: &[u8],
+        probe: &Probe<'_>,
         guard: &'g Guard,
     ) -> Option<&'g Node<T>> {
-        self.scan(index, hash, parent, &Probe::new(name), guard).0
+        self.scan(index, hash, parent, probe, guard).0
     }
 
     /// Checks, with every bucket locked in turn, that each chained node is

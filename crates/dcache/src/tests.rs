@@ -322,7 +322,8 @@ fn directories_with_cached_children_are_not_pruned() {
 
 #[test]
 fn referenced_entries_get_a_second_chance() {
-    let c = cache();
+    // One LRU shard (see `policy_cache`), so that the two entries share it.
+    let c = policy_cache();
     let root = c.root();
     drop(c.insert(&root, b"old", Some(1)));
     drop(c.insert(&root, b"new", Some(2)));
@@ -349,6 +350,123 @@ fn in_use_entries_leave_the_lru_lazily() {
     assert_eq!(c.lru_len(), 0);
     drop(a);
     assert_eq!(c.lru_len(), 1);
+}
+
+/// A cache of 100 entries: one LRU shard, whose probation queue keeps 10
+/// before the pruner takes from it first.
+fn policy_cache() -> Dcache<u32> {
+    Dcache::new(
+        Config {
+            max_entries: 100,
+            max_negative: 100,
+            prune_batch: 64,
+        },
+        0,
+    )
+}
+
+/// Inserts `prefix0` .. `prefix{n-1}` under `parent`, dropping the handles.
+fn insert_unused(c: &Dcache<u32>, parent: &Dentry<u32>, prefix: &str, n: u32) {
+    for i in 0..n {
+        drop(c.insert(parent, format!("{prefix}{i}").as_bytes(), Some(i)));
+    }
+}
+
+/// One borrowed hit (it raises the entry's frequency by one).
+#[track_caller]
+fn hit(c: &Dcache<u32>, parent: &Dentry<u32>, name: &str) {
+    assert!(
+        c.lookup_with(parent, name.as_bytes(), |_| ()).is_some(),
+        "{name} cached"
+    );
+}
+
+#[test]
+fn probation_evicts_entries_without_hits_first() {
+    let c = policy_cache();
+    let root = c.root();
+    insert_unused(&c, &root, "a", 10);
+    insert_unused(&c, &root, "b", 30);
+    for i in 0..10 {
+        hit(&c, &root, &format!("a{i}"));
+    }
+    assert_eq!(c.policy_lens(), (40, 0, 0));
+    // The probation queue is over its share: the pass moves the hit entries
+    // at its head to the main queue and evicts the oldest ones without hits.
+    assert_eq!(c.prune(10), 10);
+    assert_eq!(c.policy_lens(), (20, 10, 0));
+    for i in 0..10 {
+        hit(&c, &root, &format!("a{i}"));
+        assert!(c.lookup_with(&root, format!("b{i}").as_bytes(), |_| ()).is_none());
+    }
+    for i in 10..30 {
+        hit(&c, &root, &format!("b{i}"));
+    }
+    c.assert_lists_consistent();
+}
+
+#[test]
+fn an_entry_evicted_from_probation_comes_back_to_the_main_queue() {
+    let c = policy_cache();
+    let root = c.root();
+    insert_unused(&c, &root, "x", 1);
+    insert_unused(&c, &root, "f", 20);
+    // `x` is the only entry evicted, so the ghost holds its fingerprint.
+    assert_eq!(c.prune(1), 1);
+    assert_eq!(c.policy_lens(), (20, 0, 0));
+    drop(c.insert(&root, b"x0", Some(7)));
+    assert_eq!(c.policy_lens(), (20, 1, 0));
+    // Another new name goes on probation.
+    drop(c.insert(&root, b"y", Some(8)));
+    assert_eq!(c.policy_lens(), (21, 1, 0));
+    c.assert_lists_consistent();
+}
+
+#[test]
+fn an_entry_used_while_on_probation_goes_back_to_the_main_queue() {
+    let c = policy_cache();
+    let root = c.root();
+    drop(c.insert(&root, b"u", Some(1)));
+    let held = match c.lookup(&root, b"u") {
+        Lookup::Positive(d) => d,
+        other => panic!("{other:?}"),
+    };
+    insert_unused(&c, &root, "f", 20);
+    // `u` is at the head of the probation queue and in use: the pass takes
+    // it off (lazily) and evicts the next entry instead.
+    assert_eq!(c.prune(1), 1);
+    assert_eq!(c.policy_lens(), (19, 0, 0));
+    drop(held);
+    assert_eq!(c.policy_lens(), (19, 1, 0));
+    hit(&c, &root, "u");
+    c.assert_lists_consistent();
+}
+
+#[test]
+fn the_main_queue_gives_hit_entries_more_laps() {
+    let c = policy_cache();
+    let root = c.root();
+    insert_unused(&c, &root, "m", 2);
+    hit(&c, &root, "m0");
+    hit(&c, &root, "m1");
+    insert_unused(&c, &root, "f", 10);
+    // The probation queue (12) is over its share (10): m0 and m1 move to
+    // the main queue, f0 goes.
+    assert_eq!(c.prune(1), 1);
+    assert_eq!(c.policy_lens(), (9, 2, 0));
+    // Three more hits on m0 (the most the frequency keeps), one on m1.
+    for _ in 0..3 {
+        hit(&c, &root, "m0");
+    }
+    hit(&c, &root, "m1");
+    // With the probation queue under its share, the pass takes from the
+    // main queue: m1 is evicted on the second lap, m0 (frequency 3) only
+    // after the pass has lowered it three times, so m1 goes first.
+    assert_eq!(c.prune(1), 1);
+    assert_eq!(c.policy_lens(), (9, 1, 0));
+    assert!(c.lookup_with(&root, b"m1", |_| ()).is_none());
+    hit(&c, &root, "m0");
+    c.assert_lists_consistent();
 }
 
 #[test]
@@ -565,6 +683,7 @@ fn chains_stay_consistent_through_every_operation() {
             c.rename(&e, name.as_bytes(), &d, format!("moved-{i}").as_bytes());
         }
         c.assert_consistent();
+        c.assert_lists_consistent();
     }
     c.drop_subtree(&d, |_| true);
     c.assert_consistent();

@@ -205,6 +205,8 @@ fn readers_never_miss_stable_entries_under_churn() {
     for h in handles {
         h.join().unwrap();
     }
+    c.assert_consistent();
+    c.assert_lists_consistent();
     for (i, d) in schildren.iter().enumerate() {
         assert!(d.is_hashed());
         assert_eq!(d.payload().unwrap().verify(), 600 + i as u64);
@@ -328,6 +330,7 @@ fn no_entry_freed_while_counted() {
     for t in threads {
         t.join().unwrap();
     }
+    c.assert_lists_consistent();
     // Once every handle is gone, everything can be freed.
     let root = c.root();
     c.drop_subtree(&root, |_| true);
@@ -435,16 +438,16 @@ fn torn_keys_never_match_while_renames_change_keys_in_place() {
         }
         let probes = Arc::new(probes);
         let done = Arc::new(AtomicBool::new(false));
-        // The renames start once both readers run (on two busy cores the
-        // writer could otherwise finish before a reader's first lookup).
-        let running = Arc::new(std::sync::Barrier::new(3));
+        // Readers that finished a pass of their probes. The renames go on
+        // until both have (on two busy cores the writer could otherwise
+        // finish before a reader is scheduled at all).
+        let passed = Arc::new(AtomicUsize::new(0));
         let readers: Vec<_> = (0..2)
             .map(|_| {
                 let (c, probes, done, x) = (c.clone(), probes.clone(), done.clone(), x.clone());
-                let (n1, n2, running) = (n1.clone(), n2.clone(), running.clone());
+                let (n1, n2, passed) = (n1.clone(), n2.clone(), passed.clone());
                 thread::spawn(move || {
                     let mut lookups = 0u64;
-                    running.wait();
                     while !done.load(Ordering::Acquire) {
                         for (parent, name) in probes.iter() {
                             let hit = c.lookup_with(parent, name, |p| p.map(Payload::verify));
@@ -457,15 +460,19 @@ fn torn_keys_never_match_while_renames_change_keys_in_place() {
                             "a torn name: {:?}",
                             String::from_utf8_lossy(&now)
                         );
+                        if lookups == probes.len() as u64 {
+                            passed.fetch_add(1, Ordering::Release);
+                        }
                     }
                     lookups
                 })
             })
             .collect();
-        running.wait();
-        for _ in 0..scaled(20_000) {
+        let mut i = 0;
+        while i < scaled(20_000) || passed.load(Ordering::Acquire) < 2 {
             assert!(c.rename(&a, &n1, &b, &n2));
             assert!(c.rename(&b, &n2, &a, &n1));
+            i += 1;
         }
         done.store(true, Ordering::Release);
         for r in readers {
