@@ -15,7 +15,12 @@
 //! milliseconds between reading the source and caching what it read;
 //! `RCUFS_FAULT=withhold-ready` makes `rcufs mount` skip its `READY=1`
 //! (the mount helper's timeout test; the helper honours
-//! `RCUFS_HELPER_READY_TIMEOUT_SECS` in debug builds for the same test).
+//! `RCUFS_HELPER_READY_TIMEOUT_SECS` in debug builds for the same test);
+//! `RCUFS_FAULT=getattr-delay:MS` makes every GETATTR wait MS milliseconds
+//! before it answers, and `RCUFS_FAULT=watch-apply-delay:MS` makes the
+//! watcher wait MS milliseconds before it applies a batch that touches
+//! something cached, so that a test can make a kernel invalidation land
+//! while a GETATTR is in flight. Several faults are separated by commas.
 //! Release builds ignore the variable and compile the checks away.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,17 +37,33 @@ pub fn panics() -> u64 {
     PANICS.load(Ordering::Relaxed)
 }
 
+/// The argument of fault `kind` (`kind:ARG` in the comma-separated
+/// `RCUFS_FAULT`), or `""` for a bare `kind`.
+#[cfg(debug_assertions)]
+fn fault_arg(kind: &str) -> Option<String> {
+    let v = std::env::var("RCUFS_FAULT").ok()?;
+    v.split(',').find_map(|f| {
+        if f == kind {
+            Some(String::new())
+        } else {
+            f.strip_prefix(kind)?.strip_prefix(':').map(str::to_string)
+        }
+    })
+}
+
+/// A fault whose argument is a number of milliseconds.
+#[cfg(debug_assertions)]
+fn fault_ms(kind: &str) -> Option<std::time::Duration> {
+    fault_arg(kind)?.parse().ok().map(std::time::Duration::from_millis)
+}
+
 /// Whether a LOOKUP of `name` must panic (debug builds with
 /// `RCUFS_FAULT=panic-lookup:NAME` only).
 #[cfg(debug_assertions)]
 pub fn lookup_panics(name: &[u8]) -> bool {
     use std::sync::OnceLock;
     static NAME: OnceLock<Option<Vec<u8>>> = OnceLock::new();
-    let target = NAME.get_or_init(|| {
-        std::env::var("RCUFS_FAULT")
-            .ok()
-            .and_then(|v| v.strip_prefix("panic-lookup:").map(|n| n.as_bytes().to_vec()))
-    });
+    let target = NAME.get_or_init(|| fault_arg("panic-lookup").map(String::into_bytes));
     target.as_deref() == Some(name)
 }
 
@@ -58,10 +79,7 @@ pub fn lookup_panics(_name: &[u8]) -> bool {
 /// test can overflow the kernel's event queue.
 #[cfg(debug_assertions)]
 pub fn watch_stall() -> Option<std::time::Duration> {
-    std::env::var("RCUFS_FAULT")
-        .ok()
-        .and_then(|v| v.strip_prefix("watch-stall:").and_then(|ms| ms.parse().ok()))
-        .map(std::time::Duration::from_millis)
+    fault_ms("watch-stall")
 }
 
 /// Release builds: never.
@@ -80,8 +98,8 @@ pub fn lookup_delay(name: &[u8]) {
     use std::sync::OnceLock;
     static DELAY: OnceLock<Option<(Vec<u8>, u64)>> = OnceLock::new();
     let target = DELAY.get_or_init(|| {
-        let v = std::env::var("RCUFS_FAULT").ok()?;
-        let (n, ms) = v.strip_prefix("lookup-delay:")?.rsplit_once(':')?;
+        let v = fault_arg("lookup-delay")?;
+        let (n, ms) = v.rsplit_once(':')?;
         Some((n.as_bytes().to_vec(), ms.parse().ok()?))
     });
     if let Some((n, ms)) = target
@@ -102,7 +120,7 @@ pub fn lookup_delay(_name: &[u8]) {}
 /// became ready.
 #[cfg(debug_assertions)]
 pub fn withhold_ready() -> bool {
-    std::env::var("RCUFS_FAULT").is_ok_and(|v| v == "withhold-ready")
+    fault_arg("withhold-ready").is_some()
 }
 
 /// Release builds: never.
@@ -111,3 +129,38 @@ pub fn withhold_ready() -> bool {
 pub fn withhold_ready() -> bool {
     false
 }
+
+/// Sleeps for fault `kind`'s milliseconds, if it is set (read once, into
+/// `cell`).
+#[cfg(debug_assertions)]
+fn sleep_for(kind: &str, cell: &std::sync::OnceLock<Option<std::time::Duration>>) {
+    if let Some(d) = cell.get_or_init(|| fault_ms(kind)) {
+        std::thread::sleep(*d);
+    }
+}
+
+/// Sleeps before a GETATTR answers (debug builds with
+/// `RCUFS_FAULT=getattr-delay:MS` only).
+#[cfg(debug_assertions)]
+pub fn getattr_delay() {
+    static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    sleep_for("getattr-delay", &DELAY);
+}
+
+/// Release builds: never.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn getattr_delay() {}
+
+/// Sleeps before the watcher applies a batch that touches something cached
+/// (debug builds with `RCUFS_FAULT=watch-apply-delay:MS` only).
+#[cfg(debug_assertions)]
+pub fn watch_apply_delay() {
+    static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    sleep_for("watch-apply-delay", &DELAY);
+}
+
+/// Release builds: never.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn watch_apply_delay() {}

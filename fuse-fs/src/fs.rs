@@ -686,6 +686,7 @@ impl Fs {
 
     /// GETATTR.
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Attr> {
+        crate::fault::getattr_delay();
         let inode = self.inode(ino)?;
         if let Some(fh) = fh
             && let Ok(file) = self.files.get(fh)
@@ -965,6 +966,12 @@ impl Fs {
         let st = sys::fstat(fd.as_fd())?;
         self.store_attr(&inode, st, before);
         let now = Stamp::of(&st);
+        if self.cfg.kernel_cache && *inode.data_stamp.lock() != Some(now) {
+            // A change the watcher may not have applied yet: let it, so that
+            // its kernel invalidations go before this open is answered
+            // (`fs/watched.rs`, "Catching up before answering").
+            self.catch_up_with_source();
+        }
         let same = {
             let mut stamp = inode.data_stamp.lock();
             let same = *stamp == Some(now);
@@ -1335,6 +1342,7 @@ impl Fs {
                 return Err(FsError::new(libc::ENOTSUP));
             }
             let mode = DropMode::from_xattr_value(value).ok_or(FsError::INVAL)?;
+            self.catch_up_with_source();
             return Ok(self.drop_dir(ino, mode, caller)?.inval);
         }
         let inode = self.inode(ino)?;
@@ -1457,6 +1465,7 @@ impl Fs {
             return Err(FsError::INVAL);
         }
         let mode = DropMode::from_u32(args.mode).ok_or(FsError::INVAL)?;
+        self.catch_up_with_source();
         let mut out = self.drop_dir(ino, mode, caller)?;
         out.args.version = args.version;
         out.args.mode = args.mode;

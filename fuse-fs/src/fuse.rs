@@ -503,6 +503,22 @@ impl Filesystem for FuseAdapter {
                 Ok(o) => {
                     if o.changed && self.fs.config().kernel_cache {
                         self.forget_kernel_attr(ino.0);
+                        // An invalidation of this file still queued (the
+                        // watcher's for the change this open found, or a
+                        // drop's) must reach the kernel before the answer:
+                        // landing during the reader's first GETATTR, it
+                        // would make the kernel discard the new size. Kept
+                        // answer: no worker waits (`inval.rs`).
+                        let q = self.fs.inval_queue();
+                        if q.expedite_inode(ino.0) {
+                            let flags = fopen(&o);
+                            q.answer_when_inode_sent(
+                                ino.0,
+                                DROP_INVAL_WAIT,
+                                Box::new(move |_| reply.opened(FileHandle(o.fh), flags)),
+                            );
+                            return;
+                        }
                     }
                     reply.opened(FileHandle(o.fh), fopen(&o))
                 }

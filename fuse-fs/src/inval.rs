@@ -107,9 +107,17 @@ pub enum Outcome {
 /// A kept answer.
 type Answer = Box<dyn FnOnce(Outcome) + Send>;
 
+/// What a kept answer waits for.
+#[derive(Clone, Copy, Debug)]
+enum Until {
+    /// Everything up to `ticket` sent, for a waiter holding `holding`.
+    Ticket { ticket: u64, holding: Option<u64> },
+    /// Nothing for this inode queued or being sent.
+    Inode(u64),
+}
+
 struct Waiter {
-    ticket: u64,
-    holding: Option<u64>,
+    until: Until,
     deadline: Instant,
     answer: Answer,
 }
@@ -159,6 +167,22 @@ impl State {
         !self.current.iter().flatten().any(|(k, seq)| waits_for(k, *seq))
             && !lanes.iter().flatten().any(pending)
             && !self.parked.iter().any(pending)
+    }
+
+    /// Whether nothing for inode `ino` is queued or being sent.
+    fn inode_sent(&self, ino: u64) -> bool {
+        let key = Key::Inode(ino);
+        !self.queued.contains_key(&key)
+            && self.current[Lane::Inodes as usize]
+                .as_ref()
+                .is_none_or(|(k, _)| *k != key)
+    }
+
+    fn reached(&self, until: Until) -> bool {
+        match until {
+            Until::Ticket { ticket, holding } => self.sent(ticket, holding),
+            Until::Inode(ino) => self.inode_sent(ino),
+        }
     }
 
     fn len(&self) -> usize {
@@ -384,10 +408,40 @@ impl InvalQueue {
     /// own thread, with how it ended; it runs at once, on this thread, if
     /// that is already so (or the queue is closed).
     pub fn answer_when_sent(&self, ticket: u64, timeout: Duration, holding: Option<u64>, answer: Answer) {
+        self.keep(Until::Ticket { ticket, holding }, timeout, answer);
+    }
+
+    /// Moves the invalidation of inode `ino`, if one is queued, to the front
+    /// of its lane (the order of the inode lane does not matter to the
+    /// kernel; only entries go bottom-up). Returns whether one is queued or
+    /// being sent.
+    pub fn expedite_inode(&self, ino: u64) -> bool {
+        let mut st = self.state.lock();
+        let key = Key::Inode(ino);
+        if st.queued.contains_key(&key) {
+            let lane = &mut st.order[Lane::Inodes as usize];
+            if let Some(at) = lane.iter().position(|k| *k == key) {
+                lane.remove(at);
+                lane.push_front(key);
+            }
+            return true;
+        }
+        !st.inode_sent(ino)
+    }
+
+    /// Keeps `answer` until nothing for inode `ino` is queued or being
+    /// sent, or `timeout` passed, like
+    /// [`answer_when_sent`](Self::answer_when_sent) (and run by the same
+    /// answering thread, or at once if that is already so).
+    pub fn answer_when_inode_sent(&self, ino: u64, timeout: Duration, answer: Answer) {
+        self.keep(Until::Inode(ino), timeout, answer);
+    }
+
+    fn keep(&self, until: Until, timeout: Duration, answer: Answer) {
         let mut st = self.state.lock();
         let now = if st.closed {
             Some(Outcome::Closed)
-        } else if st.sent(ticket, holding) {
+        } else if st.reached(until) {
             Some(Outcome::Sent)
         } else {
             None
@@ -399,8 +453,7 @@ impl InvalQueue {
             }
             None => {
                 st.waiters.push(Waiter {
-                    ticket,
-                    holding,
+                    until,
                     deadline: Instant::now() + timeout,
                     answer,
                 });
@@ -419,7 +472,7 @@ impl InvalQueue {
             let now = Instant::now();
             let mut ready = Vec::new();
             for w in std::mem::take(&mut st.waiters) {
-                let outcome = if st.sent(w.ticket, w.holding) {
+                let outcome = if st.reached(w.until) {
                     Outcome::Sent
                 } else if st.closed {
                     Outcome::Closed
@@ -690,6 +743,40 @@ mod tests {
         );
         answers.join().unwrap();
         assert!(rx.try_recv().is_err(), "each answer runs once");
+    }
+
+    #[test]
+    fn an_inode_is_expedited_and_its_own_answer_waits_only_for_it() {
+        let q = Arc::new(InvalQueue::new(8));
+        let answers = {
+            let q = q.clone();
+            std::thread::spawn(move || answer_worker(&q))
+        };
+        q.push([entry(1, "stuck"), inode(2, 0), inode(3, 0), inode(4, -1)]);
+        assert!(!q.expedite_inode(9), "nothing for inode 9");
+        assert!(q.expedite_inode(3));
+        let (tx, rx) = std::sync::mpsc::channel();
+        q.answer_when_inode_sent(3, Duration::from_secs(60), Box::new(move |o| tx.send(o).unwrap()));
+        assert!(
+            rx.recv_timeout(Duration::from_millis(50)).is_err(),
+            "queued is not sent"
+        );
+        assert_eq!(q.pop(Lane::Inodes), Some(inode(3, 0)), "expedited to the front");
+        assert!(q.expedite_inode(3), "being sent still counts");
+        assert!(
+            rx.recv_timeout(Duration::from_millis(50)).is_err(),
+            "popped is not sent"
+        );
+        q.done(Lane::Inodes);
+        // Answered although the entry and inodes 2 and 4 are still queued.
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), Outcome::Sent);
+        assert!(!q.expedite_inode(3));
+        // Nothing queued for it: answered at once, on this thread.
+        let (tx, rx) = std::sync::mpsc::channel();
+        q.answer_when_inode_sent(3, Duration::from_secs(60), Box::new(move |o| tx.send(o).unwrap()));
+        assert_eq!(rx.try_recv().unwrap(), Outcome::Sent);
+        assert_eq!(drain(&q), vec![entry(1, "stuck"), inode(2, 0), inode(4, -1)]);
+        answers.join().unwrap();
     }
 
     #[test]

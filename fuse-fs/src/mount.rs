@@ -310,6 +310,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     if let Some(w) = watcher {
         watch_stop = Some(w.stopper()?);
         fs.set_watch_marker(w.marker()?, w.marked().iter().map(|m| m.dev));
+        fs.set_watch_syncer(w.syncer()?);
         let fs = fs.clone();
         workers.push(
             std::thread::Builder::new()

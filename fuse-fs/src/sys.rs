@@ -231,6 +231,15 @@ pub fn eventfd_signal(fd: BorrowedFd<'_>) -> FsResult<()> {
 /// Waits until one of `fds` is readable (or hung up); returns which are,
 /// in order. `EINTR` counts as "none".
 pub fn poll_readable(fds: &[BorrowedFd<'_>]) -> FsResult<Vec<bool>> {
+    poll_in(fds, -1)
+}
+
+/// Like [`poll_readable`], but gives up after `timeout` (then none is).
+pub fn poll_readable_for(fds: &[BorrowedFd<'_>], timeout: std::time::Duration) -> FsResult<Vec<bool>> {
+    poll_in(fds, timeout.as_millis().min(i32::MAX as u128) as libc::c_int)
+}
+
+fn poll_in(fds: &[BorrowedFd<'_>], timeout_ms: libc::c_int) -> FsResult<Vec<bool>> {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|fd| libc::pollfd {
@@ -240,7 +249,7 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>]) -> FsResult<Vec<bool>> {
         })
         .collect();
     // SAFETY: `pfds` is a live array of `pfds.len()` pollfd structs.
-    let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
+    let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
     if r < 0 {
         let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
         if e == libc::EINTR {
@@ -249,6 +258,13 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>]) -> FsResult<Vec<bool>> {
         return Err(FsError::new(e));
     }
     Ok(pfds.iter().map(|p| p.revents != 0).collect())
+}
+
+/// Empties an eventfd's counter (non-blocking; nothing to read is fine).
+pub fn eventfd_clear(fd: BorrowedFd<'_>) {
+    let mut buf = [0u8; 8];
+    // SAFETY: reads at most 8 bytes into a live buffer of 8 bytes.
+    let _ = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
 }
 
 /// `read(fd, buf)`.

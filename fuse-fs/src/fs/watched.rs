@@ -38,6 +38,28 @@
 //! queue as drops; the watcher waits for room rather than dropping one
 //! (with the watch, the kernel's timeouts are an hour), and gives up after
 //! 5 s, counting `inval_dropped`.
+//!
+//! # Catching up before answering (`--kernel-cache`)
+//! The kernel discards a GETATTR reply if an `inval_inode` of the same
+//! inode lands while it is in flight (`fuse_change_attributes`: the
+//! inode's `attr_version` moved), and a read that asked for it goes on
+//! with the old size (zeros past a new, shorter end). So a change must not
+//! have its invalidations sent *after* a request that already saw it was
+//! answered: a process that changes a file in the source and then opens
+//! it through the mount would otherwise race the watcher's invalidation
+//! of its own, already seen, change with its first read. Two requests see
+//! changes before the watcher does, and both catch up first
+//! ([`Fs::catch_up_with_source`]: the watcher reads and applies everything
+//! queued, bounded by [`SYNC_WAIT`]):
+//! - an open that finds the file's stamp moved; its answer is then kept
+//!   until the inode's queued invalidation, moved to the front of its lane,
+//!   has been sent (`fuse.rs`);
+//! - a drop, whose answer already waits for every invalidation queued
+//!   before its own.
+//!
+//! What is left is a read through a descriptor opened before the change,
+//! overlapping the change's own invalidation: it may still see the old
+//! size once (SEMANTICS.md, "Limits").
 
 use std::collections::HashSet;
 use std::ffi::CStr;
@@ -52,7 +74,7 @@ use super::{Caller, Fs, ROOT_INO};
 use crate::inode::Inode;
 use crate::inval::Inval;
 use crate::protocol::DropMode;
-use crate::watch::{Event, Handle, Marker};
+use crate::watch::{Event, Handle, Marker, Syncer};
 
 /// How the mount keeps up with changes made directly in the source.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -82,6 +104,11 @@ pub const WATCH_REVALIDATE: Duration = Duration::from_secs(3600);
 /// How long the watcher waits for room in the kernel-invalidation queue.
 const INVAL_WAIT: Duration = Duration::from_secs(5);
 
+/// How long a request waits for the watcher to catch up (a round takes
+/// well under a millisecond unless the watcher is waiting for room in the
+/// invalidation queue, or stalled).
+pub const SYNC_WAIT: Duration = Duration::from_millis(50);
+
 /// The watch's state and counters.
 #[derive(Debug, Default)]
 pub struct Watched {
@@ -102,6 +129,11 @@ pub struct Watched {
     marker: OnceLock<(Marker, Mutex<HashSet<u64>>)>,
     /// Filesystems under the source that could not be watched.
     unwatched: AtomicU64,
+    /// How to wait for the watcher to catch up.
+    syncer: OnceLock<Syncer>,
+    /// Catch-ups asked for, and those that timed out.
+    syncs: AtomicU64,
+    sync_timeouts: AtomicU64,
 }
 
 /// What one event does.
@@ -152,6 +184,29 @@ impl Fs {
             .watched
             .marker
             .set((marker, Mutex::new(devs.into_iter().collect())));
+    }
+
+    /// Lets requests wait for the watcher to catch up.
+    pub fn set_watch_syncer(&self, syncer: Syncer) {
+        let _ = self.watched.syncer.set(syncer);
+    }
+
+    /// With the watch and `--kernel-cache`: waits (at most [`SYNC_WAIT`])
+    /// until the watcher has applied every event queued in the source's
+    /// watch before this call (see the module docs). Must not be called
+    /// holding a lock the watcher takes (an inode's stamps, the caches'),
+    /// nor from the watcher's own thread.
+    pub(super) fn catch_up_with_source(&self) {
+        if !self.watching() || !self.cfg.kernel_cache {
+            return;
+        }
+        let Some(syncer) = self.watched.syncer.get() else {
+            return;
+        };
+        self.watched.syncs.fetch_add(1, Ordering::Relaxed);
+        if !syncer.sync(SYNC_WAIT) {
+            self.watched.sync_timeouts.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// A lookup found `name` under `dir` on device `dev`, which differs from
@@ -218,6 +273,7 @@ impl Fs {
         if actions.is_empty() && !overflow {
             return;
         }
+        crate::fault::watch_apply_delay();
         w.applied.fetch_add(actions.len() as u64, Ordering::Relaxed);
         w.batches.fetch_add(1, Ordering::Relaxed);
         w.seq.fetch_add(1, Ordering::SeqCst);
@@ -298,6 +354,8 @@ impl Fs {
             "overflows": w.overflows.load(Ordering::Relaxed),
             "inval_dropped": w.inval_dropped.load(Ordering::Relaxed),
             "unwatched_filesystems": w.unwatched.load(Ordering::Relaxed),
+            "syncs": w.syncs.load(Ordering::Relaxed),
+            "sync_timeouts": w.sync_timeouts.load(Ordering::Relaxed),
             "indexed_handles": self.table.indexed_handles() as u64,
         })
     }

@@ -85,6 +85,48 @@ fn source_changes_are_seen_at_once_with_kernel_cache() {
     sees_source_changes(KERNEL);
 }
 
+/// `--kernel-cache`: a file changed in the source and then opened through
+/// the mount reads exactly its new bytes, even when the watcher applies the
+/// change after the open found it (`watch-apply-delay`) while the reader's
+/// GETATTR is still in flight (`getattr-delay`). The kernel discards a
+/// GETATTR reply if an `inval_inode` of that inode lands meanwhile, and the
+/// read then goes on with the old size: one `pread` of a grown file returns
+/// the old size's worth (a second one, past it, would ask again: so one
+/// only), a shrunk one can return zeros past its new end. The open
+/// therefore waits for the watcher to catch up, and for the file's
+/// invalidation to be sent, before it answers (`fs/watched.rs`, "Catching
+/// up before answering").
+#[test]
+fn a_fresh_open_after_a_source_change_reads_the_new_size_however_late_the_watcher() {
+    let env = [("RCUFS_FAULT", "watch-apply-delay:20,getattr-delay:300")];
+    let Some(m) = Mount::with_env(KERNEL, &env, |src| write_tree(src, &[("f", &content(1, 5000))])) else {
+        return;
+    };
+    // The kernel caches the attributes and the pages.
+    assert_eq!(fs::read(m.at("f")).unwrap(), content(1, 5000));
+    for (round, len) in [20_000, 3000, 70_000, 10].into_iter().enumerate() {
+        let new = content(10 + round, len);
+        fs::write(m.src_at("f"), &new).unwrap();
+        let f = fs::File::open(m.at("f")).unwrap();
+        // One read, and no `fstat` before it: its GETATTR would be the one
+        // the watcher's invalidation overlaps, and the read's own would
+        // then succeed.
+        let mut got = vec![0; len + 100];
+        let n = f.read_at(&mut got, 0).unwrap();
+        got.truncate(n);
+        assert!(
+            got == new,
+            "round {round}: read {} bytes after the source changed to {len} (first difference at {:?}); stats: {}",
+            got.len(),
+            got.iter().zip(&new).position(|(a, b)| a != b),
+            m.stats()
+        );
+    }
+    let syncs = m.stat("coherence", "syncs");
+    assert!(syncs >= 4, "every open that found a change caught up: {}", m.stats());
+    assert_eq!(m.stat("coherence", "sync_timeouts"), 0, "{}", m.stats());
+}
+
 #[test]
 fn the_daemons_own_changes_are_not_applied_again() {
     let Some(m) = Mount::with(DEFAULT, tree) else { return };
