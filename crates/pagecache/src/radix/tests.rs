@@ -1,12 +1,13 @@
 //! Unit tests of the radix tree: a property test against a `BTreeMap` model
-//! (tags and multi-index entries included) in every mode, and a few
-//! targeted cases.
+//! (tags and multi-index entries included) in every mode, for boxed and for
+//! inline values, on keys of every magnitude (so that levels are skipped,
+//! split and grown at every height), and a few targeted cases.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
-use super::{RadixTree, SHIFT, SLOTS, Tag};
+use super::{Boxed, Inline, Own, RadixTree, SHIFT, SLOTS, Tag, Word};
 use crate::Mode;
 
 #[derive(Clone, Debug)]
@@ -22,14 +23,52 @@ enum Op {
     GangTag(u64, usize, u8),
 }
 
-/// Keys mostly from a small range (dense leaves, sibling nodes, shrinking)
-/// and sometimes anywhere (growing to full height).
+/// Keys mostly from a small range (dense leaves, sibling nodes, shrinking),
+/// sometimes of any magnitude below 2^64 (skipped levels, splits and roots
+/// at every height) and sometimes anywhere.
 fn key() -> impl Strategy<Value = u64> {
     prop_oneof![
         6 => 0..(4 * SLOTS as u64),
         2 => 0..(SLOTS as u64 * SLOTS as u64 * 4),
+        2 => (0u32..64).prop_flat_map(|b| 0..=(u64::MAX >> b)),
         1 => any::<u64>(),
     ]
+}
+
+/// The two item policies under test, with the operations whose signatures
+/// differ between them.
+trait Policy: Own<u64> + Sized {
+    fn insert(t: &RadixTree<u64, Self>, k: u64, v: u64) -> bool;
+    /// A multi-index entry, or (inline trees have none) a single insert of `first`.
+    fn insert_run(t: &RadixTree<u64, Self>, first: u64, order: u32, v: u64) -> bool;
+    fn replace(t: &RadixTree<u64, Self>, k: u64, v: u64) -> bool;
+    const RUNS: bool;
+}
+
+impl Policy for Boxed {
+    fn insert(t: &RadixTree<u64, Self>, k: u64, v: u64) -> bool {
+        t.insert(k, v).is_ok()
+    }
+    fn insert_run(t: &RadixTree<u64, Self>, first: u64, order: u32, v: u64) -> bool {
+        t.insert_run(first, order, v).is_ok()
+    }
+    fn replace(t: &RadixTree<u64, Self>, k: u64, v: u64) -> bool {
+        t.replace(k, v).is_ok()
+    }
+    const RUNS: bool = true;
+}
+
+impl Policy for Inline {
+    fn insert(t: &RadixTree<u64, Self>, k: u64, v: u64) -> bool {
+        t.insert(k, v).is_ok()
+    }
+    fn insert_run(t: &RadixTree<u64, Self>, first: u64, _: u32, v: u64) -> bool {
+        t.insert(first, v).is_ok()
+    }
+    fn replace(t: &RadixTree<u64, Self>, k: u64, v: u64) -> bool {
+        t.replace(k, v).is_ok()
+    }
+    const RUNS: bool = false;
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -55,9 +94,12 @@ struct Entry {
     tags: BTreeSet<u8>,
 }
 
+/// Runs `ops` on a tree and on the model, checking every answer and the
+/// tree's invariants after each step. Values are spread over all of `u64`,
+/// so that inline trees hold both inline and boxed values.
 #[track_caller]
-fn run(mode: Mode, ops: &[Op]) {
-    let tree = RadixTree::<u64>::new(mode);
+fn run<O: Policy>(mode: Mode, ops: &[Op]) {
+    let tree = RadixTree::<u64, O>::with_policy(mode);
     let mut model: BTreeMap<u64, Entry> = BTreeMap::new();
     let insert = |model: &mut BTreeMap<u64, Entry>, first: u64, len: u64, value: u64| {
         for k in first..=first + (len - 1) {
@@ -78,18 +120,19 @@ fn run(mode: Mode, ops: &[Op]) {
             Op::Insert(k) => {
                 let v = k.wrapping_mul(31).wrapping_add(i as u64);
                 let expect = !model.contains_key(&k);
-                assert_eq!(tree.insert(k, v).is_ok(), expect, "insert {k}");
+                assert_eq!(O::insert(&tree, k, v), expect, "insert {k}");
                 if expect {
                     insert(&mut model, k, 1, v);
                 }
             }
             Op::InsertRun(k, order) => {
+                let order = if O::RUNS { order } else { 0 };
                 let len = 1u64 << order;
                 let first = k & !(len - 1);
                 let v = k.wrapping_mul(17).wrapping_add(i as u64);
                 let expect = model.range(first..=first + (len - 1)).next().is_none();
                 assert_eq!(
-                    tree.insert_run(first, order, v).is_ok(),
+                    O::insert_run(&tree, first, order, v),
                     expect,
                     "insert_run {first} {order}"
                 );
@@ -100,7 +143,7 @@ fn run(mode: Mode, ops: &[Op]) {
             Op::Replace(k) => {
                 let v = k.wrapping_mul(7).wrapping_add(i as u64);
                 let found = model.get(&k).map(|e| (e.first, e.len));
-                assert_eq!(tree.replace(k, v).is_ok(), found.is_some(), "replace {k}");
+                assert_eq!(O::replace(&tree, k, v), found.is_some(), "replace {k}");
                 if let Some((first, len)) = found {
                     for e in model.range_mut(first..=first + (len - 1)) {
                         e.1.value = v;
@@ -142,12 +185,15 @@ fn run(mode: Mode, ops: &[Op]) {
             .unwrap_or_else(|e| panic!("after op {i} {op:?}: {e}"));
     }
     assert_eq!(tree.len(), model.len());
+    let guard = tree.pin();
     for (k, e) in &model {
         assert_eq!(tree.get_cloned(*k), Some(e.value));
+        assert_eq!(tree.get_copied(*k, &guard), Some(e.value));
         for t in 0..4u8 {
             assert_eq!(tree.get_tag(*k, Tag(t)), e.tags.contains(&t), "final tag {k} {t}");
         }
     }
+    drop(guard);
     while let Some((&k, e)) = model.iter().next() {
         let (first, len) = (e.first, e.len);
         assert!(tree.remove(k));
@@ -166,17 +212,43 @@ proptest! {
 
     #[test]
     fn matches_model_serial(ops in proptest::collection::vec(op(), 1..200)) {
-        run(Mode::Serial, &ops);
+        run::<Boxed>(Mode::Serial, &ops);
     }
 
     #[test]
     fn matches_model_lock_coupled(ops in proptest::collection::vec(op(), 1..200)) {
-        run(Mode::LockCoupled, &ops);
+        run::<Boxed>(Mode::LockCoupled, &ops);
     }
 
     #[test]
     fn matches_model_optimistic(ops in proptest::collection::vec(op(), 1..200)) {
-        run(Mode::Optimistic, &ops);
+        run::<Boxed>(Mode::Optimistic, &ops);
+    }
+
+    #[test]
+    fn inline_matches_model_serial(ops in proptest::collection::vec(op(), 1..200)) {
+        run::<Inline>(Mode::Serial, &ops);
+    }
+
+    #[test]
+    fn inline_matches_model_lock_coupled(ops in proptest::collection::vec(op(), 1..200)) {
+        run::<Inline>(Mode::LockCoupled, &ops);
+    }
+
+    #[test]
+    fn inline_matches_model_optimistic(ops in proptest::collection::vec(op(), 1..200)) {
+        run::<Inline>(Mode::Optimistic, &ops);
+    }
+
+    /// Every integer type's bits convert back to the same value.
+    #[test]
+    fn words_round_trip(x in any::<i64>(), y in any::<u64>()) {
+        prop_assert_eq!(i64::from_bits(x.to_bits()), x);
+        prop_assert_eq!(i32::from_bits((x as i32).to_bits()), x as i32);
+        prop_assert_eq!(i8::from_bits((x as i8).to_bits()), x as i8);
+        prop_assert_eq!(u64::from_bits(y.to_bits()), y);
+        prop_assert_eq!(u16::from_bits((y as u16).to_bits()), y as u16);
+        prop_assert_eq!(usize::from_bits((y as usize).to_bits()), y as usize);
     }
 }
 
@@ -250,5 +322,90 @@ fn runs() {
         assert_eq!(tree.len(), 1);
         assert_eq!(tree.height(), 1, "{mode:?}: the emptied leaf went too");
         tree.check_invariants().unwrap();
+    }
+}
+
+/// Levels with a single child are skipped: two far-apart keys make a root
+/// at the height of their common range with the two leaves right under it;
+/// a key in between splits the skipped path at the height where it forks;
+/// lookups beside a skipped child find nothing; removing keys shrinks the
+/// root to the remaining leaf, wherever its range is.
+#[test]
+fn skips_levels() {
+    let far = 1u64 << (SHIFT * 6);
+    for mode in Mode::ALL {
+        let tree = RadixTree::new(mode);
+        tree.insert(far + 3, 1u32).unwrap();
+        assert_eq!(tree.height(), 1, "{mode:?}: one key is one leaf, wherever it is");
+        tree.insert(5, 2).unwrap();
+        assert_eq!(tree.height(), 7, "{mode:?}: the lowest range holding 5 and {far}");
+        assert_eq!(tree.node_count(), 3, "{mode:?}: the root and two leaves");
+        // Beside both leaves, on their slots' paths: absent.
+        for absent in [far, far + SLOTS as u64, 5 + SLOTS as u64, 1 << (SHIFT * 3)] {
+            assert!(!tree.contains(absent), "{mode:?}: {absent}");
+            assert!(!tree.remove(absent));
+            assert!(!tree.set_tag(absent, Tag::DIRTY));
+        }
+        tree.check_invariants().unwrap();
+        // Forks under the far leaf's slot at height 4.
+        assert!(tree.set_tag(far + 3, Tag::DIRTY));
+        tree.insert(far + (1 << (SHIFT * 3)), 3).unwrap();
+        assert_eq!(tree.node_count(), 5, "{mode:?}: a split node and a third leaf");
+        tree.check_invariants().unwrap();
+        assert_eq!(tree.gang_keys(0, 10, None), vec![5, far + 3, far + (1 << (SHIFT * 3))]);
+        assert_eq!(tree.gang_keys(far + 4, 10, None), vec![far + (1 << (SHIFT * 3))]);
+        assert_eq!(tree.gang_keys(0, 10, Some(Tag::DIRTY)), vec![far + 3]);
+        assert!(tree.clear_tag(far + 3, Tag::DIRTY));
+        tree.check_invariants().unwrap();
+        assert!(tree.remove(5));
+        tree.check_invariants().unwrap();
+        assert_eq!(tree.height(), 4, "{mode:?}: the split node is the root now");
+        assert!(tree.remove(far + (1 << (SHIFT * 3))));
+        assert_eq!(tree.height(), 1, "{mode:?}: shrinks to the far leaf");
+        assert_eq!(tree.get_cloned(far + 3), Some(1));
+        tree.check_invariants().unwrap();
+    }
+}
+
+/// Inline trees keep values up to 2^63 - 1 in the slot and box larger ones;
+/// both read back, replace, take and drop (the boxes are freed: run under
+/// valgrind to see it), and signed values keep their sign.
+#[test]
+fn inline_values() {
+    for mode in Mode::ALL {
+        let tree: RadixTree<u64, Inline> = RadixTree::with_policy(mode);
+        let values = [0, 1, (1 << 63) - 1, 1 << 63, u64::MAX];
+        for (k, &v) in values.iter().enumerate() {
+            tree.insert(k as u64, v).unwrap();
+            assert_eq!(tree.insert(k as u64, 7), Err(7));
+        }
+        // Equal neighbours are separate entries (no runs in inline trees).
+        tree.insert(10, 9).unwrap();
+        tree.insert(11, 9).unwrap();
+        assert!(tree.remove(10));
+        assert_eq!(tree.get_cloned(11), Some(9), "{mode:?}");
+        let guard = tree.pin();
+        for (k, &v) in values.iter().enumerate() {
+            assert_eq!(tree.get_copied(k as u64, &guard), Some(v), "{mode:?}");
+        }
+        drop(guard);
+        assert_eq!(tree.replace(3, 5), Ok(()));
+        assert_eq!(tree.replace(4, 1 << 62), Ok(()));
+        assert_eq!(tree.take(3), Some(5));
+        assert_eq!(tree.take(1), Some(1));
+        assert_eq!(
+            tree.gang_lookup(0, 10),
+            vec![(0, 0), (2, (1 << 63) - 1), (4, 1 << 62), (11, 9)]
+        );
+        assert!(tree.remove_if(2, |v| *v == (1 << 63) - 1));
+        tree.check_invariants().unwrap();
+        tree.insert(1 << 40, u64::MAX).unwrap();
+        drop(tree);
+
+        let signed: RadixTree<i64, Inline> = RadixTree::with_policy(mode);
+        for (k, v) in [(0, -1i64), (1, i64::MIN), (2, i64::MAX), (3, -(1 << 62))] {
+            signed.insert(k, v).unwrap();
+            assert_eq!(signed.get_cloned(k), Some(v));
+        }
     }
 }

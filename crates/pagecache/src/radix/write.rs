@@ -1,6 +1,8 @@
 //! The writers of the radix tree: the explicit lock context, ladder locking,
 //! path locking and optimistic entry (seed 002, "A Concurrent Pagecache",
-//! §2.4.1, §2.4.2, §2.4.3 and §5).
+//! §2.4.1, §2.4.2, §2.4.3 and §5), and the changes of shape that skipped
+//! levels bring (new leaves directly under a slot, splits, growing and
+//! shrinking to any height).
 //!
 //! Every writer runs one of two skeletons from a *start node* that it holds
 //! locked:
@@ -16,17 +18,35 @@
 //! and `LockCoupled`, and the fallback of `Optimistic`), or a node found by a
 //! lock-free descent and validated under its lock (`Optimistic`). Validation
 //! is what makes the optimistic start equivalent to a coupled descent: the
-//! node is not dead (so it is still linked at its fixed key range), and the
-//! entry condition holds under its lock (for insert nothing more; for
+//! node is not dead (so it is still linked, with its fixed key range), and
+//! the entry condition holds under its lock (for insert nothing more; for
 //! set-tag the node already has the tag, so by invariant I1 every ancestor
 //! has it too; for remove and clear-tag the node is a termination point, so
 //! no ancestor will change).
 //!
+//! # Inserting under skipped levels
+//! At an inner node N (locked) whose slot `s` is on the path of the index:
+//! - an empty slot gets a new leaf directly (whatever N's height), filled
+//!   with the item before it is published, so the insert ends there;
+//! - a child whose range holds the index is the next step of the ladder;
+//! - a child C whose range does not hold it (it skips levels) is *split*: a
+//!   new node M at the lowest height whose range holds both C and the index
+//!   takes C and a new leaf with the item, and is published in slot `s`.
+//!   M's tag bits for C must equal C's "any tag" flags. Those flags change
+//!   only under N's lock (a set-tag that tags C first sets N's bit, holding
+//!   N; a clear or remove that untags C clears N's bit, holding N) except
+//!   for a ladder walker that came through N before us and still holds C:
+//!   it took C's lock while holding N's, so locking C (after N: parent
+//!   before child) waits it out. With N and C locked, M copies C's flags and
+//!   they stay right.
+//!
 //! In `Serial` mode the root lock is the single writer lock, held for the
 //! whole operation, and node locks are never taken.
 
-use super::node::{MAX_HEIGHT, NUM_TAGS, Node, bit, height_for, max_index, run_bits, slot_of, slots_of};
-use super::{Boxed, Own, RadixTree, Tag};
+use super::node::{
+    MAX_HEIGHT, NUM_TAGS, Node, Raw, Step, bit, common_height, erase, run_bits, slot_of, slots_of, word,
+};
+use super::{Boxed, Inline, Own, RadixTree, Tag, Word, inline_item, retire_word};
 use crate::Mode;
 use crate::sync::MutexGuard;
 use crate::sync::Ordering;
@@ -138,12 +158,13 @@ pub(crate) enum PathOp {
 /// that keeps the root lock when the tree may shrink. A removal at a leaf
 /// removes the whole run of the slot (a multi-index entry), so the leaf
 /// must keep at least one slot outside that run, and for every tag either
-/// no bit of the run or some bit outside it.
-fn is_term<V>(node: &Node<V>, s: usize, op: PathOp, is_root: bool, guard: &Guard) -> bool {
+/// no bit of the run or some bit outside it. `single` says the tree has no
+/// runs (inline values).
+fn is_term<V>(node: &Node<V>, s: usize, op: PathOp, is_root: bool, single: bool) -> bool {
     match op {
         PathOp::ClearTag(t) => node.tag_bits_relaxed(t) & !bit(s) != 0,
         PathOp::Remove => {
-            let gone = if node.is_leaf() { node.run_at(s, guard) } else { bit(s) };
+            let gone = if node.is_leaf() { node.run_at(s, single) } else { bit(s) };
             let need = gone.count_ones() + if is_root { 2 } else { 1 };
             node.count() >= need
                 && (0..NUM_TAGS).all(|t| {
@@ -154,15 +175,26 @@ fn is_term<V>(node: &Node<V>, s: usize, op: PathOp, is_root: bool, guard: &Guard
     }
 }
 
+/// The child at slot `s` of the inner node `node` if its range holds
+/// `index`, read under `node`'s lock (or the serial writer lock), so it
+/// cannot be unlinked before the caller locks it.
+fn child_on_path<'a, V>(node: &Node<V>, s: usize, index: u64, guard: &'a Guard) -> Option<&'a Node<V>> {
+    let child = node.child(s, guard);
+    // SAFETY: linked under `node`, whose lock the caller holds, so it is not
+    // retired while `guard` is pinned.
+    unsafe { child.as_ref() }.filter(|c| c.covers(index))
+}
+
 impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
     fn serial(&self) -> bool {
         self.mode() == Mode::Serial
     }
 
-    /// Takes the root lock and starts a context at the root; grows or
-    /// creates the root to cover `grow_to` if given. Returns None (with
-    /// nothing locked) if the tree is empty or too short and `grow_to` is
-    /// None.
+    /// Takes the root lock and starts a context at the root. With `grow`,
+    /// creates the root (a leaf) if the tree is empty, or puts a new root
+    /// above it whose range holds `index` as well. Returns false (with
+    /// nothing locked) if the tree is empty or its range misses `index`
+    /// and `grow` is false.
     fn start_at_root<'a>(&'a self, ctx: &mut LockCtx<'a, V>, index: u64, grow: bool, guard: &'a Guard) -> bool {
         debug_assert_eq!(ctx.depth, 0, "a root start needs an empty context");
         let serial = self.serial();
@@ -174,7 +206,7 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
             if !grow {
                 return false;
             }
-            root = Owned::new(Node::new(height_for(index))).into_shared(guard);
+            root = Owned::new(Node::new(1, index)).into_shared(guard);
             // Release: publishes the new root's initialisation; pairs with
             // the Acquire loads of the root in lookups.
             self.root.store(root, Ordering::Release);
@@ -182,29 +214,28 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         // SAFETY: the root is linked and we hold the root lock, so it cannot
         // be retired while `guard` is pinned.
         let mut r = unsafe { root.deref() };
-        if index > max_index(r.height) {
+        if !r.covers(index) {
             if !grow {
                 return false;
             }
-            while index > max_index(r.height) {
-                // Lock the old root so that its tag bitmaps are stable while
-                // the new root's bits are computed from them.
-                let _old = if serial { None } else { Some(r.lock.lock()) };
-                let up = Node::new(r.height + 1);
-                for t in 0..NUM_TAGS {
-                    if r.any_tag(t) {
-                        up.set_tag_bit(t, 0);
-                    }
+            // Lock the old root so that its tag bitmaps are stable while the
+            // new root's bits are computed from them.
+            let _old = if serial { None } else { Some(r.lock.lock()) };
+            let up = Node::new(common_height(r.base, index), index);
+            let s = slot_of(r.base, up.height());
+            for t in 0..NUM_TAGS {
+                if r.any_tag(t) {
+                    up.set_tag_bit(t, s);
                 }
-                up.set_child(0, root);
-                up.add_count(1);
-                root = Owned::new(up).into_shared(guard);
-                // Release: publishes the new root; pairs with the Acquire
-                // loads of the root in lookups.
-                self.root.store(root, Ordering::Release);
-                // SAFETY: just published under the root lock; not retired.
-                r = unsafe { root.deref() };
             }
+            up.set_child(s, root);
+            up.add_count(1);
+            root = Owned::new(up).into_shared(guard);
+            // Release: publishes the new root; pairs with the Acquire loads
+            // of the root in lookups.
+            self.root.store(root, Ordering::Release);
+            // SAFETY: just published under the root lock; not retired.
+            r = unsafe { root.deref() };
         }
         ctx.root = Some(root_guard);
         ctx.push(r);
@@ -214,17 +245,17 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
 
     // ----- insert -------------------------------------------------------
 
-    /// Inserts the item `make(value)` at `index` (called under the leaf
-    /// lock, only if the index is free); gives `value` back if occupied.
-    /// `make` must return an item that this tree's policy `O` may retire
-    /// and free.
+    /// Inserts the item `make(value)` at `index`; gives `value` back if
+    /// occupied. `make` is called only if the index is free, under the lock
+    /// that publishes the item, and must return an item that this tree's
+    /// policy `O` may retire and free.
     pub(crate) fn insert_with<T>(
         &self,
         index: u64,
         value: T,
         make: impl for<'g> FnOnce(T, &'g Guard) -> Shared<'g, V>,
     ) -> Result<(), T> {
-        self.insert_run_with(index, 0, value, make)
+        self.insert_raw(index, 0, value, |v, g| erase(make(v, g)))
     }
 
     /// Inserts the item `make(value)` at every index of the aligned run of
@@ -244,8 +275,20 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         value: T,
         make: impl for<'g> FnOnce(T, &'g Guard) -> Shared<'g, V>,
     ) -> Result<(), T> {
+        self.insert_raw(first, order, value, |v, g| erase(make(v, g)))
+    }
+
+    /// [`insert_run_with`](Self::insert_run_with) with a leaf word.
+    fn insert_raw<T>(
+        &self,
+        first: u64,
+        order: u32,
+        value: T,
+        make: impl for<'g> FnOnce(T, &'g Guard) -> Raw<'g>,
+    ) -> Result<(), T> {
         assert!(order <= super::SHIFT, "a run fits in one leaf");
         assert_eq!(first & ((1u64 << order) - 1), 0, "a run is aligned to its length");
+        debug_assert!(order == 0 || !O::INLINE, "inline trees have no runs");
         let guard = self.raw_pin();
         let mut ctx = LockCtx::new(self.serial());
         if !(self.mode() == Mode::Optimistic && self.optimistic_insert_start(&mut ctx, first, &guard)) {
@@ -255,8 +298,8 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         self.insert_from(&mut ctx, first, 1 << order, value, make, &guard)
     }
 
-    /// Lock-free descent to the lowest existing node on the path of `index`,
-    /// locked and validated (not dead), or None.
+    /// Lock-free descent to the lowest existing node whose range holds
+    /// `index`, locked and validated (not dead), or None.
     fn optimistic_insert_start<'a>(&'a self, ctx: &mut LockCtx<'a, V>, index: u64, guard: &'a Guard) -> bool {
         // Acquire: pairs with the Release stores of the root.
         let root = self.root.load(Ordering::Acquire, guard);
@@ -264,15 +307,17 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         let Some(mut node) = (unsafe { root.as_ref() }) else {
             return false;
         };
-        if index > max_index(node.height) {
+        if !node.covers(index) {
             return false;
         }
-        while !node.is_leaf() {
-            let child = node.child(slot_of(index, node.height), guard);
-            // SAFETY: reachable while `guard` is pinned.
-            match unsafe { child.as_ref() } {
-                Some(c) => node = c,
-                None => break,
+        let mut h = node.height();
+        while h > 1 {
+            match node.step(h, index, guard) {
+                Step::Down(c) => {
+                    h = c.height();
+                    node = c;
+                }
+                Step::Empty | Step::Beside => break,
             }
         }
         let lock = node.lock.lock();
@@ -284,6 +329,25 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         true
     }
 
+    /// A new leaf holding the item `make(value)` in the `n` slots from the
+    /// slot of `index`, not yet published (so filled without its lock).
+    fn new_leaf<'g, T>(
+        &self,
+        index: u64,
+        n: usize,
+        value: T,
+        make: impl FnOnce(T, &'g Guard) -> Raw<'g>,
+        guard: &'g Guard,
+    ) -> Shared<'g, Node<V>> {
+        let leaf = Node::new(1, index);
+        let item = make(value, guard);
+        for x in slots_of(run_bits(slot_of(index, 1), n)) {
+            leaf.set_raw(x, item);
+        }
+        leaf.add_count(n as i32);
+        Owned::new(leaf).into_shared(guard)
+    }
+
     /// Ladder locking from the context's last node down to the leaf, where
     /// the item fills the `n` slots from the slot of `index`.
     fn insert_from<'a, T>(
@@ -292,36 +356,78 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         index: u64,
         n: usize,
         value: T,
-        make: impl for<'g> FnOnce(T, &'g Guard) -> Shared<'g, V>,
+        make: impl for<'g> FnOnce(T, &'g Guard) -> Raw<'g>,
         guard: &'a Guard,
     ) -> Result<(), T> {
         loop {
             let node = ctx.last();
-            let s = slot_of(index, node.height);
-            if node.is_leaf() {
+            let h = node.height();
+            let s = slot_of(index, h);
+            if h == 1 {
                 let run = run_bits(s, n);
-                if slots_of(run).any(|x| node.occupied(x, guard)) {
+                if slots_of(run).any(|x| node.occupied(x)) {
                     return Err(value);
                 }
                 let item = make(value, guard);
                 for x in slots_of(run) {
-                    node.set_item(x, item);
+                    node.set_raw(x, item);
                 }
                 node.add_count(n as i32);
                 self.len_counter().add(n as i64);
                 return Ok(());
             }
-            let mut child = node.child(s, guard);
-            if child.is_null() {
-                child = Owned::new(Node::new(node.height - 1)).into_shared(guard);
-                node.set_child(s, child);
-                node.add_count(1);
+            let child = node.child(s, guard);
+            // SAFETY: linked under `node`, whose lock we hold, so it cannot
+            // be unlinked (that needs this lock) before we lock it.
+            match unsafe { child.as_ref() } {
+                None => {
+                    // A lone index under an empty slot: its leaf goes
+                    // straight here, whatever the height.
+                    let leaf = self.new_leaf(index, n, value, make, guard);
+                    node.set_child(s, leaf);
+                    node.add_count(1);
+                    self.len_counter().add(n as i64);
+                    return Ok(());
+                }
+                Some(c) if c.covers(index) => {
+                    ctx.push(c);
+                    ctx.release_above_last();
+                }
+                Some(c) => {
+                    self.split(node, s, c, index, self.new_leaf(index, n, value, make, guard), guard);
+                    self.len_counter().add(n as i64);
+                    return Ok(());
+                }
             }
-            // SAFETY: the child is linked under `node`, whose lock we hold, so
-            // it cannot be unlinked (that needs this lock) before we lock it.
-            ctx.push(unsafe { child.deref() });
-            ctx.release_above_last();
         }
+    }
+
+    /// Puts a new node between `node` (locked) and its child `c` at slot
+    /// `s`, whose range misses `index`: the new node covers both and holds
+    /// `c` and `leaf` (see the module docs for why `c` is locked meanwhile).
+    fn split<'g>(
+        &self,
+        node: &Node<V>,
+        s: usize,
+        c: &Node<V>,
+        index: u64,
+        leaf: Shared<'g, Node<V>>,
+        guard: &'g Guard,
+    ) {
+        let _c = if self.serial() { None } else { Some(c.lock.lock()) };
+        let mid = Node::new(common_height(c.base, index), index);
+        let h = mid.height();
+        debug_assert!(c.height() < h && h < node.height(), "a split is between the two");
+        let cs = slot_of(c.base, h);
+        for t in 0..NUM_TAGS {
+            if c.any_tag(t) {
+                mid.set_tag_bit(t, cs);
+            }
+        }
+        mid.set_child(cs, node.child(s, guard));
+        mid.set_child(slot_of(index, h), leaf);
+        mid.add_count(2);
+        node.set_child(s, Owned::new(mid).into_shared(guard));
     }
 
     // ----- set_tag ------------------------------------------------------
@@ -330,62 +436,82 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
     pub fn set_tag(&self, index: u64, tag: Tag) -> bool {
         let t = tag.idx();
         let guard = self.raw_pin();
-        // Lock-free fast paths: a missing entry, or one already tagged.
-        match self.find_leaf(index, &guard) {
-            None => return false,
-            Some((leaf, s)) => {
-                if leaf.item(s, &guard).is_null() {
-                    return false;
-                }
-                if leaf.tag_bits(t) & bit(s) != 0 {
-                    return true;
-                }
-            }
-        }
         let mut ctx = LockCtx::new(self.serial());
-        let started = (self.mode() == Mode::Optimistic && self.optimistic_tag_start(&mut ctx, index, t, &guard))
-            || self.start_at_root(&mut ctx, index, false, &guard);
-        if !started {
+        let started = if self.mode() == Mode::Optimistic {
+            match self.optimistic_tag_start(&mut ctx, index, t, &guard) {
+                Ok(()) => true,
+                Err(Missing) => return false,
+                Err(Tagged) => return true,
+                Err(Fallback) => false,
+            }
+        } else {
+            // Lock-free fast paths: a missing entry, or one already tagged.
+            match self.find_leaf(index, &guard) {
+                Some((leaf, s)) if leaf.occupied(s) => {
+                    if leaf.tag_bits(t) & bit(s) != 0 {
+                        return true;
+                    }
+                }
+                _ => return false,
+            }
+            false
+        };
+        if !started && !self.start_at_root(&mut ctx, index, false, &guard) {
             return false;
         }
         self.set_tag_from(&mut ctx, index, t, &guard)
     }
 
-    /// Lock-free descent to the lowest node on the path that already has a
-    /// tag-`t` bit, locked and validated (not dead, still tagged), or None.
-    fn optimistic_tag_start<'a>(&'a self, ctx: &mut LockCtx<'a, V>, index: u64, t: usize, guard: &'a Guard) -> bool {
+    /// Lock-free descent that checks the entry (missing, or already tagged:
+    /// nothing to do, linearized at the read) and finds the lowest node on
+    /// the path that already has a tag-`t` bit, then locks and validates it
+    /// (not dead, still tagged).
+    fn optimistic_tag_start<'a>(
+        &'a self,
+        ctx: &mut LockCtx<'a, V>,
+        index: u64,
+        t: usize,
+        guard: &'a Guard,
+    ) -> Result<(), Start> {
         // Acquire: pairs with the Release stores of the root.
         let root = self.root.load(Ordering::Acquire, guard);
         // SAFETY: reachable while `guard` is pinned.
-        let Some(mut node) = (unsafe { root.as_ref() }) else {
-            return false;
-        };
-        if index > max_index(node.height) {
-            return false;
+        let mut node = unsafe { root.as_ref() }.ok_or(Missing)?;
+        if !node.covers(index) {
+            return Err(Missing);
         }
         let mut best = None;
+        let mut h = node.height();
         loop {
             if node.any_tag(t) {
                 best = Some(node);
             }
-            if node.is_leaf() {
+            if h == 1 {
                 break;
             }
-            let child = node.child(slot_of(index, node.height), guard);
-            // SAFETY: reachable while `guard` is pinned.
-            match unsafe { child.as_ref() } {
-                Some(c) => node = c,
-                None => return false,
+            match node.step(h, index, guard) {
+                Step::Down(c) => {
+                    h = c.height();
+                    node = c;
+                }
+                Step::Empty | Step::Beside => return Err(Missing),
             }
         }
-        let Some(node) = best else { return false };
+        let s = slot_of(index, 1);
+        if !node.occupied(s) {
+            return Err(Missing);
+        }
+        if node.tag_bits(t) & bit(s) != 0 {
+            return Err(Tagged);
+        }
+        let node = best.ok_or(Fallback)?;
         let lock = node.lock.lock();
         if node.is_dead() || !node.any_tag(t) {
             self.failed_validations.incr();
-            return false;
+            return Err(Fallback);
         }
         ctx.push_locked(node, Some(lock));
-        true
+        Ok(())
     }
 
     /// Ladder locking down to the leaf, setting the tag-`t` bit of the path
@@ -395,21 +521,19 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         let mut set_above = false;
         loop {
             let node = ctx.last();
-            let s = slot_of(index, node.height);
+            let s = slot_of(index, node.height());
             if node.is_leaf() {
-                if node.occupied(s, guard) {
+                if node.occupied(s) {
                     node.set_tag_bit(t, s);
                     return true;
                 }
                 break;
             }
-            let child = node.child(s, guard);
-            if child.is_null() {
+            let Some(child) = child_on_path(node, s, index, guard) else {
                 break;
-            }
+            };
             set_above |= node.set_tag_bit(t, s);
-            // SAFETY: linked under `node`, whose lock we hold.
-            ctx.push(unsafe { child.deref() });
+            ctx.push(child);
             ctx.release_above_last();
         }
         ctx.reset();
@@ -452,14 +576,15 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         let item = self.path_op(index, PathOp::Remove, None::<fn(&V) -> bool>, &guard)?;
         // SAFETY: the item was retired while `guard` is pinned, so it is not
         // freed yet.
-        Some(unsafe { item.deref() }.clone())
+        Some(unsafe { O::with_value(word(item), V::clone) })
     }
 
     /// Clears `tag` on the entry at `index`; true if it was set.
     pub fn clear_tag(&self, index: u64, tag: Tag) -> bool {
         let guard = self.raw_pin();
-        if !self.get_tag(index, tag) {
-            // Linearizes at the lock-free read: the tag was clear.
+        if self.mode() != Mode::Optimistic && !self.get_tag(index, tag) {
+            // Linearizes at the lock-free read: the tag was clear. (The
+            // optimistic descent checks this itself.)
             return false;
         }
         self.path_op(index, PathOp::ClearTag(tag.idx()), None::<fn(&V) -> bool>, &guard)
@@ -476,12 +601,12 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         op: PathOp,
         pred: Option<impl FnOnce(&V) -> bool>,
         guard: &'a Guard,
-    ) -> Option<Shared<'a, V>> {
+    ) -> Option<Raw<'a>> {
         let mut ctx = LockCtx::new(self.serial());
         let started = match self.mode() {
             Mode::Optimistic => match self.optimistic_path_start(&mut ctx, index, op, guard) {
                 Ok(()) => true,
-                Err(Missing) => return None,
+                Err(Missing | Tagged) => return None,
                 Err(Fallback) => false,
             },
             _ => false,
@@ -492,8 +617,9 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         self.path_from(&mut ctx, index, op, pred, guard)
     }
 
-    /// Lock-free descent that finds the lowest termination point of `op` on
-    /// the path of `index`, locks and validates it.
+    /// Lock-free descent that checks the entry (for clear-tag, that it has
+    /// the tag) and finds the lowest termination point of `op` on the path
+    /// of `index`, then locks and validates it.
     fn optimistic_path_start<'a>(
         &'a self,
         ctx: &mut LockCtx<'a, V>,
@@ -505,7 +631,7 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         let root = self.root.load(Ordering::Acquire, guard);
         // SAFETY: reachable while `guard` is pinned.
         let mut node = unsafe { root.as_ref() }.ok_or(Missing)?;
-        if index > max_index(node.height) {
+        if !node.covers(index) {
             return Err(Missing);
         }
         // The first node is the root: apply the root rule to it (keep the
@@ -513,28 +639,38 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         // shrink the tree go through the root lock in every mode.
         let mut best = None;
         let mut first = true;
+        let mut h = node.height();
         loop {
-            let s = slot_of(index, node.height);
-            if is_term(node, s, op, first, guard) {
+            let s = slot_of(index, h);
+            if h == 1 {
+                if !node.occupied(s) {
+                    return Err(Missing);
+                }
+                if let PathOp::ClearTag(t) = op
+                    && node.tag_bits(t) & bit(s) == 0
+                {
+                    // Linearizes at this read: the tag was clear.
+                    return Err(Missing);
+                }
+            }
+            if is_term(node, s, op, first, O::INLINE) {
                 best = Some((node, first));
             }
             first = false;
-            if node.is_leaf() {
-                if node.item(s, guard).is_null() {
-                    return Err(Missing);
-                }
+            if h == 1 {
                 break;
             }
-            let child = node.child(s, guard);
-            // SAFETY: reachable while `guard` is pinned.
-            match unsafe { child.as_ref() } {
-                Some(c) => node = c,
-                None => return Err(Missing),
+            match node.step(h, index, guard) {
+                Step::Down(c) => {
+                    h = c.height();
+                    node = c;
+                }
+                Step::Empty | Step::Beside => return Err(Missing),
             }
         }
         let (node, was_root) = best.ok_or(Fallback)?;
         let lock = node.lock.lock();
-        if node.is_dead() || !is_term(node, slot_of(index, node.height), op, was_root, guard) {
+        if node.is_dead() || !is_term(node, slot_of(index, node.height()), op, was_root, O::INLINE) {
             self.failed_validations.incr();
             return Err(Fallback);
         }
@@ -551,12 +687,12 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         op: PathOp,
         pred: Option<impl FnOnce(&V) -> bool>,
         guard: &'a Guard,
-    ) -> Option<Shared<'a, V>> {
+    ) -> Option<Raw<'a>> {
         // Descend, keeping locks, releasing above each termination point.
         loop {
             let node = ctx.last();
-            let s = slot_of(index, node.height);
-            if is_term(node, s, op, ctx.at_root && ctx.depth == 1, guard) {
+            let s = slot_of(index, node.height());
+            if is_term(node, s, op, ctx.at_root && ctx.depth == 1, O::INLINE) {
                 ctx.release_above_last();
             }
             if node.is_leaf() {
@@ -567,43 +703,43 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
             {
                 break; // Nothing below is tagged (I1); walk up from here.
             }
-            let child = node.child(s, guard);
-            if child.is_null() {
+            let Some(child) = child_on_path(node, s, index, guard) else {
                 if op == PathOp::Remove {
                     return None;
                 }
                 break;
-            }
-            // SAFETY: linked under `node`, whose lock we hold.
-            ctx.push(unsafe { child.deref() });
+            };
+            ctx.push(child);
         }
         let bottom = ctx.last();
-        let s = slot_of(index, bottom.height);
+        let s = slot_of(index, bottom.height());
         match op {
             PathOp::Remove => {
-                let item = bottom.item(s, guard);
-                // SAFETY: the item is in a slot of a leaf we hold locked.
-                let value = unsafe { item.as_ref() }?;
+                let item = bottom.raw(s, guard);
+                if item.is_null() {
+                    return None;
+                }
                 if let Some(pred) = pred
-                    && !pred(value)
+                    // SAFETY: the item is in a slot of a leaf we hold locked.
+                    && !unsafe { O::with_value(word(item), pred) }
                 {
                     return None;
                 }
                 // The whole run of the slot goes: a multi-index entry
                 // leaves every index it covers, under this one lock.
-                let run = bottom.run_at(s, guard);
+                let run = bottom.run_at(s, O::INLINE);
                 for x in slots_of(run) {
                     for t in 0..NUM_TAGS {
                         bottom.clear_tag_bit(t, x);
                     }
-                    bottom.set_item(x, Shared::null());
+                    bottom.set_raw(x, Shared::null());
                 }
                 let n = run.count_ones();
                 bottom.add_count(-(n as i32));
                 self.len_counter().add(-i64::from(n));
                 // SAFETY: the item is unlinked, retired once; the policy
                 // defers its destruction past every pinned reader.
-                unsafe { O::retire(item, guard) };
+                unsafe { retire_word::<V, O>(item, guard) };
                 self.walk_up_remove(ctx, index, guard);
                 Some(item)
             }
@@ -614,7 +750,7 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                     if child.any_tag(t) {
                         break;
                     }
-                    parent.clear_tag_bit(t, slot_of(index, parent.height));
+                    parent.clear_tag_bit(t, slot_of(index, parent.height()));
                 }
                 cleared.then(Shared::null)
             }
@@ -637,6 +773,17 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         value: T,
         make: impl for<'g> FnOnce(T, &'g Guard) -> Shared<'g, V>,
     ) -> Result<(), T> {
+        self.replace_raw(index, pred, value, |v, g| erase(make(v, g)))
+    }
+
+    /// [`replace_with`](Self::replace_with) with a leaf word.
+    fn replace_raw<T>(
+        &self,
+        index: u64,
+        pred: impl FnOnce(&V) -> bool,
+        value: T,
+        make: impl for<'g> FnOnce(T, &'g Guard) -> Raw<'g>,
+    ) -> Result<(), T> {
         let guard = self.raw_pin();
         let mut ctx = LockCtx::new(self.serial());
         if !self.lock_leaf(&mut ctx, index, &guard) {
@@ -644,20 +791,19 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         }
         let leaf = ctx.last();
         let s = slot_of(index, 1);
-        let old = leaf.item(s, &guard);
+        let old = leaf.raw(s, &guard);
         // SAFETY: the item is in a slot of a leaf we hold locked.
-        match unsafe { old.as_ref() } {
-            Some(v) if pred(v) => {}
-            _ => return Err(value),
+        if old.is_null() || !unsafe { O::with_value(word(old), pred) } {
+            return Err(value);
         }
-        let run = leaf.run_at(s, &guard);
+        let run = leaf.run_at(s, O::INLINE);
         let new = make(value, &guard);
         for x in slots_of(run) {
-            leaf.set_item(x, new);
+            leaf.set_raw(x, new);
         }
         // SAFETY: the old item left every slot it was in, under the leaf
         // lock; it is retired once, past every pinned reader.
-        unsafe { O::retire(old, &guard) };
+        unsafe { retire_word::<V, O>(old, &guard) };
         Ok(())
     }
 
@@ -684,24 +830,23 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
             if node.is_leaf() {
                 return true;
             }
-            let child = node.child(slot_of(index, node.height), guard);
-            if child.is_null() {
+            let Some(child) = child_on_path(node, slot_of(index, node.height()), index, guard) else {
                 ctx.reset();
                 return false;
-            }
-            // SAFETY: linked under `node`, whose lock we hold.
-            ctx.push(unsafe { child.deref() });
+            };
+            ctx.push(child);
             ctx.release_above_last();
         }
     }
 
     /// After a removal at the bottom of `ctx`: unlink emptied nodes and clear
     /// parents' tag bits upward through the held locks; then, if the root
-    /// lock is still held, empty or shrink the root.
+    /// lock is still held, empty the tree or make a root's only child the
+    /// root, as often as that applies.
     fn walk_up_remove<'a>(&'a self, ctx: &mut LockCtx<'a, V>, index: u64, guard: &'a Guard) {
         for d in (ctx.top..ctx.depth - 1).rev() {
             let (parent, child) = (ctx.node(d), ctx.node(d + 1));
-            let ps = slot_of(index, parent.height);
+            let ps = slot_of(index, parent.height());
             if child.count() == 0 {
                 let shared = parent.child(ps, guard);
                 parent.set_child(ps, Shared::null());
@@ -743,18 +888,17 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
             return;
         }
         let mut held: Option<MutexGuard<'a, ()>> = None;
-        while r.height > 1 && r.count() == 1 {
-            let child = r.child(0, guard);
-            if child.is_null() {
+        while !r.is_leaf() && r.count() == 1 {
+            let Some(child) = (0..super::SLOTS).map(|s| r.child(s, guard)).find(|c| !c.is_null()) else {
                 break;
-            }
+            };
             // SAFETY: linked under the root, which we hold locked.
             let c = unsafe { child.deref() };
             let c_lock = if ctx.serial { None } else { Some(c.lock.lock()) };
             r.mark_dead();
             // Release: publishes the child as root; pairs with the Acquire
             // loads of the root in lookups. Readers still holding the old
-            // root see the same child at its slot 0.
+            // root see the same child in its slot.
             self.root.store(child, Ordering::Release);
             // SAFETY: the old root is unlinked and dead; readers that hold it
             // are pinned.
@@ -795,11 +939,28 @@ impl<V: Send + Sync + 'static> RadixTree<V, Boxed> {
     }
 }
 
+impl<V: Word> RadixTree<V, Inline> {
+    /// Inserts `value` at `index`, in the slot itself; gives it back if the
+    /// index is occupied.
+    pub fn insert(&self, index: u64, value: V) -> Result<(), V> {
+        self.insert_raw(index, 0, value, inline_item)
+    }
+
+    /// Replaces the entry at `index` with `value`; gives `value` back if
+    /// there is none. Lock-free readers find the old value or the new one.
+    pub fn replace(&self, index: u64, value: V) -> Result<(), V> {
+        self.replace_raw(index, |_| true, value, inline_item)
+    }
+}
+
 /// Why an optimistic start did not happen.
 enum Start {
-    /// The entry is not there (linearizes at the lock-free read).
+    /// The entry is not there (or, for clear-tag, has no tag); linearizes
+    /// at the lock-free read.
     Missing,
+    /// For set-tag: the entry has the tag already (linearizes at the read).
+    Tagged,
     /// Validation failed or no entry point exists: use the root.
     Fallback,
 }
-use Start::{Fallback, Missing};
+use Start::{Fallback, Missing, Tagged};
