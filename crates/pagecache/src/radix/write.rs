@@ -47,6 +47,8 @@ use super::node::{
     MAX_HEIGHT, NUM_TAGS, Node, Raw, Step, bit, common_height, erase, run_bits, slot_of, slots_of, word,
 };
 use super::{Boxed, Inline, Own, RadixTree, Tag, Word, inline_item, retire_word};
+use std::mem::ManuallyDrop;
+
 use crate::Mode;
 use crate::sync::MutexGuard;
 use crate::sync::Ordering;
@@ -62,6 +64,10 @@ use crate::sync::epoch::{Guard, Owned, Shared};
 /// the context is about 200 bytes (two arrays of [`MAX_HEIGHT`] entries),
 /// and moving it through `Option`/`Result` returns cost a `memcpy` per
 /// move, a fifth of the write path's time in seed 002's table.
+///
+/// Only `guards[top..depth]` can hold a lock; dropping the context releases
+/// those (deepest first) instead of visiting all [`MAX_HEIGHT`] entries,
+/// which was a tenth of an optimistic write's instructions.
 pub(crate) struct LockCtx<'a, V> {
     serial: bool,
     root: Option<MutexGuard<'a, ()>>,
@@ -69,9 +75,17 @@ pub(crate) struct LockCtx<'a, V> {
     /// no termination point has been found since (so the root may change).
     at_root: bool,
     path: [Option<&'a Node<V>>; MAX_HEIGHT],
-    guards: [Option<MutexGuard<'a, ()>>; MAX_HEIGHT],
+    /// Not dropped as a whole: `Drop` empties `guards[top..depth]`, and
+    /// every other entry is `None` at all times.
+    guards: ManuallyDrop<[Option<MutexGuard<'a, ()>>; MAX_HEIGHT]>,
     depth: usize,
     top: usize,
+}
+
+impl<V> Drop for LockCtx<'_, V> {
+    fn drop(&mut self) {
+        self.release_held();
+    }
 }
 
 impl<'a, V> LockCtx<'a, V> {
@@ -81,17 +95,23 @@ impl<'a, V> LockCtx<'a, V> {
             root: None,
             at_root: false,
             path: [None; MAX_HEIGHT],
-            guards: std::array::from_fn(|_| None),
+            guards: ManuallyDrop::new(std::array::from_fn(|_| None)),
             depth: 0,
             top: 0,
         }
     }
 
-    /// Releases every lock (deepest first) and empties the context.
-    fn reset(&mut self) {
-        for g in self.guards[..self.depth].iter_mut().rev() {
+    /// Releases the held node locks, deepest first.
+    fn release_held(&mut self) {
+        let (top, depth) = (self.top, self.depth);
+        for g in self.guards[top..depth].iter_mut().rev() {
             *g = None;
         }
+    }
+
+    /// Releases every lock (deepest first) and empties the context.
+    fn reset(&mut self) {
+        self.release_held();
         self.root = None;
         self.at_root = false;
         self.depth = 0;
@@ -136,6 +156,19 @@ impl<'a, V> LockCtx<'a, V> {
         self.top = last;
     }
 
+    /// One step of ladder locking: locks `child` and releases everything
+    /// above it. In `Serial` mode there is nothing to lock or release, and
+    /// nothing above is needed again: the child replaces the last node.
+    fn ladder_step(&mut self, child: &'a Node<V>) {
+        if self.serial {
+            self.path[self.depth - 1] = Some(child);
+            self.at_root = false;
+            return;
+        }
+        self.push(child);
+        self.release_above_last();
+    }
+
     /// Releases the node locks below the first node, keeping the root lock
     /// and the first node's lock (before shrinking the tree).
     fn release_below_first(&mut self) {
@@ -165,12 +198,19 @@ fn is_term<V>(node: &Node<V>, s: usize, op: PathOp, is_root: bool, single: bool)
         PathOp::ClearTag(t) => node.tag_bits_relaxed(t) & !bit(s) != 0,
         PathOp::Remove => {
             let gone = if node.is_leaf() { node.run_at(s, single) } else { bit(s) };
-            let need = gone.count_ones() + if is_root { 2 } else { 1 };
-            node.count() >= need
-                && (0..NUM_TAGS).all(|t| {
-                    let b = node.tag_bits_relaxed(t);
-                    b & gone == 0 || b & !gone != 0
-                })
+            // One slot goes, except for a multi-index entry (and baseline
+            // x86-64 has no popcount instruction).
+            let n = if gone & (gone - 1) == 0 { 1 } else { gone.count_ones() };
+            let need = n + if is_root { 2 } else { 1 };
+            if node.count() < need {
+                return false;
+            }
+            let mut ok = true;
+            for t in 0..NUM_TAGS {
+                let b = node.tag_bits_relaxed(t);
+                ok &= b & gone == 0 || b & !gone != 0;
+            }
+            ok
         }
     }
 }
@@ -390,8 +430,7 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                     return Ok(());
                 }
                 Some(c) if c.covers(index) => {
-                    ctx.push(c);
-                    ctx.release_above_last();
+                    ctx.ladder_step(c);
                 }
                 Some(c) => {
                     self.split(node, s, c, index, self.new_leaf(index, n, value, make, guard), guard);
@@ -533,8 +572,7 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                 break;
             };
             set_above |= node.set_tag_bit(t, s);
-            ctx.push(child);
-            ctx.release_above_last();
+            ctx.ladder_step(child);
         }
         ctx.reset();
         if set_above {
@@ -619,7 +657,8 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
 
     /// Lock-free descent that checks the entry (for clear-tag, that it has
     /// the tag) and finds the lowest termination point of `op` on the path
-    /// of `index`, then locks and validates it.
+    /// of `index`, then locks and validates it. The termination condition is
+    /// checked bottom-up from the leaf, which is usually one already.
     fn optimistic_path_start<'a>(
         &'a self,
         ctx: &mut LockCtx<'a, V>,
@@ -634,29 +673,12 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         if !node.covers(index) {
             return Err(Missing);
         }
-        // The first node is the root: apply the root rule to it (keep the
-        // root lock when the tree may shrink), so that removals that can
-        // shrink the tree go through the root lock in every mode.
-        let mut best = None;
-        let mut first = true;
+        let mut path: [&'a Node<V>; MAX_HEIGHT] = [node; MAX_HEIGHT];
+        let mut depth = 0;
         let mut h = node.height();
         loop {
-            let s = slot_of(index, h);
-            if h == 1 {
-                if !node.occupied(s) {
-                    return Err(Missing);
-                }
-                if let PathOp::ClearTag(t) = op
-                    && node.tag_bits(t) & bit(s) == 0
-                {
-                    // Linearizes at this read: the tag was clear.
-                    return Err(Missing);
-                }
-            }
-            if is_term(node, s, op, first, O::INLINE) {
-                best = Some((node, first));
-            }
-            first = false;
+            path[depth] = node;
+            depth += 1;
             if h == 1 {
                 break;
             }
@@ -668,7 +690,29 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                 Step::Empty | Step::Beside => return Err(Missing),
             }
         }
-        let (node, was_root) = best.ok_or(Fallback)?;
+        let s = slot_of(index, 1);
+        if !node.occupied(s) {
+            return Err(Missing);
+        }
+        if let PathOp::ClearTag(t) = op
+            && node.tag_bits(t) & bit(s) == 0
+        {
+            return Err(Missing); // Linearizes at this read: the tag was clear.
+        }
+        // The first node is the root: apply the root rule to it (keep the
+        // root lock when the tree may shrink), so that removals that can
+        // shrink the tree go through the root lock in every mode.
+        let mut d = depth;
+        let (node, was_root) = loop {
+            if d == 0 {
+                return Err(Fallback);
+            }
+            d -= 1;
+            let n = path[d];
+            if is_term(n, slot_of(index, n.height()), op, d == 0, O::INLINE) {
+                break (n, d == 0);
+            }
+        };
         let lock = node.lock.lock();
         if node.is_dead() || !is_term(node, slot_of(index, node.height()), op, was_root, O::INLINE) {
             self.failed_validations.incr();
@@ -692,7 +736,14 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         loop {
             let node = ctx.last();
             let s = slot_of(index, node.height());
-            if is_term(node, s, op, ctx.at_root && ctx.depth == 1, O::INLINE) {
+            // At a start node below the root nothing is held above: skip
+            // the check (the optimistic start has just made it). In `Serial`
+            // mode the single lock stays held whatever the check says, and
+            // the walk back up stops by itself at the first parent that
+            // does not change (as a single-lock tree's would), so the check
+            // would only move bookkeeping: skip it too.
+            let above = ctx.at_root || ctx.depth > ctx.top + 1;
+            if !ctx.serial && above && is_term(node, s, op, ctx.at_root && ctx.depth == 1, O::INLINE) {
                 ctx.release_above_last();
             }
             if node.is_leaf() {
@@ -834,8 +885,7 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                 ctx.reset();
                 return false;
             };
-            ctx.push(child);
-            ctx.release_above_last();
+            ctx.ladder_step(child);
         }
     }
 
