@@ -7,8 +7,9 @@
 //! speculative reference against removal, in-place write and fill-once,
 //! and the retirement of an emptied inode entry against a fill. For the
 //! skipped levels: a split against a set-tag walker and against lookups, a
-//! root shrinking to a far child against an optimistic insert; and inline
-//! values replaced and removed under readers.
+//! root shrinking to a far child against an optimistic insert; inline
+//! values replaced and removed under readers, and a lone entry moved into
+//! a node against a set-tag on it.
 //!
 //! Under `rcufs_loom` a node has 4 slots, so small keys build deep trees:
 //! a leaf covers 4 keys, a height-2 tree 16, height 3 64. Each tree or cache
@@ -304,6 +305,34 @@ fn inline_replace_remove_vs_get() {
         assert_eq!(t.get_cloned(3), Some(10));
         t.check_invariants().unwrap();
     });
+}
+
+/// A lone entry (key 48, kept in the root's slot 3: keys 0 and 48 make a
+/// root of height 3 with a leaf in slot 0) is moved into a new node when
+/// key 52 arrives in the same slot's range, while another thread tags it
+/// and looks both up: the entry is always found, with its value, and keeps
+/// its tag whichever goes first (the move copies the slot's bits to the
+/// entry's new slot, under the same lock the tagger needs).
+#[test]
+fn lone_expand_vs_set_tag() {
+    for mode in [Mode::LockCoupled, Mode::Optimistic] {
+        model(move || {
+            let t: Arc<RadixTree<u64, Inline>> = Arc::new(RadixTree::with_policy(mode));
+            t.insert(0, 1).unwrap();
+            t.insert(48, 2).unwrap();
+            let t2 = t.clone();
+            let h = thread::spawn(move || t2.insert(52, 3).unwrap());
+            assert!(t.set_tag(48, Tag::DIRTY));
+            assert_eq!(t.get_cloned(48), Some(2));
+            let v = t.get_cloned(52);
+            assert!(v.is_none() || v == Some(3), "{v:?}");
+            h.join().unwrap();
+            t.check_invariants().unwrap();
+            assert_eq!(t.gang_lookup(0, 8), vec![(0, 1), (48, 2), (52, 3)]);
+            assert_eq!(t.gang_keys(0, 8, Some(Tag::DIRTY)), vec![48]);
+            assert_eq!(t.node_count(), 3, "the root, the leaf of 0 and the node of 48 and 52");
+        });
+    }
 }
 
 fn small_cache() -> Arc<PageCache> {

@@ -12,7 +12,10 @@
 //! can sit several levels below its parent, its range checked against the
 //! index on the way down, so a sparse tree holds only its dense top and the
 //! nodes where paths fork, and a lone index under an empty slot gets its leaf
-//! directly there. The root is the lowest node whose range holds every
+//! directly there. In a tree of inline values a lone index needs no leaf
+//! at all: it is kept in that slot with its value (a *lone entry*, the
+//! lazy expansion of an adaptive radix tree; `node.rs`), until a second
+//! index in the slot's range moves it into a node. The root is the lowest node whose range holds every
 //! entry: the tree grows at the top when an index outside it arrives (a new
 //! root whose range holds both, with the old root and the new index's leaf
 //! in two of its slots) and shrinks when a removal that holds the root lock
@@ -99,7 +102,7 @@ use crate::sync::epoch::{self, Atomic, Owned, Shared};
 use crate::sync::{Domain, Mutex, Ordering};
 
 pub use node::{MAX_HEIGHT, NUM_TAGS, SHIFT, SLOTS};
-use node::{Node, Raw, Step, bit, raw, slot_of, word};
+use node::{Node, Raw, Slot, Step, bit, lone_bits, lone_index, lone_leaf_word, raw, slot_of, word};
 
 /// The size of one tree node (a leaf or an inner node): its header and
 /// [`SLOTS`] slots of one word each.
@@ -331,6 +334,14 @@ unsafe fn retire_word<V, O: Own<V>>(w: Raw<'_>, guard: &epoch::Guard) {
     }
 }
 
+/// Where a lock-free search found an index (see [`RadixTree::find`]).
+pub(crate) enum Found<'g, V> {
+    /// Slot `s` of this leaf (which may be empty).
+    Leaf(&'g Node<V>, usize),
+    /// The lone entry in slot `s` of this inner node, and its value bits.
+    Lone(&'g Node<V>, usize, u64),
+}
+
 /// A concurrent radix tree from `u64` to `V`. See the module docs.
 pub struct RadixTree<V: Send + Sync + 'static, O: Own<V> = Boxed> {
     mode: Mode,
@@ -489,18 +500,52 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                     h = c.height();
                     node = c;
                 }
-                Step::Empty | Step::Beside => return None,
+                // Lone entries are only in inline trees, which use `find`.
+                Step::Empty | Step::Beside | Step::Lone(_) => return None,
             }
         }
         Some((node, slot_of(index, 1)))
     }
 
+    /// Where `index` is, or would be, found: a leaf slot, or the lone entry
+    /// of an inner slot. Lock-free.
+    #[inline]
+    pub(crate) fn find<'g>(&self, index: u64, guard: &'g epoch::Guard) -> Option<Found<'g, V>> {
+        if !O::INLINE {
+            return self.find_leaf(index, guard).map(|(n, s)| Found::Leaf(n, s));
+        }
+        // Acquire: pairs with the Release stores of the root in write.rs.
+        let root = self.root.load(Ordering::Acquire, guard);
+        // SAFETY: nodes reachable from the root while `guard` is pinned are
+        // retired (if ever) only after being unlinked, so they outlive 'g.
+        let mut node = unsafe { root.as_ref() }?;
+        if !node.covers(index) {
+            return None;
+        }
+        let mut h = node.height();
+        while h > 1 {
+            match node.step(h, index, guard) {
+                Step::Down(c) => {
+                    h = c.height();
+                    node = c;
+                }
+                Step::Lone(w) => {
+                    let bits = node::lone_bits(h, w, index)?;
+                    return Some(Found::Lone(node, slot_of(index, h), bits));
+                }
+                Step::Empty | Step::Beside => return None,
+            }
+        }
+        Some(Found::Leaf(node, slot_of(index, 1)))
+    }
+
     /// The leaf word at `index` (null if absent), valid while `guard` is
-    /// pinned. Lock-free.
+    /// pinned; a lone entry's value as the leaf word it would have. Lock-free.
     #[inline]
     fn lookup_raw<'g>(&self, index: u64, guard: &'g epoch::Guard) -> Raw<'g> {
-        match self.find_leaf(index, guard) {
-            Some((leaf, s)) => leaf.raw(s, guard),
+        match self.find(index, guard) {
+            Some(Found::Leaf(leaf, s)) => leaf.raw(s, guard),
+            Some(Found::Lone(_, _, bits)) => lone_leaf_word(bits),
             None => Shared::null(),
         }
     }
@@ -567,8 +612,10 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
     /// Whether `index` is present and has `tag`. Lock-free.
     pub fn get_tag(&self, index: u64, tag: Tag) -> bool {
         let guard = self.raw_pin();
-        match self.find_leaf(index, &guard) {
-            Some((leaf, s)) => leaf.occupied(s) && leaf.tag_bits(tag.idx()) & bit(s) != 0,
+        match self.find(index, &guard) {
+            Some(Found::Leaf(leaf, s)) => leaf.occupied(s) && leaf.tag_bits(tag.idx()) & bit(s) != 0,
+            // A lone entry's tags are its slot's bits.
+            Some(Found::Lone(node, s, _)) => node.tag_bits(tag.idx()) & bit(s) != 0,
             None => false,
         }
     }
@@ -717,12 +764,31 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                     return true;
                 }
             } else {
-                let child = node.child(s, guard);
-                // SAFETY: the child was reachable while `guard` was pinned.
-                if let Some(c) = unsafe { child.as_ref() }
-                    && Self::collect(c, first, tag, max, out, guard)
-                {
-                    return true;
+                match node.slot(s, guard) {
+                    Slot::Empty => {}
+                    Slot::Child(c) => {
+                        if Self::collect(c, first, tag, max, out, guard) {
+                            return true;
+                        }
+                    }
+                    Slot::Lone(w) => {
+                        let k = lone_index(node, s, w);
+                        if k < first {
+                            continue;
+                        }
+                        if let Some(t) = tag {
+                            // As for a leaf slot: the bit, then the same word.
+                            if node.tag_bits(t) & bit(s) == 0 || !matches!(node.slot(s, guard), Slot::Lone(x) if x == w)
+                            {
+                                continue;
+                            }
+                        }
+                        let bits = lone_bits(h, w, k).expect("the entry's own index");
+                        out.push((k, lone_leaf_word(bits)));
+                        if out.len() >= max {
+                            return true;
+                        }
+                    }
                 }
             }
         }
@@ -788,6 +854,17 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
             }
             if node.is_leaf() {
                 items += usize::from(present);
+            } else if let Slot::Lone(w) = node.slot(s, guard) {
+                if !O::INLINE {
+                    return Err(format!("a lone entry in slot {s} at height {h} of a tree of pointers"));
+                }
+                let k = lone_index(node, s, w);
+                if lone_bits(h, w, k).and_then(|b| node::lone_word(h, k, b)) != Some(w) {
+                    return Err(format!(
+                        "lone entry {w:#x} in slot {s} at height {h} does not round-trip"
+                    ));
+                }
+                items += 1;
             } else {
                 let child = node.child(s, guard);
                 // SAFETY: reachable while `guard` is pinned.

@@ -34,6 +34,22 @@
 //! value itself shifted left by one with bit 0 set (a value too wide for that
 //! is boxed, and the slot holds the box's address, whose bit 0 is clear).
 //!
+//! # Lone entries
+//! In a tree of inline values, an index that is alone in the range of an
+//! inner slot can be kept in that slot, with no leaf below: the lazy
+//! expansion of an adaptive radix tree. The word holds the index's bits
+//! below the slot and the value's bits, above a marker bit and a zero
+//! height field (a child's height is never zero):
+//!
+//! ```text
+//! | value bits | index bits below the slot | 1 | 0 (height field) |
+//! ```
+//!
+//! A value too wide for what is left of the word gets a leaf instead. The
+//! slot's tag bits are the entry's tags. A second index in the slot's range
+//! replaces the entry by a node holding both (published in one store, so a
+//! reader finds the entry in the old word or in the new node).
+//!
 //! # Invariants (every field that changes is written only under the node lock)
 //! - `count` is the number of non-null slots.
 //! - `dead` is set, under the node lock, exactly when the node is unlinked
@@ -73,8 +89,16 @@ pub const MAX_HEIGHT: usize = 64_usize.div_ceil(SHIFT as usize);
 /// Number of tags kept per entry.
 pub const NUM_TAGS: usize = 4;
 
-/// The low bits of an inner slot that carry the child's height.
+/// The low bits of an inner slot that carry the child's height (zero in a
+/// lone entry).
 const HEIGHT_MASK: usize = std::mem::align_of::<Node<()>>() - 1;
+
+/// The marker bit of a lone entry, just above the height field.
+const LONE_MARK: usize = HEIGHT_MASK + 1;
+
+/// The bits of a lone entry below its index bits: the height field and the
+/// marker.
+const LONE_SHIFT: u32 = LONE_MARK.trailing_zeros() + 1;
 
 const _: () = assert!(
     HEIGHT_MASK >= MAX_HEIGHT,
@@ -99,6 +123,42 @@ pub(crate) fn base_of(index: u64, height: usize) -> u64 {
 pub(crate) fn common_height(a: u64, b: u64) -> usize {
     let bits = (64 - (a ^ b).leading_zeros()) as usize;
     bits.div_ceil(SHIFT as usize).max(1)
+}
+
+/// The word of a lone entry for `index` whose value has the bits `bits`, in
+/// a slot of a node of height `h`, if the bits fit.
+pub(crate) fn lone_word(h: usize, index: u64, bits: u64) -> Option<usize> {
+    let below = SHIFT * (h as u32 - 1);
+    let room = (usize::BITS).checked_sub(LONE_SHIFT + below)?;
+    if room == 0 || (room < 64 && bits >> room != 0) {
+        return None;
+    }
+    let sub = (index & max_index(h - 1)) as usize;
+    Some((((bits as usize) << below | sub) << LONE_SHIFT) | LONE_MARK)
+}
+
+/// The value bits of the lone entry `w` in a slot of a node of height `h`,
+/// if it is the entry of `index` (whose range the slot holds).
+#[inline]
+pub(crate) fn lone_bits(h: usize, w: usize, index: u64) -> Option<u64> {
+    let below = SHIFT * (h as u32 - 1);
+    let payload = (w >> LONE_SHIFT) as u64;
+    let mask = max_index(h - 1);
+    (payload & mask == index & mask).then(|| payload >> below)
+}
+
+/// The index of the lone entry `w` in slot `s` of `node`.
+pub(crate) fn lone_index<V>(node: &Node<V>, s: usize, w: usize) -> u64 {
+    let h = node.height();
+    let shift = SHIFT as usize * (h - 1);
+    node.base + ((s as u64) << shift) + ((w >> LONE_SHIFT) as u64 & max_index(h - 1))
+}
+
+/// The leaf word (an [`Inline`](super::Inline) value word) of the value
+/// bits of a lone entry.
+#[inline]
+pub(crate) fn lone_leaf_word<'g>(bits: u64) -> Raw<'g> {
+    raw(((bits as usize) << 1) | 1)
 }
 
 /// The slot of `index` in a node of `height`.
@@ -164,6 +224,17 @@ pub(crate) fn erase<V>(p: Shared<'_, V>) -> Raw<'_> {
     raw(p.as_raw() as usize)
 }
 
+/// The inner-slot word of a child node (0 for null): its address and its
+/// height.
+pub(crate) fn child_word<V>(child: Shared<'_, Node<V>>) -> usize {
+    // SAFETY: a non-null child is a live node that the caller is linking or
+    // has just made, so reading its fixed height is sound.
+    match unsafe { child.as_ref() } {
+        None => 0,
+        Some(c) => child.as_raw() as usize | c.height(),
+    }
+}
+
 /// Converts a slot's pointer to the type the node's height says it has.
 fn cast<'g, T, U>(p: Shared<'g, T>) -> Shared<'g, U> {
     Shared::from(p.as_raw().cast::<U>())
@@ -178,6 +249,17 @@ pub(crate) enum Step<'g, V> {
     /// The slot's child skips levels and its range does not hold the index:
     /// the index is not in the tree below this slot.
     Beside,
+    /// The slot holds a lone entry (this word); it is the index's if
+    /// [`lone_bits`] says so.
+    Lone(usize),
+}
+
+/// What an inner slot holds (see [`Node::slot`]).
+pub(crate) enum Slot<'g, V> {
+    Empty,
+    Child(&'g Node<V>),
+    /// A lone entry's word.
+    Lone(usize),
 }
 
 /// One node of the tree.
@@ -264,6 +346,9 @@ impl<V> Node<V> {
             return Step::Empty;
         }
         let ch = w & HEIGHT_MASK;
+        if ch == 0 {
+            return Step::Lone(w);
+        }
         // SAFETY: a child loaded while `guard` is pinned is retired (if ever)
         // only after it is unlinked, so it outlives 'g; the word is the
         // address of a `Node<V>` tagged with its height.
@@ -277,33 +362,57 @@ impl<V> Node<V> {
         }
     }
 
-    /// The child at slot `s` of an inner node (null if empty). Only for
-    /// inner nodes.
+    /// What slot `s` of an inner node holds.
+    #[inline]
+    pub(crate) fn slot<'g>(&self, s: usize, guard: &'g Guard) -> Slot<'g, V> {
+        debug_assert!(!self.is_leaf(), "an inner slot of a leaf");
+        let _ = guard;
+        // Acquire: the child's (or entry's) initialisation happens before
+        // its publication; pairs with the Release store in `set_word`.
+        let w = self.slots[s].load(Ordering::Acquire);
+        if w == 0 {
+            Slot::Empty
+        } else if w & HEIGHT_MASK == 0 {
+            Slot::Lone(w)
+        } else {
+            // SAFETY: a child loaded while `guard` is pinned is retired (if
+            // ever) only after it is unlinked, so it outlives 'g.
+            Slot::Child(unsafe { &*((w & !HEIGHT_MASK) as *const Node<V>) })
+        }
+    }
+
+    /// The child at slot `s` of an inner node (null if empty or a lone
+    /// entry). Only for inner nodes.
     #[inline]
     pub(crate) fn child<'g>(&self, s: usize, guard: &'g Guard) -> Shared<'g, Node<V>> {
         debug_assert!(!self.is_leaf(), "child of a leaf");
         let _ = guard;
         // Acquire: the child's initialisation happens before its
-        // publication; pairs with the Release store in `set_child`.
+        // publication; pairs with the Release store in `set_word`.
         let w = self.slots[s].load(Ordering::Acquire);
+        if w & HEIGHT_MASK == 0 {
+            return Shared::null();
+        }
         Shared::from((w & !HEIGHT_MASK) as *const Node<V>)
     }
 
     /// Publishes (or clears) a child. Caller holds the node lock (or the
     /// serial writer lock).
     pub(crate) fn set_child(&self, s: usize, child: Shared<'_, Node<V>>) {
-        debug_assert!(!self.is_leaf(), "child of a leaf");
-        // SAFETY: a non-null child is a live node that the caller is linking
-        // (it holds this node's lock), so reading its fixed height is sound.
-        let w = match unsafe { child.as_ref() } {
-            None => 0,
-            Some(c) => {
-                debug_assert!(c.height < self.height, "a child is below its parent");
-                child.as_raw() as usize | c.height()
-            }
-        };
+        self.set_word(s, child_word(child));
+    }
+
+    /// Publishes an inner slot's word: a child's ([`child_word`]), a lone
+    /// entry's ([`lone_word`]) or 0. Caller holds the node lock (or the
+    /// serial writer lock), or the node is not yet published.
+    pub(crate) fn set_word(&self, s: usize, w: usize) {
+        debug_assert!(!self.is_leaf(), "an inner slot of a leaf");
+        debug_assert!(
+            w & HEIGHT_MASK < usize::from(self.height),
+            "a child is below its parent"
+        );
         // Release: publishes the child's initialisation; pairs with the
-        // Acquire loads in `step` and `child`.
+        // Acquire loads in `step`, `slot` and `child`.
         self.slots[s].store(w, Ordering::Release);
     }
 

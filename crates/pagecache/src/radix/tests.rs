@@ -409,3 +409,84 @@ fn inline_values() {
         }
     }
 }
+
+/// In an inline tree, an index alone in an inner slot's range is kept in
+/// that slot (no leaf); a second index in the range moves it into a node at
+/// the height where the two fork (or into a leaf when they share one), with
+/// its tags; a value too wide for the slot word gets a leaf; replacing and
+/// removing work on entries wherever they are.
+#[test]
+fn lone_entries() {
+    let far = 1u64 << (SHIFT * 6);
+    for mode in Mode::ALL {
+        let tree: RadixTree<u64, Inline> = RadixTree::with_policy(mode);
+        tree.insert(5, 50).unwrap();
+        assert_eq!(tree.node_count(), 1, "{mode:?}: the first key makes a leaf root");
+        tree.insert(far + 3, 1).unwrap();
+        assert_eq!(tree.node_count(), 2, "{mode:?}: a root over the leaf and a lone entry");
+        assert!(tree.set_tag(far + 3, Tag::WRITEBACK));
+        assert!(tree.get_tag(far + 3, Tag::WRITEBACK));
+        assert!(!tree.contains(far + 4), "{mode:?}: beside the lone entry");
+        tree.insert(far + (1 << (SHIFT * 3)), 2).unwrap();
+        assert_eq!(
+            tree.node_count(),
+            3,
+            "{mode:?}: the entry moved into a node with the new one"
+        );
+        tree.check_invariants().unwrap();
+        assert!(
+            tree.get_tag(far + 3, Tag::WRITEBACK),
+            "{mode:?}: the moved entry keeps its tag"
+        );
+        tree.insert(far + 4, 3).unwrap();
+        assert_eq!(
+            tree.node_count(),
+            4,
+            "{mode:?}: two entries of one leaf range make a leaf"
+        );
+        tree.check_invariants().unwrap();
+        assert!(tree.get_tag(far + 3, Tag::WRITEBACK));
+        assert!(!tree.get_tag(far + 4, Tag::WRITEBACK));
+        // A value too wide for a lone entry high up gets a leaf.
+        tree.insert(far << 10, u64::MAX >> 2).unwrap();
+        assert_eq!(
+            tree.node_count(),
+            6,
+            "{mode:?}: a new root and a leaf for the wide value"
+        );
+        tree.check_invariants().unwrap();
+        assert_eq!(
+            tree.gang_lookup(0, 10),
+            vec![
+                (5, 50),
+                (far + 3, 1),
+                (far + 4, 3),
+                (far + (1 << (SHIFT * 3)), 2),
+                (far << 10, u64::MAX >> 2)
+            ]
+        );
+        assert_eq!(tree.gang_keys(0, 10, Some(Tag::WRITEBACK)), vec![far + 3]);
+        // Replace a lone entry by a wide value (it gets a leaf, with the tag)
+        // and back.
+        let lone = far + (1 << (SHIFT * 3));
+        assert!(tree.set_tag(lone, Tag::DIRTY));
+        tree.replace(lone, u64::MAX).unwrap();
+        assert_eq!(tree.get_cloned(lone), Some(u64::MAX));
+        assert!(
+            tree.get_tag(lone, Tag::DIRTY),
+            "{mode:?}: the leaf took the entry's tag"
+        );
+        tree.check_invariants().unwrap();
+        tree.replace(lone, 7).unwrap();
+        assert_eq!(tree.get_cloned(lone), Some(7));
+        assert!(tree.clear_tag(lone, Tag::DIRTY));
+        assert_eq!(tree.take(far << 10), Some(u64::MAX >> 2));
+        assert!(tree.remove(5));
+        tree.check_invariants().unwrap();
+        for k in [far + 3, far + 4, lone] {
+            assert!(tree.remove(k), "{mode:?}: {k}");
+            tree.check_invariants().unwrap();
+        }
+        assert!(tree.is_empty());
+    }
+}

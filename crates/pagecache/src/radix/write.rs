@@ -44,9 +44,10 @@
 //! whole operation, and node locks are never taken.
 
 use super::node::{
-    MAX_HEIGHT, NUM_TAGS, Node, Raw, Step, bit, common_height, erase, run_bits, slot_of, slots_of, word,
+    self, MAX_HEIGHT, NUM_TAGS, Node, Raw, Slot, Step, bit, child_word, common_height, erase, lone_bits,
+    lone_leaf_word, lone_word, run_bits, slot_of, slots_of, word,
 };
-use super::{Boxed, Inline, Own, RadixTree, Tag, Word, inline_item, retire_word};
+use super::{Boxed, Found, Inline, Own, RadixTree, Tag, Word, inline_item, retire_word};
 use std::mem::ManuallyDrop;
 
 use crate::Mode;
@@ -215,14 +216,24 @@ fn is_term<V>(node: &Node<V>, s: usize, op: PathOp, is_root: bool, single: bool)
     }
 }
 
-/// The child at slot `s` of the inner node `node` if its range holds
-/// `index`, read under `node`'s lock (or the serial writer lock), so it
+/// Where the path of `index` goes from slot `s` of the inner node `node`,
+/// read under `node`'s lock (or the serial writer lock), so that a child
 /// cannot be unlinked before the caller locks it.
-fn child_on_path<'a, V>(node: &Node<V>, s: usize, index: u64, guard: &'a Guard) -> Option<&'a Node<V>> {
-    let child = node.child(s, guard);
-    // SAFETY: linked under `node`, whose lock the caller holds, so it is not
-    // retired while `guard` is pinned.
-    unsafe { child.as_ref() }.filter(|c| c.covers(index))
+enum Next<'a, V> {
+    /// Down to this child, whose range holds the index.
+    Down(&'a Node<V>),
+    /// Nowhere: the slot holds the index's lone entry.
+    Lone,
+    /// The index is not in the tree.
+    Missing,
+}
+
+fn next_on_path<'a, V>(node: &Node<V>, s: usize, index: u64, guard: &'a Guard) -> Next<'a, V> {
+    match node.slot(s, guard) {
+        Slot::Child(c) if c.covers(index) => Next::Down(c),
+        Slot::Lone(w) if lone_bits(node.height(), w, index).is_some() => Next::Lone,
+        _ => Next::Missing,
+    }
 }
 
 impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
@@ -339,7 +350,9 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
     }
 
     /// Lock-free descent to the lowest existing node whose range holds
-    /// `index`, locked and validated (not dead), or None.
+    /// `index` (a leaf, or the inner node whose slot is empty, holds a lone
+    /// entry, or holds a child beside the index), locked and validated (not
+    /// dead), or None.
     fn optimistic_insert_start<'a>(&'a self, ctx: &mut LockCtx<'a, V>, index: u64, guard: &'a Guard) -> bool {
         // Acquire: pairs with the Release stores of the root.
         let root = self.root.load(Ordering::Acquire, guard);
@@ -357,7 +370,7 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                     h = c.height();
                     node = c;
                 }
-                Step::Empty | Step::Beside => break,
+                Step::Empty | Step::Beside | Step::Lone(_) => break,
             }
         }
         let lock = node.lock.lock();
@@ -369,27 +382,31 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         true
     }
 
-    /// A new leaf holding the item `make(value)` in the `n` slots from the
-    /// slot of `index`, not yet published (so filled without its lock).
-    fn new_leaf<'g, T>(
-        &self,
-        index: u64,
-        n: usize,
-        value: T,
-        make: impl FnOnce(T, &'g Guard) -> Raw<'g>,
-        guard: &'g Guard,
-    ) -> Shared<'g, Node<V>> {
-        let leaf = Node::new(1, index);
-        let item = make(value, guard);
+    /// The word that puts the new item `item` (filling `n` slots from the
+    /// slot of `index`) in a slot of a node of height `h` that is locked or
+    /// not yet published: a lone entry if the tree keeps values inline and
+    /// the value fits, else a new leaf, filled before anyone can see it.
+    fn holder_word(&self, h: usize, index: u64, n: usize, item: Raw<'_>, guard: &Guard) -> usize {
+        let w = word(item);
+        if O::INLINE
+            && n == 1
+            && w & 1 == 1
+            && let Some(lone) = lone_word(h, index, (w >> 1) as u64)
+        {
+            return lone;
+        }
+        let leaf: Node<V> = Node::new(1, index);
         for x in slots_of(run_bits(slot_of(index, 1), n)) {
             leaf.set_raw(x, item);
         }
         leaf.add_count(n as i32);
-        Owned::new(leaf).into_shared(guard)
+        child_word(Owned::new(leaf).into_shared(guard))
     }
 
-    /// Ladder locking from the context's last node down to the leaf, where
-    /// the item fills the `n` slots from the slot of `index`.
+    /// Ladder locking from the context's last node down to where the item
+    /// goes: the leaf slots (`n` from the slot of `index`), or an empty slot
+    /// on the way (a lone entry or a new leaf there), or a slot whose lone
+    /// entry or skipped child must first make room (`expand`, `split`).
     fn insert_from<'a, T>(
         &'a self,
         ctx: &mut LockCtx<'a, V>,
@@ -416,43 +433,41 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                 self.len_counter().add(n as i64);
                 return Ok(());
             }
-            let child = node.child(s, guard);
-            // SAFETY: linked under `node`, whose lock we hold, so it cannot
-            // be unlinked (that needs this lock) before we lock it.
-            match unsafe { child.as_ref() } {
-                None => {
-                    // A lone index under an empty slot: its leaf goes
-                    // straight here, whatever the height.
-                    let leaf = self.new_leaf(index, n, value, make, guard);
-                    node.set_child(s, leaf);
+            match node.slot(s, guard) {
+                Slot::Empty => {
+                    // A lone index under an empty slot: it goes straight
+                    // here, whatever the height.
+                    let w = self.holder_word(h, index, n, make(value, guard), guard);
+                    node.set_word(s, w);
                     node.add_count(1);
-                    self.len_counter().add(n as i64);
-                    return Ok(());
                 }
-                Some(c) if c.covers(index) => {
+                Slot::Child(c) if c.covers(index) => {
+                    // The child is linked under `node`, whose lock we hold,
+                    // so it cannot be unlinked before we lock it.
                     ctx.ladder_step(c);
+                    continue;
                 }
-                Some(c) => {
-                    self.split(node, s, c, index, self.new_leaf(index, n, value, make, guard), guard);
-                    self.len_counter().add(n as i64);
-                    return Ok(());
+                Slot::Child(c) => {
+                    let w = self.holder_word(common_height(c.base, index), index, n, make(value, guard), guard);
+                    self.split(node, s, c, index, w, guard);
+                }
+                Slot::Lone(w) => {
+                    if lone_bits(h, w, index).is_some() {
+                        return Err(value);
+                    }
+                    self.expand(node, s, w, index, make(value, guard), guard);
                 }
             }
+            self.len_counter().add(n as i64);
+            return Ok(());
         }
     }
 
     /// Puts a new node between `node` (locked) and its child `c` at slot
     /// `s`, whose range misses `index`: the new node covers both and holds
-    /// `c` and `leaf` (see the module docs for why `c` is locked meanwhile).
-    fn split<'g>(
-        &self,
-        node: &Node<V>,
-        s: usize,
-        c: &Node<V>,
-        index: u64,
-        leaf: Shared<'g, Node<V>>,
-        guard: &'g Guard,
-    ) {
+    /// `c` and `index`'s holder word `new` (see the module docs for why `c`
+    /// is locked meanwhile).
+    fn split(&self, node: &Node<V>, s: usize, c: &Node<V>, index: u64, new: usize, guard: &Guard) {
         let _c = if self.serial() { None } else { Some(c.lock.lock()) };
         let mid = Node::new(common_height(c.base, index), index);
         let h = mid.height();
@@ -464,9 +479,41 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
             }
         }
         mid.set_child(cs, node.child(s, guard));
-        mid.set_child(slot_of(index, h), leaf);
+        mid.set_word(slot_of(index, h), new);
         mid.add_count(2);
         node.set_child(s, Owned::new(mid).into_shared(guard));
+    }
+
+    /// Replaces the lone entry `lone` in slot `s` of `node` (locked) by a
+    /// node holding it and the new `item` at `index`: a leaf if both are in
+    /// one leaf's range, else an inner node at the height where they fork,
+    /// holding the old entry (still lone) and the new one (lone or in a
+    /// leaf). The old entry keeps its tags (its slot's bits in `node`),
+    /// which only writers holding `node`'s lock change; `node`'s own bits
+    /// for the slot stay right. One store publishes the node, so a reader
+    /// sees the entry in the old word or in the new node.
+    fn expand(&self, node: &Node<V>, s: usize, lone: usize, index: u64, item: Raw<'_>, guard: &Guard) {
+        let e = node::lone_index(node, s, lone);
+        let bits = lone_bits(node.height(), lone, e).expect("the entry's own index");
+        let h = common_height(e, index);
+        debug_assert!(h < node.height(), "both are in the slot's range");
+        let below = Node::new(h, index);
+        let es = slot_of(e, h);
+        if h == 1 {
+            below.set_raw(es, lone_leaf_word(bits));
+            below.set_raw(slot_of(index, 1), item);
+        } else {
+            let moved = lone_word(h, e, bits).expect("a value that fits higher up fits lower down");
+            below.set_word(es, moved);
+            below.set_word(slot_of(index, h), self.holder_word(h, index, 1, item, guard));
+        }
+        below.add_count(2);
+        for t in 0..NUM_TAGS {
+            if node.tag_bits_relaxed(t) & bit(s) != 0 {
+                below.set_tag_bit(t, es);
+            }
+        }
+        node.set_child(s, Owned::new(below).into_shared(guard));
     }
 
     // ----- set_tag ------------------------------------------------------
@@ -485,13 +532,13 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
             }
         } else {
             // Lock-free fast paths: a missing entry, or one already tagged.
-            match self.find_leaf(index, &guard) {
-                Some((leaf, s)) if leaf.occupied(s) => {
-                    if leaf.tag_bits(t) & bit(s) != 0 {
-                        return true;
-                    }
-                }
+            let (node, s) = match self.find(index, &guard) {
+                Some(Found::Leaf(leaf, s)) if leaf.occupied(s) => (leaf, s),
+                Some(Found::Lone(node, s, _)) => (node, s),
                 _ => return false,
+            };
+            if node.tag_bits(t) & bit(s) != 0 {
+                return true;
             }
             false
         };
@@ -521,26 +568,26 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         }
         let mut best = None;
         let mut h = node.height();
-        loop {
+        let (bottom, s) = loop {
             if node.any_tag(t) {
                 best = Some(node);
             }
             if h == 1 {
-                break;
+                break (node, slot_of(index, 1));
             }
             match node.step(h, index, guard) {
                 Step::Down(c) => {
                     h = c.height();
                     node = c;
                 }
-                Step::Empty | Step::Beside => return Err(Missing),
+                Step::Lone(w) if lone_bits(h, w, index).is_some() => break (node, slot_of(index, h)),
+                Step::Empty | Step::Beside | Step::Lone(_) => return Err(Missing),
             }
-        }
-        let s = slot_of(index, 1);
-        if !node.occupied(s) {
+        };
+        if !bottom.occupied(s) {
             return Err(Missing);
         }
-        if node.tag_bits(t) & bit(s) != 0 {
+        if bottom.tag_bits(t) & bit(s) != 0 {
             return Err(Tagged);
         }
         let node = best.ok_or(Fallback)?;
@@ -568,11 +615,18 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                 }
                 break;
             }
-            let Some(child) = child_on_path(node, s, index, guard) else {
-                break;
-            };
-            set_above |= node.set_tag_bit(t, s);
-            ctx.ladder_step(child);
+            match next_on_path(node, s, index, guard) {
+                Next::Down(child) => {
+                    set_above |= node.set_tag_bit(t, s);
+                    ctx.ladder_step(child);
+                }
+                Next::Lone => {
+                    // A lone entry's tags are its slot's bits.
+                    node.set_tag_bit(t, s);
+                    return true;
+                }
+                Next::Missing => break,
+            }
         }
         ctx.reset();
         if set_above {
@@ -687,10 +741,12 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                     h = c.height();
                     node = c;
                 }
-                Step::Empty | Step::Beside => return Err(Missing),
+                // The entry is in this node's slot: the node is the bottom.
+                Step::Lone(w) if lone_bits(h, w, index).is_some() => break,
+                Step::Empty | Step::Beside | Step::Lone(_) => return Err(Missing),
             }
         }
-        let s = slot_of(index, 1);
+        let s = slot_of(index, h);
         if !node.occupied(s) {
             return Err(Missing);
         }
@@ -754,18 +810,45 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
             {
                 break; // Nothing below is tagged (I1); walk up from here.
             }
-            let Some(child) = child_on_path(node, s, index, guard) else {
-                if op == PathOp::Remove {
-                    return None;
-                }
-                break;
-            };
-            ctx.push(child);
+            match next_on_path(node, s, index, guard) {
+                Next::Down(child) => ctx.push(child),
+                Next::Lone => break,
+                Next::Missing if op == PathOp::Remove => return None,
+                Next::Missing => break,
+            }
         }
         let bottom = ctx.last();
         let s = slot_of(index, bottom.height());
+        // The entry's lone word if the bottom is an inner node holding it.
+        let lone = match bottom.is_leaf() {
+            true => None,
+            false => match bottom.slot(s, guard) {
+                Slot::Lone(w) => lone_bits(bottom.height(), w, index),
+                _ => None,
+            },
+        };
         match op {
+            PathOp::Remove if lone.is_some() => {
+                let item = lone_leaf_word(lone.expect("checked"));
+                if let Some(pred) = pred
+                    // SAFETY: the value is a lone entry's, read under the lock.
+                    && !unsafe { O::with_value(word(item), pred) }
+                {
+                    return None;
+                }
+                for t in 0..NUM_TAGS {
+                    bottom.clear_tag_bit(t, s);
+                }
+                bottom.set_word(s, 0);
+                bottom.add_count(-1);
+                self.len_counter().add(-1);
+                self.walk_up_remove(ctx, index, guard);
+                Some(item)
+            }
             PathOp::Remove => {
+                if !bottom.is_leaf() {
+                    return None;
+                }
                 let item = bottom.raw(s, guard);
                 if item.is_null() {
                     return None;
@@ -795,7 +878,7 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                 Some(item)
             }
             PathOp::ClearTag(t) => {
-                let cleared = bottom.is_leaf() && bottom.clear_tag_bit(t, s);
+                let cleared = (bottom.is_leaf() || lone.is_some()) && bottom.clear_tag_bit(t, s);
                 for d in (ctx.top..ctx.depth - 1).rev() {
                     let (parent, child) = (ctx.node(d), ctx.node(d + 1));
                     if child.any_tag(t) {
@@ -837,20 +920,50 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
     ) -> Result<(), T> {
         let guard = self.raw_pin();
         let mut ctx = LockCtx::new(self.serial());
-        if !self.lock_leaf(&mut ctx, index, &guard) {
+        if !self.lock_holder(&mut ctx, index, &guard) {
             return Err(value);
         }
-        let leaf = ctx.last();
-        let s = slot_of(index, 1);
-        let old = leaf.raw(s, &guard);
+        let node = ctx.last();
+        let h = node.height();
+        let s = slot_of(index, h);
+        if h > 1 {
+            // A lone entry: a new value that fits takes its place; one that
+            // does not gets a leaf there, with the entry's tags.
+            let Slot::Lone(w) = node.slot(s, &guard) else {
+                return Err(value);
+            };
+            let old = lone_leaf_word(lone_bits(h, w, index).expect("the holder holds the index"));
+            // SAFETY: the value is a lone entry's, read under the lock.
+            if !unsafe { O::with_value(word(old), pred) } {
+                return Err(value);
+            }
+            let new = make(value, &guard);
+            let w = word(new);
+            if let Some(lone) = (w & 1 == 1).then(|| lone_word(h, index, (w >> 1) as u64)).flatten() {
+                node.set_word(s, lone);
+            } else {
+                let leaf = Node::new(1, index);
+                let ls = slot_of(index, 1);
+                leaf.set_raw(ls, new);
+                leaf.add_count(1);
+                for t in 0..NUM_TAGS {
+                    if node.tag_bits_relaxed(t) & bit(s) != 0 {
+                        leaf.set_tag_bit(t, ls);
+                    }
+                }
+                node.set_child(s, Owned::new(leaf).into_shared(&guard));
+            }
+            return Ok(());
+        }
+        let old = node.raw(s, &guard);
         // SAFETY: the item is in a slot of a leaf we hold locked.
         if old.is_null() || !unsafe { O::with_value(word(old), pred) } {
             return Err(value);
         }
-        let run = leaf.run_at(s, O::INLINE);
+        let run = node.run_at(s, O::INLINE);
         let new = make(value, &guard);
         for x in slots_of(run) {
-            leaf.set_raw(x, new);
+            node.set_raw(x, new);
         }
         // SAFETY: the old item left every slot it was in, under the leaf
         // lock; it is retired once, past every pinned reader.
@@ -858,22 +971,28 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         Ok(())
     }
 
-    /// Locks the leaf that holds `index` (the root lock too in `Serial`
-    /// mode): a validated optimistic descent, or ladder locking from the
-    /// root. False, with nothing locked, if there is no such leaf.
-    fn lock_leaf<'a>(&'a self, ctx: &mut LockCtx<'a, V>, index: u64, guard: &'a Guard) -> bool {
+    /// Locks the node that holds `index` (the root lock too in `Serial`
+    /// mode): its leaf, or the inner node whose slot holds its lone entry;
+    /// from a validated optimistic descent, or by ladder locking from the
+    /// root. False, with nothing locked, if `index` is not in the tree.
+    fn lock_holder<'a>(&'a self, ctx: &mut LockCtx<'a, V>, index: u64, guard: &'a Guard) -> bool {
+        let mut started = false;
         if self.mode() == Mode::Optimistic {
-            let Some((leaf, _)) = self.find_leaf(index, guard) else {
-                return false; // Linearizes at the lock-free read: no leaf.
+            let node = match self.find(index, guard) {
+                None => return false, // Linearizes at the lock-free read.
+                Some(Found::Leaf(n, _) | Found::Lone(n, _, _)) => n,
             };
-            let lock = leaf.lock.lock();
-            if !leaf.is_dead() {
-                ctx.push_locked(leaf, Some(lock));
-                return true;
+            let lock = node.lock.lock();
+            if node.is_dead() {
+                self.failed_validations.incr();
+            } else {
+                // A lone entry may have made room for a node since: the
+                // ladder below goes on from here.
+                ctx.push_locked(node, Some(lock));
+                started = true;
             }
-            self.failed_validations.incr();
         }
-        if !self.start_at_root(ctx, index, false, guard) {
+        if !started && !self.start_at_root(ctx, index, false, guard) {
             return false;
         }
         loop {
@@ -881,11 +1000,14 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
             if node.is_leaf() {
                 return true;
             }
-            let Some(child) = child_on_path(node, slot_of(index, node.height()), index, guard) else {
-                ctx.reset();
-                return false;
-            };
-            ctx.ladder_step(child);
+            match next_on_path(node, slot_of(index, node.height()), index, guard) {
+                Next::Down(child) => ctx.ladder_step(child),
+                Next::Lone => return true,
+                Next::Missing => {
+                    ctx.reset();
+                    return false;
+                }
+            }
         }
     }
 
