@@ -496,8 +496,8 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         let mut h = node.height();
         while h > 1 {
             match node.step(h, index, guard) {
-                Step::Down(c) => {
-                    h = c.height();
+                Step::Down(c, ch) => {
+                    h = ch;
                     node = c;
                 }
                 // Lone entries are only in inline trees, which use `find`.
@@ -525,8 +525,8 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         let mut h = node.height();
         while h > 1 {
             match node.step(h, index, guard) {
-                Step::Down(c) => {
-                    h = c.height();
+                Step::Down(c, ch) => {
+                    h = ch;
                     node = c;
                 }
                 Step::Lone(w) => {

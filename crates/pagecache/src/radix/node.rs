@@ -164,12 +164,9 @@ pub(crate) fn lone_leaf_word<'g>(bits: u64) -> Raw<'g> {
 /// The slot of `index` in a node of `height`.
 #[inline]
 pub(crate) fn slot_of(index: u64, height: usize) -> usize {
-    let shift = SHIFT as usize * (height - 1);
-    if shift >= 64 {
-        0
-    } else {
-        ((index >> shift) & MASK) as usize
-    }
+    // At most SHIFT * (MAX_HEIGHT - 1) < 64.
+    debug_assert!((1..=MAX_HEIGHT).contains(&height), "height {height}");
+    ((index >> (SHIFT as usize * (height - 1))) & MASK) as usize
 }
 
 /// The bit of slot `s` in a tag bitmap.
@@ -242,8 +239,9 @@ fn cast<'g, T, U>(p: Shared<'g, T>) -> Shared<'g, U> {
 
 /// Where a lock-free descent goes from an inner node (see [`Node::step`]).
 pub(crate) enum Step<'g, V> {
-    /// The slot's child, whose range holds the index.
-    Down(&'g Node<V>),
+    /// The slot's child, whose range holds the index, and its height (from
+    /// the slot, so the descent need not read the child's header).
+    Down(&'g Node<V>, usize),
     /// The slot is empty.
     Empty,
     /// The slot's child skips levels and its range does not hold the index:
@@ -356,7 +354,7 @@ impl<V> Node<V> {
         // A child one level down covers the slot's whole range; one that
         // skips levels covers part of it and must be checked.
         if ch + 1 == h || child.base == base_of(index, ch) {
-            Step::Down(child)
+            Step::Down(child, ch)
         } else {
             Step::Beside
         }

@@ -366,8 +366,8 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
         let mut h = node.height();
         while h > 1 {
             match node.step(h, index, guard) {
-                Step::Down(c) => {
-                    h = c.height();
+                Step::Down(c, ch) => {
+                    h = ch;
                     node = c;
                 }
                 Step::Empty | Step::Beside | Step::Lone(_) => break,
@@ -576,8 +576,8 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                 break (node, slot_of(index, 1));
             }
             match node.step(h, index, guard) {
-                Step::Down(c) => {
-                    h = c.height();
+                Step::Down(c, ch) => {
+                    h = ch;
                     node = c;
                 }
                 Step::Lone(w) if lone_bits(h, w, index).is_some() => break (node, slot_of(index, h)),
@@ -737,8 +737,8 @@ impl<V: Send + Sync + 'static, O: Own<V>> RadixTree<V, O> {
                 break;
             }
             match node.step(h, index, guard) {
-                Step::Down(c) => {
-                    h = c.height();
+                Step::Down(c, ch) => {
+                    h = ch;
                     node = c;
                 }
                 // The entry is in this node's slot: the node is the bottom.
