@@ -40,6 +40,16 @@
 //!   before child) waits it out. With N and C locked, M copies C's flags and
 //!   they stay right.
 //!
+//! In a tree of inline values an index alone under an empty slot becomes a
+//! lone entry there (`node.rs`). The node whose slot holds it is the entry's
+//! holder, playing the leaf's part: set-tag, clear-tag and remove end there
+//! (the slot's bits are the entry's tags; removing clears the slot, and the
+//! holder may then empty like a leaf), and an insert of another index in
+//! the slot's range *expands* it: a new node (a leaf if both share one) takes
+//! the entry, with the slot's tag bits, and the new index, and is published
+//! in the slot under the holder's lock, which every writer of the entry
+//! needs.
+//!
 //! In `Serial` mode the root lock is the single writer lock, held for the
 //! whole operation, and node locks are never taken.
 
