@@ -338,7 +338,7 @@ impl<V> Node<V> {
         );
         let _ = guard;
         // Acquire: the child's initialisation happens before its
-        // publication; pairs with the Release store in `set_child`.
+        // publication; pairs with the Release store in `set_word`.
         let w = self.slots[slot_of(index, h)].load(Ordering::Acquire);
         if w == 0 {
             return Step::Empty;
