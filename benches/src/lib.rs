@@ -304,6 +304,60 @@ pub fn consume<T>(x: T) {
 #[cfg(test)]
 mod tests;
 
+/// Bytes allocated and not yet freed through [`CountingAlloc`].
+static LIVE_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A global allocator that counts the bytes requested and not yet freed, for
+/// footprint figures: a bench binary installs it with `#[global_allocator]`
+/// and reads [`live_bytes`] before and after building a structure. It adds
+/// one relaxed atomic add per allocation and per free (none happen in the
+/// timed loops of the benches that install it).
+pub struct CountingAlloc;
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the
+// counter is only a statistic.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        LIVE_BYTES.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's pointer and layout.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { std::alloc::System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        LIVE_BYTES.fetch_add(new_size, std::sync::atomic::Ordering::Relaxed);
+        LIVE_BYTES.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's pointer, layout and size.
+        unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// The bytes allocated and not yet freed through [`CountingAlloc`] (zero if
+/// the binary does not install it). Relaxed: a statistic.
+pub fn live_bytes() -> usize {
+    LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Runs crossbeam-epoch's deferred destructors that are due (a few hundred
+/// pins and flushes of the global collector), so that a footprint taken
+/// next does not count garbage still waiting for its grace period.
+pub fn collect_epoch_garbage() {
+    for _ in 0..512 {
+        crossbeam_epoch::pin().flush();
+    }
+}
+
 /// A calibration group, `calibration_<bench>`: independent per-thread ALU
 /// work (no shared memory) at 1 and 2 threads. Its 1 → 2 thread scaling is
 /// the parallelism this machine actually gave the bench at that moment (it is

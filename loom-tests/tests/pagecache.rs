@@ -11,7 +11,11 @@
 //! copy against the fill of a folio (the ready tag published after the
 //! bytes), against a copy-on-write replacement, a held folio slice against
 //! a write, a folio slice against a removal, a drop against a
-//! copy-on-write write, and write-through against a racing fill.
+//! copy-on-write write, and write-through against a racing fill. For the
+//! skipped levels: a split against a set-tag walker and against lookups, a
+//! root shrinking to a far child against an optimistic insert; inline
+//! values replaced and removed under readers, and a lone entry moved into
+//! a node against a set-tag on it.
 //!
 //! Under `rcufs_loom` a node has 4 slots, so small keys build deep trees:
 //! a leaf covers 4 keys, a height-2 tree 16, height 3 64. Each tree or cache
@@ -21,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use loom::sync::Arc;
 use loom::thread;
+use pagecache::radix::Inline;
 use pagecache::{Config, FillOrder, Mode, PageCache, RadixTree, Tag};
 
 /// Runs a model with room for the long execution paths of an epoch pin
@@ -224,6 +229,114 @@ fn run_insert_vs_insert_inside() {
             } else {
                 check(&t, &[0, 3], &[2]);
             }
+        });
+    }
+}
+
+/// A split against a set-tag walker. Keys 0 and 48 make a root of height 3
+/// whose slot 0 holds the leaf of 0..=3 directly (height 2 skipped).
+/// `set_tag(0)` walks root → leaf with ladder locking, setting the root's
+/// bit before the leaf's; `insert(4)` misses that leaf's range under slot 0
+/// and splits: a new node of height 2 takes the leaf and a leaf for 4. The
+/// new node's bit for the old leaf is copied from the leaf's tags, which a
+/// walker that passed the root may still be about to set: the split locks
+/// the leaf to wait it out. Lookups of 0 and 4 during the split see the key
+/// or (for 4) nothing, never another key's value through a leaf beside the
+/// path.
+#[test]
+fn split_vs_set_tag() {
+    for mode in [Mode::LockCoupled, Mode::Optimistic] {
+        model(move || {
+            let t = tree(mode, &[0, 48]);
+            let t2 = t.clone();
+            let h = thread::spawn(move || {
+                t2.insert(4, 40).unwrap();
+                assert_eq!(t2.get_cloned(0), Some(0));
+            });
+            assert!(t.set_tag(0, Tag::DIRTY));
+            let v = t.get_cloned(4);
+            assert!(v.is_none() || v == Some(40), "{v:?}");
+            h.join().unwrap();
+            check(&t, &[0, 4, 48], &[]);
+            assert_eq!(t.gang_keys(0, 8, Some(Tag::DIRTY)), vec![0]);
+            assert_eq!(t.node_count(), 5, "the root, the split node and three leaves");
+        });
+    }
+}
+
+/// A removal that leaves the root one child in its last slot (keys 1 and
+/// 60: the root of height 3 holds the leaves of 0..=3 and 60..=63 directly)
+/// makes that leaf the root, while an optimistic insert of 20 descends the
+/// old root, finds slot 1 empty, and locks the old root to put a leaf
+/// there. If the shrink won, the old root is dead and the insert must start
+/// again from the new root (growing it back); the key must never land in
+/// the unlinked old root.
+#[test]
+fn shrink_to_far_child_vs_insert() {
+    model(|| {
+        let t = tree(Mode::Optimistic, &[1, 60]);
+        let t2 = t.clone();
+        let h = thread::spawn(move || assert!(t2.remove(1)));
+        t.insert(20, 200).unwrap();
+        assert_eq!(t.get_cloned(60), Some(600));
+        h.join().unwrap();
+        check(&t, &[20, 60], &[1]);
+    });
+}
+
+/// Inline values: a replacement (an inline value by a boxed one, 2^63 does
+/// not fit the word) and a removal against readers, which see the old
+/// value, the new one or nothing after the removal; equal values in
+/// adjacent slots are separate entries, so removing one keeps the other.
+#[test]
+fn inline_replace_remove_vs_get() {
+    model(|| {
+        let t: Arc<RadixTree<u64, Inline>> = Arc::new(RadixTree::with_policy(Mode::Optimistic));
+        for k in 1..=3 {
+            t.insert(k, 10).unwrap();
+        }
+        let t2 = t.clone();
+        let h = thread::spawn(move || {
+            t2.replace(1, 1 << 63).unwrap();
+            assert!(t2.remove(2));
+        });
+        let v = t.get_cloned(1);
+        assert!(v == Some(10) || v == Some(1 << 63), "{v:?}");
+        let w = t.get_cloned(2);
+        assert!(w == Some(10) || w.is_none(), "{w:?}");
+        assert_eq!(t.get_cloned(3), Some(10));
+        h.join().unwrap();
+        assert_eq!(t.get_cloned(1), Some(1 << 63));
+        assert_eq!(t.get_cloned(2), None);
+        assert_eq!(t.get_cloned(3), Some(10));
+        t.check_invariants().unwrap();
+    });
+}
+
+/// A lone entry (key 48, kept in the root's slot 3: keys 0 and 48 make a
+/// root of height 3 with a leaf in slot 0) is moved into a new node when
+/// key 52 arrives in the same slot's range, while another thread tags it
+/// and looks both up: the entry is always found, with its value, and keeps
+/// its tag whichever goes first (the move copies the slot's bits to the
+/// entry's new slot, under the same lock the tagger needs).
+#[test]
+fn lone_expand_vs_set_tag() {
+    for mode in [Mode::LockCoupled, Mode::Optimistic] {
+        model(move || {
+            let t: Arc<RadixTree<u64, Inline>> = Arc::new(RadixTree::with_policy(mode));
+            t.insert(0, 1).unwrap();
+            t.insert(48, 2).unwrap();
+            let t2 = t.clone();
+            let h = thread::spawn(move || t2.insert(52, 3).unwrap());
+            assert!(t.set_tag(48, Tag::DIRTY));
+            assert_eq!(t.get_cloned(48), Some(2));
+            let v = t.get_cloned(52);
+            assert!(v.is_none() || v == Some(3), "{v:?}");
+            h.join().unwrap();
+            t.check_invariants().unwrap();
+            assert_eq!(t.gang_lookup(0, 8), vec![(0, 1), (48, 2), (52, 3)]);
+            assert_eq!(t.gang_keys(0, 8, Some(Tag::DIRTY)), vec![48]);
+            assert_eq!(t.node_count(), 3, "the root, the leaf of 0 and the node of 48 and 52");
         });
     }
 }

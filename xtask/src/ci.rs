@@ -133,7 +133,9 @@ fn bench_build() -> Result<()> {
 
 /// Runs the loom models in release mode in a target directory of their own
 /// (the cfgs change every crate's build, so sharing `target/` would rebuild
-/// everything twice per CI run).
+/// everything twice per CI run). A filter that names a model file
+/// (`dcache`, `pagecache`: `loom-tests/tests/<name>.rs`) runs every model of
+/// that file; any other filter selects models by name.
 pub fn loom(filter: Option<&str>) -> Result<()> {
     let mut cmd = cargo();
     cmd.args(["test", "--release", "--locked", "-p", "loom-tests"])
@@ -143,7 +145,12 @@ pub fn loom(filter: Option<&str>) -> Result<()> {
         cmd.env("LOOM_MAX_PREEMPTIONS", "2");
     }
     if let Some(f) = filter {
-        cmd.args(["--", f]);
+        let file = crate::util::root().join("loom-tests/tests").join(format!("{f}.rs"));
+        if file.is_file() {
+            cmd.args(["--test", f]);
+        } else {
+            cmd.args(["--", f]);
+        }
     }
     run(&mut cmd)
 }

@@ -25,7 +25,8 @@ Tasks:
                   (mount tests included), a one-minute soak (30 s per mode),
                   netbench --ci (about a minute), loom models at preemption
                   bound 2
-  loom [FILTER]   the loom models (release, LOOM_MAX_PREEMPTIONS=2 unless set)
+  loom [FILTER]   the loom models (release, LOOM_MAX_PREEMPTIONS=2 unless set);
+                  FILTER: a model file (dcache, pagecache) or part of a model's name
   bench [--quick] [--paper] [BENCH...]
                   criterion benches of the cache crates against their peers,
                   and seed 002's table (--paper: at 16,777,216 indexes)

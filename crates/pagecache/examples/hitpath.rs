@@ -9,7 +9,9 @@
 //! Contenders, one thread, same random probes, interleaved in random order
 //! over the rounds, median per contender:
 //! - `radix_dense` / `radix_sparse`: `RadixTree::get` on 2^20 keys, dense
-//!   (`0..2^20`) or spread over `0..2^32`;
+//!   (`0..2^20`) or spread over `0..2^32` (boxed values);
+//! - `radix_dense_inline` / `radix_sparse_inline`: the same keys in trees
+//!   of inline values (`radix::Inline`), read with `get_copied`;
 //! - `pagecache_get_copy`: `PageCache::get` and a copy of the 4 KiB page
 //!   (the `pagecache_hit_copy` bench's loop), 16 files × 1024 pages;
 //! - `pagecache_read_into`: the same through `PageCache::read_into`;
@@ -32,6 +34,7 @@
 
 use std::hint::black_box;
 
+use pagecache::radix::Inline;
 use pagecache::{Config, FillOrder, FolioSlice, Mode, PageCache, RadixTree};
 
 const PAGE: usize = 4096;
@@ -87,11 +90,15 @@ fn main() {
         sparse_keys.insert(next() & 0xffff_ffff);
     }
     let sparse_keys: Vec<u64> = sparse_keys.into_iter().collect();
+    let dense_inline: RadixTree<u64, Inline> = RadixTree::with_policy(Mode::Optimistic);
+    let sparse_inline: RadixTree<u64, Inline> = RadixTree::with_policy(Mode::Optimistic);
     for k in 0..keys as u64 {
         dense.insert(k, k + 1).unwrap();
+        dense_inline.insert(k, k + 1).unwrap();
     }
     for &k in &sparse_keys {
         sparse.insert(k, k + 1).unwrap();
+        sparse_inline.insert(k, k + 1).unwrap();
     }
     let probes = permutation(keys, 32);
 
@@ -208,6 +215,22 @@ fn main() {
             Box::new(|i| {
                 let g = sparse.pin();
                 black_box(sparse.get(sparse_keys[probes[i % keys]], &g).copied());
+            }),
+        ),
+        (
+            "radix_dense_inline",
+            2_000_000,
+            Box::new(|i| {
+                let g = dense_inline.pin();
+                black_box(dense_inline.get_copied(probes[i % keys] as u64, &g));
+            }),
+        ),
+        (
+            "radix_sparse_inline",
+            2_000_000,
+            Box::new(|i| {
+                let g = sparse_inline.pin();
+                black_box(sparse_inline.get_copied(sparse_keys[probes[i % keys]], &g));
             }),
         ),
         (

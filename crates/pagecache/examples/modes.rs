@@ -5,6 +5,9 @@
 //! a contiguous sub-range). Prints the median wall time of each phase over
 //! several runs and the gain against `Serial`, as the paper's tables do.
 //!
+//! The values are inline in the slots (`radix::Inline`), as in the
+//! `radix_table` bench.
+//!
 //! `cargo run --release -p pagecache --example modes -- [keys] [threads] [runs]`
 //! (defaults 1048576, 2, 5). Not a benchmark harness: the full benches live
 //! in the `benches` crate.
@@ -12,6 +15,7 @@
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use pagecache::radix::Inline;
 use pagecache::{Mode, RadixTree, Tag};
 
 const OPS: [&str; 4] = ["insert", "tag", "untag", "remove"];
@@ -27,7 +31,7 @@ fn keys_of(t: usize, threads: usize, n: u64, interleaved: bool) -> Vec<u64> {
 
 /// One run: the four phases, each timed from a barrier to the last thread's end.
 fn run(mode: Mode, n: u64, threads: usize, interleaved: bool) -> [Duration; 4] {
-    let tree = RadixTree::new(mode);
+    let tree: RadixTree<u64, Inline> = RadixTree::with_policy(mode);
     let mut out = [Duration::ZERO; 4];
     for (phase, slot) in out.iter_mut().enumerate() {
         let barrier = Barrier::new(threads + 1);

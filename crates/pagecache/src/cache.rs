@@ -788,7 +788,7 @@ impl PageCache {
             .rev()
             .find(|&o| {
                 let first = (index & !((1u64 << o) - 1)) % SLOTS as u64;
-                (first..first + (1 << o)).all(|s| !leaf.occupied(s as usize, &guard))
+                (first..first + (1 << o)).all(|s| !leaf.occupied(s as usize))
             })
             .unwrap_or(0)
     }

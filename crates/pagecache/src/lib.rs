@@ -9,7 +9,8 @@
 //!   construction, the paper's CONFIG option: one tree lock (`Serial`),
 //!   per-node locks with ladder and path locking (`LockCoupled`, §2.4), or
 //!   lock-free descent to the lowest node to change, then validation under
-//!   its lock (`Optimistic`, §5).
+//!   its lock (`Optimistic`, §5). Levels with a single child are skipped;
+//!   small values can live in the slots themselves ([`radix::Inline`]).
 //! - [`PageCache`] keeps folios, aligned runs of 1 to 64 pages, keyed by
 //!   (inode, page index): one radix tree per inode, where a folio is a
 //!   multi-index entry (its pointer in each slot it covers, as the Linux
