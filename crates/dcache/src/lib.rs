@@ -46,11 +46,13 @@
 //! - **Handles**: [`Dentry`] is a counted handle (clone increments, drop
 //!   decrements); [`Pinned`]/[`DentryRef`] and [`Dcache::lookup_with`] borrow
 //!   under an epoch pin and touch no count.
-//! - **Lazy LRU** (`lru.rs`, seed 000 §6): unused hashed entries sit on an
-//!   intrusive list (one for positive, one for negative entries). A hit only
-//!   sets the referenced byte, and only if it is clear. Pruning takes in-use
-//!   entries off, gives referenced ones a second chance, evicts the rest in
-//!   batches of `prune_batch`.
+//! - **Lazy eviction** (`policy.rs`, `lru.rs`; seed 000 §6 for the
+//!   laziness, S3-FIFO for the queues): unused hashed entries sit on
+//!   intrusive lists: a probation and a main queue for positive entries, a
+//!   CLOCK list for negatives, split into LRU shards with their own locks.
+//!   A hit only raises the entry's frequency byte, and only while it is
+//!   below its maximum. Pruning takes in-use entries off, promotes or ages
+//!   accessed ones, evicts the rest in batches of `prune_batch`.
 //! - **Capacity**: inserting beyond `max_negative` negative entries prunes a
 //!   batch of negatives; beyond `max_entries` entries prunes a batch
 //!   (negatives first). Entries in use are never freed, so the bounds can be
@@ -93,13 +95,13 @@
 //! - Every cached child is on its parent's list of children and holds one
 //!   reference on its parent; a node under an unhashed parent is never hashed.
 //! - Lock order: rename lock → child locks (by node id) → bucket locks (by
-//!   index) → LRU lock (a leaf).
+//!   index) → one LRU shard's lock (a leaf).
 //!
 //! # Concurrency
 //!
 //! Readers (lookup, `lookup_with`, `Pinned::lookup`, walk) take no lock and
-//! write nothing shared except the referenced byte of an entry that does not
-//! have it yet, a count on the one entry they return a handle to, and their
+//! write nothing shared except the frequency byte of an entry whose
+//! frequency is below its maximum, a count on the one entry they return a handle to, and their
 //! thread's statistics shard. Writers lock one bucket (and the parent's child
 //! lock) per insert; unhash locks one bucket; renames are serialised by the
 //! rename lock. A lookup sees the state before or after any concurrent write.
