@@ -1247,7 +1247,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 // gave before `cur`'s own line arrived: the next bucket's
                 // load need not wait for the node's (see `hash_parent`).
                 let hash = sh.table.hash_probe(cur.hash_parent(), &probe);
-                match self.find_live(cur.id, &probe, hash, &guard) {
+                match self.find_live_inlined(cur.id, &probe, hash, &guard) {
                     Some(n) if n.is_negative() => {
                         n.mark_referenced();
                         end = Some((i, true));

@@ -191,9 +191,14 @@ fn mix(h: u64, w: u64) -> u64 {
 /// with a per-cache random seed it keeps accidental collisions rare, which
 /// is all a cache needs (a hostile name set can lengthen chains but not
 /// break correctness).
+///
+/// The name is mixed first and the parent last, just before the
+/// finalisation: in a walk the parent's address is what the previous
+/// component's lookup yields, and the name's part, which does not depend on
+/// it, can then be computed ahead, off that chain of dependent loads.
 #[inline]
 pub(crate) fn hash(seed: u64, parent: u64, probe: &Probe<'_>) -> u64 {
-    let mut h = seed ^ parent.wrapping_mul(K1);
+    let mut h = seed;
     for &w in probe.words() {
         h = mix(h, w);
     }
@@ -210,6 +215,7 @@ pub(crate) fn hash(seed: u64, parent: u64, probe: &Probe<'_>) -> u64 {
         }
     }
     h ^= name.len() as u64;
+    h ^= parent.wrapping_mul(K1);
     h ^= h >> 33;
     h = h.wrapping_mul(K1);
     h ^= h >> 29;

@@ -619,13 +619,14 @@ fn walk_of_a_long_path_resolves_every_component() {
 fn reference_hash(seed: u64, parent: u64, name: &[u8]) -> u64 {
     const K1: u64 = 0x9E37_79B9_7F4A_7C15;
     const K2: u64 = 0xC2B2_AE3D_27D4_EB4F;
-    let mut h = seed ^ parent.wrapping_mul(K1);
+    let mut h = seed;
     for c in name.chunks(8) {
         let mut w = [0u8; 8];
         w[..c.len()].copy_from_slice(c);
         h = (h ^ u64::from_le_bytes(w)).wrapping_mul(K2).rotate_left(29);
     }
     h ^= name.len() as u64;
+    h ^= parent.wrapping_mul(K1);
     h ^= h >> 33;
     h = h.wrapping_mul(K1);
     h ^= h >> 29;
