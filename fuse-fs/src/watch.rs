@@ -123,26 +123,12 @@ const INFO_FID: u8 = 1;
 const INFO_DFID_NAME: u8 = 2;
 const INFO_DFID: u8 = 3;
 
-/// Filesystem types whose changes can come from elsewhere (other machines)
-/// or that give no file ids: watching them would miss changes.
-const UNWATCHABLE: &[&str] = &[
-    "nfs",
-    "nfs4",
-    "cifs",
-    "smb3",
-    "smbfs",
-    "ceph",
-    "9p",
-    "afs",
-    "glusterfs",
-    "lustre",
-    "gfs2",
-    "ocfs2",
-    "virtiofs",
-];
-
+/// Whether a filesystem of type `fstype` cannot be watched: its changes can
+/// come from elsewhere (other machines) or it gives no file ids. These are
+/// the network and FUSE filesystems, the same set `slow_source.rs` gives
+/// its own defaults for.
 fn unwatchable(fstype: &str) -> bool {
-    UNWATCHABLE.contains(&fstype) || fstype == "fuse" || fstype.starts_with("fuse.") || fstype == "fuseblk"
+    crate::slow_source::is_slow(fstype)
 }
 
 /// One filesystem the watcher has marked.
