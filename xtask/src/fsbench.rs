@@ -138,22 +138,6 @@ struct Measure {
     unit: &'static str,
 }
 
-/// The directory all workloads live in; removed when dropped unless kept.
-struct WorkDir {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        if self.keep {
-            eprintln!("xtask fsbench: kept {}", self.path.display());
-        } else if let Err(e) = fs::remove_dir_all(&self.path) {
-            eprintln!("xtask fsbench: cannot remove {}: {e}", self.path.display());
-        }
-    }
-}
-
 /// A running `rcufs mount`; unmounts when dropped.
 struct Mount {
     child: Option<Child>,
@@ -855,11 +839,7 @@ pub fn fsbench(args: &[String]) -> Result<()> {
         None
     };
 
-    let base = std::env::var_os("TMPDIR").map_or_else(|| PathBuf::from("/var/tmp"), PathBuf::from);
-    let work = WorkDir {
-        path: base.join(format!("rcufs-fsbench-{}", std::process::id())),
-        keep,
-    };
+    let work = crate::util::WorkDir::new("fsbench", keep);
     let src = work.path.join("src");
     let mnt = work.path.join("mnt");
     let logs = out_dir().join("fsbench-logs");

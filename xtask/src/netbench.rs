@@ -284,31 +284,11 @@ fn build_rcufs(ci: bool) -> Result<PathBuf> {
     Ok(crate::mount::target_dir().join(if ci { "debug/rcufs" } else { "release/rcufs" }))
 }
 
-/// The work directory; removed when dropped unless kept.
-struct WorkDir {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        if self.keep {
-            eprintln!("xtask netbench: kept {}", self.path.display());
-        } else if let Err(e) = fs::remove_dir_all(&self.path) {
-            eprintln!("xtask netbench: cannot remove {}: {e}", self.path.display());
-        }
-    }
-}
-
 pub fn netbench(args: &[String]) -> Result<()> {
     let o = parse(args)?;
     ensure_tools()?;
     let rcufs = build_rcufs(o.ci)?;
-    let base = std::env::var_os("TMPDIR").map_or_else(|| PathBuf::from("/var/tmp"), PathBuf::from);
-    let work = WorkDir {
-        path: base.join(format!("rcufs-netbench-{}", std::process::id())),
-        keep: o.keep,
-    };
+    let work = crate::util::WorkDir::new("netbench", o.keep);
     fs::create_dir_all(&work.path)?;
     let logs = out_dir().join("netbench-logs");
     fs::create_dir_all(&logs)?;

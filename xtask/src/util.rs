@@ -1,5 +1,5 @@
 //! Running commands, finding the workspace, installing Debian packages, a
-//! small random number generator.
+//! small random number generator, a benchmark's work directory.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -142,5 +142,36 @@ impl Rng {
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// A benchmark task's work directory under `$TMPDIR` (default `/var/tmp`,
+/// which is on the root filesystem like the source trees users mount),
+/// named after the task and the process; removed when dropped unless kept.
+pub struct WorkDir {
+    pub path: PathBuf,
+    keep: bool,
+    task: &'static str,
+}
+
+impl WorkDir {
+    /// The path for `task` (`fsbench`, `netbench`); not created yet.
+    pub fn new(task: &'static str, keep: bool) -> Self {
+        let base = std::env::var_os("TMPDIR").map_or_else(|| PathBuf::from("/var/tmp"), PathBuf::from);
+        Self {
+            path: base.join(format!("rcufs-{task}-{}", std::process::id())),
+            keep,
+            task,
+        }
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if self.keep {
+            eprintln!("xtask {}: kept {}", self.task, self.path.display());
+        } else if let Err(e) = std::fs::remove_dir_all(&self.path) {
+            eprintln!("xtask {}: cannot remove {}: {e}", self.task, self.path.display());
+        }
     }
 }
