@@ -206,7 +206,7 @@ fn bench_hits(c: &mut Criterion) {
             }),
         ),
     ];
-    run_group(c, "dcache_hit", Unit::Op, &contenders);
+    run_group(c, "dcache_hit", Unit::Op, n as u64, &contenders);
     drop(contenders);
     drop(ours);
 }

@@ -117,7 +117,7 @@ fn bench_hits(c: &mut Criterion) {
             }),
         ),
     ];
-    run_group(c, "pagecache_hit_copy", Unit::Bytes(PAGE as u64), &contenders);
+    run_group(c, "pagecache_hit_copy", Unit::Bytes(PAGE as u64), total as u64, &contenders);
 }
 
 /// Files of this size, cached as folios of 64 pages, for the range groups.
@@ -207,7 +207,7 @@ fn bench_ranges(c: &mut Criterion) {
                 }),
             ),
         ];
-        run_group(c, group, Unit::Bytes(size as u64), &contenders);
+        run_group(c, group, Unit::Bytes(size as u64), probes.len() as u64, &contenders);
     }
 }
 

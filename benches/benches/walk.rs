@@ -109,7 +109,7 @@ fn bench_walk(c: &mut Criterion) {
             }),
         ),
     ];
-    run_group(c, "path_walk", Unit::Op, &contenders);
+    run_group(c, "path_walk", Unit::Op, n as u64, &contenders);
 }
 
 criterion_group! {

@@ -382,6 +382,7 @@ pub fn calibration(c: &mut criterion::Criterion, bench: &str) {
         c,
         &format!("calibration_{bench}"),
         Unit::Op,
+        0,
         &[("independent_work", work)],
     );
 }
@@ -415,7 +416,24 @@ const ROUNDS: usize = 15;
 ///    second to the next, this pass exposes every contender to the same
 ///    conditions, so its ratios are the ones to trust; criterion's figures
 ///    give the distribution of each contender on its own.
-pub fn run_group(c: &mut criterion::Criterion, group: &str, unit: Unit, contenders: &[(&str, Routine<'_>)]) {
+///
+/// `cover` is the number of operations per thread that pass once over the
+/// group's inputs (the length of the probe cycle; 0 for a group whose
+/// contenders carry their own state from burst to burst, such as a bounded
+/// cache under churn). The untimed burst before each timed one runs at
+/// least that many, so that every contender's own data is back in the
+/// caches, as far as it fits, before it is timed, whichever contender ran
+/// before it. A fifth of a 20 ms burst covers about a quarter of a 65,536-key
+/// cycle at 5 Mop/s: without `cover` the timed burst then starts by
+/// fetching the rest from memory, and measures the misses the previous
+/// contender caused rather than the contender's own hit path.
+pub fn run_group(
+    c: &mut criterion::Criterion,
+    group: &str,
+    unit: Unit,
+    cover: u64,
+    contenders: &[(&str, Routine<'_>)],
+) {
     let mut g = c.benchmark_group(group);
     for threads in THREADS {
         g.throughput(match unit {
@@ -474,9 +492,10 @@ pub fn run_group(c: &mut criterion::Criterion, group: &str, unit: Unit, contende
         order.shuffle(&mut rng);
         for &s in &order {
             let (i, threads) = slots[s];
-            // An untimed warm-up burst (a fifth of the timed one) brings the
-            // contender's own data back into the caches first.
-            contenders[i].1(threads, (bursts[s] / 5).max(1));
+            // An untimed warm-up burst (a fifth of the timed one, and at
+            // least one pass over the inputs) brings the contender's own data
+            // back into the caches first.
+            contenders[i].1(threads, (bursts[s] / 5).max(cover).max(1));
             let d = contenders[i].1(threads, bursts[s]);
             samples[s].push(per_op * threads as f64 * bursts[s] as f64 / d.as_secs_f64().max(1e-12));
         }
