@@ -90,6 +90,9 @@ pub struct FsConfig {
     /// `local` or `network` (a network or FUSE filesystem), which chose
     /// the defaults of the options not given (`slow_source.rs`).
     pub source_kind: &'static str,
+    /// Flags added to `AT_SYMLINK_NOFOLLOW` when a name is looked up in the
+    /// source (`slow_source::name_stat_flags`).
+    pub name_stat_flags: libc::c_int,
     /// FUSE worker threads (for the stats; 0 when not mounted).
     pub workers: usize,
 }
@@ -108,6 +111,7 @@ impl Default for FsConfig {
             coherence: Coherence::Ttl,
             coherence_why: String::new(),
             source_kind: "local",
+            name_stat_flags: 0,
             workers: 0,
         }
     }
@@ -614,14 +618,15 @@ impl Fs {
         let before = self.source_seq();
         let in_flight = self.source_lookups.enter();
         crate::fault::source_delay();
-        let mut read = sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW);
+        let flags = libc::AT_SYMLINK_NOFOLLOW | self.cfg.name_stat_flags;
+        let mut read = sys::fstatat(pfd.as_fd(), &cname, flags);
         drop(in_flight);
         if let Ok(st) = &read
             && st.st_dev != parent.key.0
             && self.entered_filesystem(pfd.as_fd(), &cname, st.st_dev)
         {
             // Read again now that changes there are reported.
-            read = sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW);
+            read = sys::fstatat(pfd.as_fd(), &cname, flags);
         }
         crate::fault::lookup_delay(name);
         match read {

@@ -310,6 +310,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         coherence,
         coherence_why: coherence_why.clone(),
         source_kind: profile.kind(),
+        name_stat_flags: profile.name_stat_flags(),
         workers: threads,
     };
     let fs = Arc::new(

@@ -65,6 +65,28 @@ pub fn is_slow(fstype: &str) -> bool {
     NETWORK_TYPES.contains(&fstype) || fstype == "fuse" || fstype.starts_with("fuse.") || fstype == "fuseblk"
 }
 
+/// The flags rcufs adds to `AT_SYMLINK_NOFOLLOW` when it looks a name up in
+/// a source of type `fstype` (LOOKUP, the listing's prefetch).
+///
+/// On a FUSE source, a `stat` of a name costs its daemon two requests when
+/// the source's kernel keeps attributes for no time (as rcufs asks of a
+/// FUSE source, so that its own interval is the only one): the LOOKUP that
+/// resolves the name, which returns the attributes, and a GETATTR that
+/// reads them again because they are already out of date. With
+/// `AT_STATX_DONT_SYNC` the kernel hands out the attributes the LOOKUP
+/// just returned, so one request answers. They are never older than the
+/// source's entry timeout: the source's kernel looks the name up again,
+/// which refreshes them, as soon as its entry expires. Other filesystems
+/// keep their own rules (`AT_STATX_DONT_SYNC` would let NFS skip its
+/// attribute revalidation, and a local filesystem ignores it).
+pub fn name_stat_flags(fstype: &str) -> libc::c_int {
+    if fstype == "fuse" || fstype.starts_with("fuse.") || fstype == "fuseblk" {
+        libc::AT_STATX_DONT_SYNC
+    } else {
+        0
+    }
+}
+
 /// What the source is, for choosing defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Profile {
@@ -109,6 +131,13 @@ impl Profile {
     /// machine's parallelism) for a local source.
     pub fn threads(&self, local: usize) -> usize {
         if self.slow { NETWORK_THREADS.max(local) } else { local }
+    }
+
+    /// The flags of the `fstatat` that looks a name up in the source, on
+    /// top of `AT_SYMLINK_NOFOLLOW`: `AT_STATX_DONT_SYNC` for a FUSE
+    /// source (see [`name_stat_flags`]), none otherwise.
+    pub fn name_stat_flags(&self) -> libc::c_int {
+        name_stat_flags(&self.fstype)
     }
 
     /// `network` or `local`, for the stats and the log.

@@ -61,3 +61,14 @@ fn this_process_root_is_held_by_some_mount() {
     let p = Profile::of(Path::new("/"));
     assert!(!p.fstype.is_empty(), "{p:?}");
 }
+
+#[test]
+fn only_a_fuse_source_gets_its_names_attributes_from_the_lookup() {
+    for fuse in ["fuse", "fuse.sshfs", "fuseblk"] {
+        assert_eq!(Profile::of_type(fuse.into()).name_stat_flags(), libc::AT_STATX_DONT_SYNC, "{fuse}");
+    }
+    // NFS would skip its attribute revalidation; local filesystems ignore it.
+    for other in ["nfs", "nfs4", "cifs", "ext4", "tmpfs", ""] {
+        assert_eq!(Profile::of_type(other.into()).name_stat_flags(), 0, "{other}");
+    }
+}

@@ -5,6 +5,7 @@
 //! interval (and forgotten by a change through the mount or a drop).
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::sync::Barrier;
 
 use crate::harness::Mount;
@@ -194,4 +195,41 @@ fn a_stale_name_refreshes_its_directorys_stale_names_at_once() {
         after - before,
         upper.stats()["source"]
     );
+}
+
+/// Over a FUSE source rcufs takes a name's attributes from the source's
+/// lookup (`AT_STATX_DONT_SYNC`, one request to the source's daemon
+/// instead of two): a change of mode and size made in the source below is
+/// still seen once both mounts' intervals have passed, in both modes.
+#[test]
+fn a_fuse_sources_attribute_changes_are_seen_after_the_interval() {
+    for mode in [&[][..], &["--kernel-cache"][..]] {
+        let Some(lower) = Mount::with(&["--coherence", "ttl", "--revalidate", "0.2"], tree) else {
+            return;
+        };
+        let mut args = vec!["--revalidate", "0.3"];
+        args.extend_from_slice(mode);
+        let Some(upper) = Mount::over(&lower.mnt, &args) else {
+            return;
+        };
+        let file = upper.at("d/f03");
+        let before = fs::symlink_metadata(&file).unwrap();
+        assert_eq!(before.len(), 1);
+        assert_ne!(before.permissions().mode() & 0o777, 0o600);
+        fs::write(lower.src.join("d/f03"), b"grown").unwrap();
+        fs::set_permissions(lower.src.join("d/f03"), fs::Permissions::from_mode(0o600)).unwrap();
+        let mut last = (0, 0);
+        let seen = crate::harness::eventually(std::time::Duration::from_secs(5), || {
+            let m = fs::symlink_metadata(&file).unwrap();
+            last = (m.len(), m.permissions().mode() & 0o777);
+            last == (5, 0o600)
+        });
+        assert!(seen, "{mode:?}: still {last:?} through the upper mount (source: 5 bytes, 0600)");
+        // A name created below is found too.
+        fs::write(lower.src.join("d/new"), b"n").unwrap();
+        assert!(
+            crate::harness::eventually(std::time::Duration::from_secs(5), || upper.at("d/new").exists()),
+            "{mode:?}: a new name in the source is not seen"
+        );
+    }
 }
