@@ -96,7 +96,7 @@ use std::ptr::NonNull;
 
 use crate::Mode;
 use crate::counter::Counter;
-use crate::folio::{FAILED, FILLING, Folio, FolioOwn, NONEWREFS, PageRef, filling_item, ready_tag};
+use crate::folio::{FAILED, FILLING, Folio, FolioOwn, NONEWREFS, PageRef, filling_item, prefetch_page, ready_tag};
 use crate::radix::node::{SHIFT, bit};
 use crate::radix::{RadixTree, SLOTS, Tag};
 use crate::readahead::Readahead;
@@ -179,6 +179,9 @@ impl std::ops::AddAssign for DropCounts {
 
 const GATE_CLOSED: u64 = 1 << 63;
 const WAIT_BUCKETS: usize = 64;
+/// Bytes of a page a speculative get prefetches before taking its
+/// reference (see `folio::prefetch_page`).
+const PREFETCH: usize = 1024;
 
 /// One inode's pages.
 pub(crate) struct Inode {
@@ -501,7 +504,7 @@ impl PageCache {
     pub fn get(&self, ino: u64, index: u64) -> Option<PageRef> {
         let guard = self.domain.pin();
         if let Some(inode) = self.inodes.lookup(ino, &guard)
-            && let Found::Ready(r) = Self::lookup_folio(inode, index, &guard)
+            && let Found::Ready(r) = Self::lookup_folio(inode, index, self.cfg.page_size, &guard)
         {
             self.hits.incr();
             return Some(r.into_page(index, self.cfg.page_size));
@@ -518,7 +521,7 @@ impl PageCache {
     /// the same check: a leaf is unlinked only once all its slots are empty
     /// and never moves (growing and shrinking add or remove nodes above it),
     /// so a slot that still holds the item is the tree's slot for `index`.
-    fn lookup_folio(inode: &Inode, index: u64, guard: &Guard) -> Found {
+    fn lookup_folio(inode: &Inode, index: u64, page_size: usize, guard: &Guard) -> Found {
         loop {
             let Some((leaf, s)) = inode.pages.find_leaf(index, guard) else {
                 return Found::Missing;
@@ -529,6 +532,7 @@ impl PageCache {
             let Some(folio) = (unsafe { item.as_ref() }) else {
                 return Found::Missing;
             };
+            prefetch_page(item, index, page_size, PREFETCH.min(page_size));
             match folio.try_get() {
                 Ok(state) => {
                     // SAFETY: `try_get` gave us a reference.
@@ -669,7 +673,7 @@ impl PageCache {
             let found = {
                 let guard = self.domain.pin();
                 match self.inodes.lookup(ino, &guard) {
-                    Some(inode) => Self::lookup_folio(inode, index, &guard),
+                    Some(inode) => Self::lookup_folio(inode, index, self.cfg.page_size, &guard),
                     None => Found::Missing,
                 }
             };

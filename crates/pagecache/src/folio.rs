@@ -441,6 +441,41 @@ pub(crate) fn slot_tag(item: Shared<'_, Folio>) -> (u32, bool, bool) {
     ((t & TAG_ORDER) as u32, t & TAG_NOT_READY == 0, t & TAG_SHORT != 0)
 }
 
+/// Asks the processor to start loading the first `n` bytes of page `index`
+/// of the folio a slot holds, from the slot's pointer and tag alone (no
+/// load of the header), so that they arrive while a speculative get waits
+/// for the header's state word. That get's compare-and-swap is a full
+/// barrier on x86: the copy's loads after it wait for it, and it waits for
+/// the state word's miss, so without this the copy's first miss would
+/// start only once the header's is over (prefetches are not ordered by
+/// locked instructions). Only a hint: nothing is read that the program
+/// sees. `n` is at most the page size.
+#[inline]
+pub(crate) fn prefetch_page(item: Shared<'_, Folio>, index: u64, page_size: usize, n: usize) {
+    #[cfg(all(target_arch = "x86_64", not(rcufs_loom)))]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let (order, ready, _) = slot_tag(item);
+        if !ready {
+            return;
+        }
+        // Folios are naturally aligned: the page's place in its folio is
+        // the index's low `order` bits.
+        let page = (index & ((1u64 << order) - 1)) as usize;
+        let base = item.as_raw().cast::<i8>().wrapping_add(HEADER + page * page_size);
+        let mut at = 0;
+        while at < n {
+            // SAFETY: a prefetch never faults and changes nothing the
+            // program can observe; the address is inside the folio's
+            // allocation (page `page` of a folio of order `order`).
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(at)) };
+            at += 64;
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(rcufs_loom))))]
+    let _ = (item, index, page_size, n);
+}
+
 /// The bytes `from..from + n` of the folio a slot holds, computed from the
 /// slot's pointer alone (not from the header, whose load may still be in
 /// flight: the copy's loads need not wait for it).
