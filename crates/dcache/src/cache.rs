@@ -278,7 +278,10 @@ unsafe fn kill<T>(shared: &Shared<T>, node: &Node<T>, guard: &Guard) -> *const N
     // its chain, off the LRU and off its parent's list of children, and it has no
     // children (each would hold a reference). Only readers pinned before the
     // unlinking can still see it, and the collector waits for them.
-    unsafe { guard.defer_destroy(epoch::Shared::from(node as *const Node<T>)) };
+    let p = ptr::from_ref(node).cast_mut();
+    // SAFETY: as above; the node came from `Node::block` (`insert_inner`,
+    // `Dcache::build`) and only its killer (we) frees it.
+    unsafe { guard.defer_unchecked(move || Node::free(p)) };
     parent
 }
 
@@ -436,14 +439,14 @@ fn kill_victims<T>(shared_ptr: NonNull<Shared<T>>, mut victims: Vec<NodePtr<T>>,
     // unlinked from its chain, off the LRU and off its parent's list of
     // children, and it has no children (each would hold a reference), so
     // only readers pinned before the unlinking can still reach it, and the
-    // collector runs this after they unpinned. Each was allocated as a
-    // `Box` by `insert_inner` and is freed here once (the pruner marked it
+    // collector runs this after they unpinned. Each came from `Node::block`
+    // (`insert_inner`) and is freed here once (the pruner marked it
     // DEAD, which exactly one thread does, and handed it to this batch
     // only).
     unsafe {
         guard.defer_unchecked(move || {
             for v in victims {
-                drop(Box::from_raw(v.0.as_ptr()));
+                Node::free(v.0.as_ptr());
             }
         });
     }
@@ -647,15 +650,19 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             use std::hash::BuildHasher;
             std::hash::RandomState::new().hash_one(0x5eed_u64)
         };
-        let root = Box::into_raw(Box::new(Node::new(
-            0,
-            0,
-            u64::MAX,
-            &Probe::new(b""),
-            ptr::null(),
-            Some(root_payload),
-            1,
-        )));
+        let root = Node::block();
+        // SAFETY: a fresh block for a node, ours alone.
+        let root: *const Node<T> = unsafe {
+            (*root.as_ptr()).write(Node::new(
+                0,
+                0,
+                u64::MAX,
+                &Probe::new(b""),
+                ptr::null(),
+                Some(root_payload),
+                1,
+            ))
+        };
         let shards = if crate::sync::LOOM {
             1
         } else {
@@ -954,8 +961,11 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             let initial = if parent_live { 1 } else { 1 | UNHASHED };
             // Written straight into its allocation, not built on the stack
             // and copied there.
-            let node: &Node<T> =
-                Box::leak(Box::new_uninit()).write(Node::new(id, hash, pnode.id, &probe, pnode, payload, initial));
+            // SAFETY: a fresh block for a node, ours alone; the node is
+            // freed only by its killer, which needs a reference we hold.
+            let node: &Node<T> = unsafe {
+                (*Node::block().as_ptr()).write(Node::new(id, hash, pnode.id, &probe, pnode, payload, initial))
+            };
             if parent_live {
                 // SAFETY: we hold the bucket lock, the node is new (alive, in
                 // no chain) and its key hashes to `index`.

@@ -1,8 +1,9 @@
 //! The dentry node: its key, its state word, and its links into the hash
 //! chain, the LRU list and its parent's list of children.
 //!
-//! A `Node` is allocated by an insert and freed through the epoch collector
-//! (`Guard::defer_destroy`) by the one thread that marks it `DEAD`. It is the
+//! A `Node` is allocated by an insert (`Node::block`) and freed through the
+//! epoch collector (a deferred `Node::free`) by the one thread that marks it
+//! `DEAD`. It is the
 //! user-space counterpart of `struct dentry` (seed 000, "Scalability of the
 //! directory entry cache", §3 and §6): the hash link is read by lock-free
 //! lookups, the LRU link only under the LRU lock, the sibling links only under
@@ -294,6 +295,31 @@ impl<T> Node<T> {
             }),
             first_child: UnsafeCell::new(ptr::null()),
             sibling: UnsafeCell::new(Sibling::new()),
+        }
+    }
+
+    /// An uninitialised block for a node (see `sync::alloc_block`), which
+    /// `free` gives back once a node was written into it.
+    #[inline]
+    pub(crate) fn block() -> NonNull<std::mem::MaybeUninit<Self>> {
+        let layout = std::alloc::Layout::new::<Self>();
+        match NonNull::new(crate::sync::alloc_block(layout).cast()) {
+            Some(p) => p,
+            None => std::alloc::handle_alloc_error(layout),
+        }
+    }
+
+    /// Drops the node at `p` and gives its block back.
+    ///
+    /// # Safety
+    /// `p` is a block from `block` holding a node, and nothing can reach the node any more (its
+    /// killer deferred this until no pinned reader could).
+    pub(crate) unsafe fn free(p: *mut Self) {
+        // SAFETY: forwarded from the caller; the block has the node's
+        // layout and is handed back once, after the drop.
+        unsafe {
+            ptr::drop_in_place(p);
+            crate::sync::free_block(p.cast(), std::alloc::Layout::new::<Self>());
         }
     }
 

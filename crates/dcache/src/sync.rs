@@ -124,6 +124,103 @@ mod imp {
         }
     }
 
+    /// Freed blocks of one layout (a node's) that a thread keeps for its
+    /// next allocations of that layout, at most `MAGAZINE_BLOCKS`: the
+    /// user-space counterpart of the kernel's dentry slab and its per-CPU
+    /// free lists. The epoch collector frees nodes a bag (dozens) at a
+    /// time, more than the allocator's own per-thread cache of a size keeps
+    /// (seven, in glibc's), so most frees and the inserts' allocations after
+    /// them went through its slower shared bins: about 330 instructions per
+    /// node in the churn bench, against about 60 for a push and a pop here.
+    struct Magazine {
+        layout: std::alloc::Layout,
+        blocks: Vec<*mut u8>,
+    }
+
+    /// At most this many blocks per thread (152 KB of 152-byte nodes). A
+    /// step of the collector frees up to eight bags of deferred functions,
+    /// and the pruner's are batches: at two threads on the churn stream, a
+    /// magazine of 256 blocks served 46 % of the inserts, one of 1024 72 %.
+    const MAGAZINE_BLOCKS: usize = 1024;
+
+    /// Whether freed blocks are kept at all (see `set_keep_blocks`).
+    static KEEP_BLOCKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+    /// Turns the magazines off (or on again) for the whole process: with
+    /// them off every freed block goes back to the global allocator at
+    /// once, so that a memory checker sees every node's end and reports a
+    /// read of a freed node, which a block kept for reuse would hide.
+    pub(crate) fn set_keep_blocks(on: bool) {
+        // Relaxed: a switch read by later frees; it publishes nothing.
+        KEEP_BLOCKS.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    impl Drop for Magazine {
+        fn drop(&mut self) {
+            for &b in &self.blocks {
+                // SAFETY: every kept block was allocated with `self.layout`
+                // (see `free_block`) and is owned by the magazine alone.
+                unsafe { std::alloc::dealloc(b, self.layout) };
+            }
+        }
+    }
+
+    std::thread_local! {
+        static MAGAZINE: std::cell::RefCell<Magazine> = const {
+            std::cell::RefCell::new(Magazine { layout: std::alloc::Layout::new::<()>(), blocks: Vec::new() })
+        };
+    }
+
+    /// A block of `layout` (not zero-sized): one this thread kept, else a
+    /// new one from the global allocator. Null if that fails.
+    #[inline]
+    pub(crate) fn alloc_block(layout: std::alloc::Layout) -> *mut u8 {
+        let kept = MAGAZINE
+            .try_with(|m| {
+                let mut m = m.try_borrow_mut().ok()?;
+                if m.layout == layout { m.blocks.pop() } else { None }
+            })
+            .ok()
+            .flatten();
+        // SAFETY: `layout` is not zero-sized (the caller's promise).
+        kept.unwrap_or_else(|| unsafe { std::alloc::alloc(layout) })
+    }
+
+    /// Gives back a block from `alloc_block` (or from the global allocator)
+    /// with the same `layout`: this thread keeps it if its magazine holds
+    /// that layout (or is empty) and has room, else it goes back to the
+    /// global allocator.
+    ///
+    /// # Safety
+    /// `p` was allocated by the global allocator with `layout`, whatever
+    /// was in it was dropped, and nothing uses it any more.
+    #[inline]
+    pub(crate) unsafe fn free_block(p: *mut u8, layout: std::alloc::Layout) {
+        // Relaxed: see `set_keep_blocks`.
+        let kept = KEEP_BLOCKS.load(std::sync::atomic::Ordering::Relaxed)
+            && MAGAZINE
+                .try_with(|m| {
+                    let Ok(mut m) = m.try_borrow_mut() else { return false };
+                    if m.layout != layout {
+                        if !m.blocks.is_empty() {
+                            return false;
+                        }
+                        m.layout = layout;
+                        m.blocks.reserve_exact(MAGAZINE_BLOCKS);
+                    }
+                    if m.blocks.len() >= MAGAZINE_BLOCKS {
+                        return false;
+                    }
+                    m.blocks.push(p);
+                    true
+                })
+                .unwrap_or(false);
+        if !kept {
+            // SAFETY: forwarded from the caller.
+            unsafe { std::alloc::dealloc(p, layout) };
+        }
+    }
+
     pub(crate) use crossbeam_utils::CachePadded;
 
     /// Statistics shards a thread can own (see `stats_shard`).
@@ -232,6 +329,23 @@ mod imp {
 
     /// As `flush_deferred`: a no-op.
     pub(crate) fn flush_deferred_every(_guard: &epoch::Guard, _n: usize, _every: usize) {}
+
+    /// Under loom the global allocator itself: a thread's cache of blocks
+    /// changes no ordering the models check.
+    pub(crate) fn alloc_block(layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: `layout` is not zero-sized (the caller's promise).
+        unsafe { std::alloc::alloc(layout) }
+    }
+
+    /// # Safety
+    /// As in the other build.
+    pub(crate) unsafe fn free_block(p: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: forwarded from the caller.
+        unsafe { std::alloc::dealloc(p, layout) };
+    }
+
+    /// Under loom there are no magazines.
+    pub(crate) fn set_keep_blocks(_on: bool) {}
 
     pub(crate) use crossbeam_utils::CachePadded;
 
