@@ -76,7 +76,8 @@
 //! - **Memory**: nodes and the heap copies of long names are freed through crossbeam-epoch's
 //!   default collector (the pruner's victims as one deferred function per
 //!   batch); a thread keeps up to 1024 freed node blocks for its next
-//!   inserts (`sync::alloc_block`, the kernel's dentry slab in small). The `Dcache` owns no collector of its own: the default
+//!   inserts, and threads exchange half magazines through a small depot
+//!   (`sync::alloc_block`, the kernel's dentry slab in small). The `Dcache` owns no collector of its own: the default
 //!   collector's per-thread handles make a pin a thread-local operation, and
 //!   under loom crossbeam builds the default collector per model execution,
 //!   so models still start from a clean collector. A payload `T` is dropped
@@ -173,7 +174,8 @@ pub use stats::Stats;
 
 /// Whether threads keep the memory of freed entries for their next inserts
 /// (on by default): each thread keeps up to 1024 blocks of the entry size,
-/// the kernel's dentry slab in small. Off, every freed entry goes back to
+/// and a process-wide depot up to 2048 more, the kernel's dentry slab in
+/// small. Off, every freed entry goes back to
 /// the global allocator at once, so that a memory checker such as
 /// valgrind's memcheck sees each entry's end (a kept block hides a read of
 /// a freed entry from it). Process-wide; for such checks only.
