@@ -7,7 +7,8 @@
 //! insert under the dropped directory; rename against subtree drop; the
 //! eviction policy's queues against lookups and removal; a prune batch's
 //! release of its victims' parent against a lookup of that parent; a prune
-//! batch's reclamation against a reference-free lookup of a victim.
+//! batch's reclamation against a reference-free lookup of a victim; an
+//! insert that lists its new entry while holding it against the pruner.
 //!
 //! Under `rcufs_loom` the cache has two hash buckets and a fixed hash seed,
 //! and crossbeam-epoch runs on loom with a fresh default collector per
@@ -615,5 +616,34 @@ fn dcache_prune_batch_reclaim_vs_lookup_with() {
         assert!(matches!(seen, None | Some(Some((1, true)))), "{seen:?}");
         c.assert_lists_consistent();
         assert_eq!(c.len(), 0);
+    });
+}
+
+/// An insert lists its new entry on the LRU at once, while its handle still
+/// holds it, under the shard's LRU lock; the pruner runs meanwhile over the
+/// same lists. The pruner evicts `a` (listed, unused, never hit) and then,
+/// depending on the order, finds `b` held (takes it off, marks it for the
+/// main queue; the handle's drop lists it again) or unused (evicts it) or
+/// not yet listed. Afterwards every list holds exactly its nodes and every
+/// cached entry, unused, is listed. Fails (a listed node without
+/// `ON_LRU`) if the insert lists the entry without setting `ON_LRU`, by
+/// which the handle's drop and the pruner know it is listed.
+#[test]
+fn dcache_insert_lists_vs_prune() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        drop(c.insert(&root, b"a", Some(P::new(1).0)));
+        let pruner = {
+            let c = c.clone();
+            thread::spawn(move || c.prune(2))
+        };
+        let b = c.insert(&root, b"b", Some(P::new(2).0));
+        assert_eq!(payload_of(&Lookup::Positive(b)), Some(2));
+        let pruned = pruner.join().unwrap();
+        assert!(pruned >= 1, "the unused `a` was not evicted");
+        c.assert_lists_consistent();
+        assert_eq!(c.len() + pruned, 2);
+        assert_eq!(c.lru_len(), c.len());
     });
 }

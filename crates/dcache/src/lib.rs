@@ -50,6 +50,8 @@
 //!   laziness, S3-FIFO for the queues): unused hashed entries sit on
 //!   intrusive lists: a probation and a main queue for positive entries, a
 //!   CLOCK list for negatives, split into LRU shards with their own locks.
+//!   An insert lists its entry at once (an entry in use may be listed: the
+//!   pruner takes it off lazily).
 //!   A hit only raises the entry's frequency byte, and only while it is
 //!   below its maximum. Pruning takes in-use entries off, promotes or ages
 //!   accessed ones, evicts the rest in batches of `prune_batch`.

@@ -20,14 +20,15 @@
 //! |----------------|-------------------------------------------------------------|--------------------------------|------------|
 //! | `DEAD`         | being freed; no new reference may be taken                  | the killer (CAS from count 0)  | never      |
 //! | `UNHASHED`     | logically out of the cache; lookups skip it                 | the one unhasher (`fetch_or`)  | never      |
-//! | `ON_LRU`       | linked on an LRU list (changes only under the LRU lock)     | the last `put` of a hashed node| pruner, killer |
+//! | `ON_LRU`       | linked on an LRU list (changes only under the LRU lock)     | the insert, or the last `put` of a hashed node | pruner, killer |
 //! | low bits       | counted handles plus one per cached child                  | `get`/`try_get`                | `put`      |
 //!
 //! Invariants:
 //! - a node with `DEAD` has count 0, `UNHASHED`, no children, and exactly one
 //!   thread (the killer) owns its teardown;
-//! - a hashed node with count 0 that is not `DEAD` has `ON_LRU` (the last
-//!   `put` links it before it lets the count reach 0);
+//! - a hashed node with count 0 that is not `DEAD` has `ON_LRU` (its insert
+//!   links it while holding it, and a last `put` that finds it off the
+//!   lists links it before it lets the count reach 0);
 //! - `ON_LRU` is set if and only if the node is linked on an LRU list, and
 //!   both change together under the LRU lock;
 //! - `linked` (the node is in a hash chain) changes only under the lock of the
