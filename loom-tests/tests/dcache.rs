@@ -6,7 +6,9 @@
 //! sequence count) against lookups of torn keys; subtree drop against an
 //! insert under the dropped directory; rename against subtree drop; the
 //! eviction policy's queues against lookups and removal; a prune batch's
-//! release of its victims' parent against a lookup of that parent.
+//! release of its victims' parent against a lookup of that parent; a prune
+//! batch's reclamation against a reference-free lookup of a victim; an
+//! insert that lists its new entry while holding it against the pruner.
 //!
 //! Under `rcufs_loom` the cache has two hash buckets and a fixed hash seed,
 //! and crossbeam-epoch runs on loom with a fresh default collector per
@@ -584,5 +586,64 @@ fn dcache_batch_release_vs_parent_lookup() {
         assert_eq!(c.len(), 1);
         assert_eq!(c.lru_len(), 1, "the parent's last put did not list it");
         assert_eq!(payload_of(&c.lookup(&root, b"d")), Some(1));
+    });
+}
+
+/// A prune batch's reclamation against a reference-free lookup of one of
+/// its victims: the pruner evicts `a` (its only entry, so whether the
+/// lookup's hit promotes it first or not) and frees the batch with one
+/// function deferred to the epoch collector; a reader pinned in
+/// `lookup_with` either misses or sees the payload alive, never dropped.
+/// The model keeps its own handle on the payload's flag, so the flag
+/// outlives the payload. Fails if the batch is freed at once instead of
+/// deferred: the reader then reads the freed node, and loom stops on the
+/// garbage it finds in the node's atomics.
+#[test]
+fn dcache_prune_batch_reclaim_vs_lookup_with() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        // Kept until the end: the flag outlives the payload.
+        let (p, _alive) = P::new(1);
+        drop(c.insert(&root, b"a", Some(p)));
+        let reader = {
+            let c = c.clone();
+            let root = root.clone();
+            thread::spawn(move || c.lookup_with(&root, b"a", |p| p.map(|p| (p.v, p.alive.load(StdOrdering::SeqCst)))))
+        };
+        assert_eq!(c.prune(1), 1);
+        let seen = reader.join().unwrap();
+        assert!(matches!(seen, None | Some(Some((1, true)))), "{seen:?}");
+        c.assert_lists_consistent();
+        assert_eq!(c.len(), 0);
+    });
+}
+
+/// An insert lists its new entry on the LRU at once, while its handle still
+/// holds it, under the shard's LRU lock; the pruner runs meanwhile over the
+/// same lists. The pruner evicts `a` (listed, unused, never hit) and then,
+/// depending on the order, finds `b` held (takes it off, marks it for the
+/// main queue; the handle's drop lists it again) or unused (evicts it) or
+/// not yet listed. Afterwards every list holds exactly its nodes and every
+/// cached entry, unused, is listed. Fails (a listed node without
+/// `ON_LRU`) if the insert lists the entry without setting `ON_LRU`, by
+/// which the handle's drop and the pruner know it is listed.
+#[test]
+fn dcache_insert_lists_vs_prune() {
+    loom::model(|| {
+        let c = StdArc::new(cache());
+        let root = c.root();
+        drop(c.insert(&root, b"a", Some(P::new(1).0)));
+        let pruner = {
+            let c = c.clone();
+            thread::spawn(move || c.prune(2))
+        };
+        let b = c.insert(&root, b"b", Some(P::new(2).0));
+        assert_eq!(payload_of(&Lookup::Positive(b)), Some(2));
+        let pruned = pruner.join().unwrap();
+        assert!(pruned >= 1, "the unused `a` was not evicted");
+        c.assert_lists_consistent();
+        assert_eq!(c.len() + pruned, 2);
+        assert_eq!(c.lru_len(), c.len());
     });
 }

@@ -50,6 +50,8 @@
 //!   laziness, S3-FIFO for the queues): unused hashed entries sit on
 //!   intrusive lists: a probation and a main queue for positive entries, a
 //!   CLOCK list for negatives, split into LRU shards with their own locks.
+//!   An insert lists its entry at once (an entry in use may be listed: the
+//!   pruner takes it off lazily).
 //!   A hit only raises the entry's frequency byte, and only while it is
 //!   below its maximum. Pruning takes in-use entries off, promotes or ages
 //!   accessed ones, evicts the rest in batches of `prune_batch`.
@@ -74,7 +76,10 @@
 //!   that owns its shard adds with a plain load and store (no barrier on the
 //!   hit path).
 //! - **Memory**: nodes and the heap copies of long names are freed through crossbeam-epoch's
-//!   default collector. The `Dcache` owns no collector of its own: the default
+//!   default collector (the pruner's victims as one deferred function per
+//!   batch); a thread keeps up to 1024 freed node blocks for its next
+//!   inserts, and threads exchange half magazines through a small depot
+//!   (`sync::alloc_block`, the kernel's dentry slab in small). The `Dcache` owns no collector of its own: the default
 //!   collector's per-thread handles make a pin a thread-local operation, and
 //!   under loom crossbeam builds the default collector per model execution,
 //!   so models still start from a clean collector. A payload `T` is dropped
@@ -88,7 +93,9 @@
 //! - A node is freed only after it is `DEAD` (count 0, set by exactly one
 //!   thread), unhashed, unlinked from its chain, off the LRU, off its
 //!   parent's list of children, and has no children; and then only through
-//!   `defer_destroy`, so pinned readers never see freed memory.
+//!   a function deferred to the epoch collector (`Node::free`, which may
+//!   keep the block for the thread's next insert), so pinned readers never
+//!   see freed or reused memory.
 //! - A hashed node with count 0 is on the LRU.
 //! - Exactly one thread makes the `UNHASHED` transition of a node (and
 //!   counts it); the bucket lock decides who unlinks it.
@@ -122,8 +129,8 @@
 //!   count again: only an unchanged even count makes a match. A key read
 //!   torn or changing is a non-match, which the miss re-check covers.
 //! - *Reclamation*: unlinking stores the predecessor's link with Release and
-//!   leaves the node's own link alone; the node is handed to
-//!   `defer_destroy` only by its killer, after it left every structure, so a
+//!   leaves the node's own link alone; the node is handed to the
+//!   collector (a deferred `Node::free`) only by its killer, after it left every structure, so a
 //!   reader pinned before the unlink keeps valid memory.
 //! - *Counts*: every decision about the last reference (free it, put it on
 //!   the LRU, take it off) is a read-modify-write of the one state word, so
@@ -166,6 +173,18 @@ mod tests;
 
 pub use cache::{Dcache, Dentry, DentryRef, DropStats, Lookup, Pinned, Walk};
 pub use stats::Stats;
+
+/// Whether threads keep the memory of freed entries for their next inserts
+/// (on by default): each thread keeps up to 1024 blocks of the entry size,
+/// and a process-wide depot up to 2048 more, the kernel's dentry slab in
+/// small. Off, every freed entry goes back to
+/// the global allocator at once, so that a memory checker such as
+/// valgrind's memcheck sees each entry's end (a kept block hides a read of
+/// a freed entry from it). Process-wide; for such checks only.
+#[doc(hidden)]
+pub fn keep_freed_entries(on: bool) {
+    sync::set_keep_blocks(on);
+}
 
 /// Capacity and batching of a [`Dcache`].
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,10 +4,12 @@
 //!
 //! They are the lazy LRU of seed 000 ("Scalability of the directory entry
 //! cache", §6 and §6.2): a lookup hit never touches a list. Nodes enter a
-//! list when their last reference is dropped while they are still hashed;
+//! list when an insert hashes them (while its handle still holds them:
+//! most are dropped at once, which then costs no lock), and again when
+//! their last reference is dropped while they are hashed and off the lists;
 //! the pruner fixes the lists up lazily while it walks them (nodes found in
-//! use are taken off). Only `put` (count reaching zero), the pruner and the
-//! killer of a node take the lock.
+//! use are taken off). Only an insert, `put` (count reaching zero), the
+//! pruner and the killer of a node take the lock.
 //!
 //! Invariant: a node is on a list if and only if its `ON_LRU` state bit is
 //! set, and a node on a list is never freed (the killer takes it off first).

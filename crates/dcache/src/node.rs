@@ -1,8 +1,9 @@
 //! The dentry node: its key, its state word, and its links into the hash
 //! chain, the LRU list and its parent's list of children.
 //!
-//! A `Node` is allocated by an insert and freed through the epoch collector
-//! (`Guard::defer_destroy`) by the one thread that marks it `DEAD`. It is the
+//! A `Node` is allocated by an insert (`Node::block`) and freed through the
+//! epoch collector (a deferred `Node::free`) by the one thread that marks it
+//! `DEAD`. It is the
 //! user-space counterpart of `struct dentry` (seed 000, "Scalability of the
 //! directory entry cache", §3 and §6): the hash link is read by lock-free
 //! lookups, the LRU link only under the LRU lock, the sibling links only under
@@ -19,14 +20,15 @@
 //! |----------------|-------------------------------------------------------------|--------------------------------|------------|
 //! | `DEAD`         | being freed; no new reference may be taken                  | the killer (CAS from count 0)  | never      |
 //! | `UNHASHED`     | logically out of the cache; lookups skip it                 | the one unhasher (`fetch_or`)  | never      |
-//! | `ON_LRU`       | linked on an LRU list (changes only under the LRU lock)     | the last `put` of a hashed node| pruner, killer |
+//! | `ON_LRU`       | linked on an LRU list (changes only under the LRU lock)     | the insert, or the last `put` of a hashed node | pruner, killer |
 //! | low bits       | counted handles plus one per cached child                  | `get`/`try_get`                | `put`      |
 //!
 //! Invariants:
 //! - a node with `DEAD` has count 0, `UNHASHED`, no children, and exactly one
 //!   thread (the killer) owns its teardown;
-//! - a hashed node with count 0 that is not `DEAD` has `ON_LRU` (the last
-//!   `put` links it before it lets the count reach 0);
+//! - a hashed node with count 0 that is not `DEAD` has `ON_LRU` (its insert
+//!   links it while holding it, and a last `put` that finds it off the
+//!   lists links it before it lets the count reach 0);
 //! - `ON_LRU` is set if and only if the node is linked on an LRU list, and
 //!   both change together under the LRU lock;
 //! - `linked` (the node is in a hash chain) changes only under the lock of the
@@ -294,6 +296,31 @@ impl<T> Node<T> {
             }),
             first_child: UnsafeCell::new(ptr::null()),
             sibling: UnsafeCell::new(Sibling::new()),
+        }
+    }
+
+    /// An uninitialised block for a node (see `sync::alloc_block`), which
+    /// `free` gives back once a node was written into it.
+    #[inline]
+    pub(crate) fn block() -> NonNull<std::mem::MaybeUninit<Self>> {
+        let layout = std::alloc::Layout::new::<Self>();
+        match NonNull::new(crate::sync::alloc_block(layout).cast()) {
+            Some(p) => p,
+            None => std::alloc::handle_alloc_error(layout),
+        }
+    }
+
+    /// Drops the node at `p` and gives its block back.
+    ///
+    /// # Safety
+    /// `p` is a block from `block` holding a node, and nothing can reach the node any more (its
+    /// killer deferred this until no pinned reader could).
+    pub(crate) unsafe fn free(p: *mut Self) {
+        // SAFETY: forwarded from the caller; the block has the node's
+        // layout and is handed back once, after the drop.
+        unsafe {
+            ptr::drop_in_place(p);
+            crate::sync::free_block(p.cast(), std::alloc::Layout::new::<Self>());
         }
     }
 

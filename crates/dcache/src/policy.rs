@@ -35,9 +35,11 @@
 //! - on *main*, an entry with a frequency above 0 loses one and goes to the
 //!   tail (the CLOCK of S3-FIFO's main queue); one without is evicted.
 //!
-//! A node that is put on a list for the first time (its queue is
-//! [`Queue::New`]) goes to *main* if the ghost holds its fingerprint, else
-//! to *small*; later it goes back to the queue its byte names.
+//! A node that is put on a list for the first time (by its insert; its
+//! queue is [`Queue::New`]) goes to *main* if the ghost holds its
+//! fingerprint, else to *small*; later it goes back to the queue its byte
+//! names. A new entry still held by its inserter when the pruner reaches
+//! it counts as used, as any entry in use does.
 //!
 //! On the `churn` bench's stream (Zipf 0.99 over ten times the capacity) the
 //! lazy LRU this replaces kept 0.747 of the accesses, quick_cache 0.797;
@@ -248,7 +250,8 @@ impl<T> Lru<T> {
         }
     }
 
-    /// Puts an unused node on its list: the last `put` of a hashed node.
+    /// Puts a node on its list: the insert that hashed it (still holding
+    /// it), or the last `put` of a hashed node off the lists.
     ///
     /// # Safety
     /// The LRU lock is held (`&mut self`), `node` is a node of this shard,
