@@ -117,7 +117,13 @@ fn bench_hits(c: &mut Criterion) {
             }),
         ),
     ];
-    run_group(c, "pagecache_hit_copy", Unit::Bytes(PAGE as u64), total as u64, &contenders);
+    run_group(
+        c,
+        "pagecache_hit_copy",
+        Unit::Bytes(PAGE as u64),
+        total as u64,
+        &contenders,
+    );
 }
 
 /// Files of this size, cached as folios of 64 pages, for the range groups.

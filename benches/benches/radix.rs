@@ -137,7 +137,13 @@ fn bench_lookups(c: &mut Criterion) {
                 }),
             ),
         ];
-        run_group(c, &format!("radix_lookup_{kind}"), Unit::Op, probes.len() as u64, &contenders);
+        run_group(
+            c,
+            &format!("radix_lookup_{kind}"),
+            Unit::Op,
+            probes.len() as u64,
+            &contenders,
+        );
     }
 }
 

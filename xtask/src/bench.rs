@@ -42,8 +42,20 @@ const COMPARISONS: &[Comparison] = &[
     ("dcache_hit", "rcufs_lookup_with", "moka", None, None),
     ("dcache_hit", "rcufs_pinned", "papaya", None, None),
     ("dcache_hit", "rcufs_lookup_counted", "papaya", Some(0.8), Some(0.8)),
-    ("dcache_hit", "rcufs_lookup_counted", "rcufs_lookup_with", Some(0.8), Some(0.8)),
-    ("path_walk", "rcufs_epoch_walk", "counted_per_component", Some(1.5), Some(1.5)),
+    (
+        "dcache_hit",
+        "rcufs_lookup_counted",
+        "rcufs_lookup_with",
+        Some(0.8),
+        Some(0.8),
+    ),
+    (
+        "path_walk",
+        "rcufs_epoch_walk",
+        "counted_per_component",
+        Some(1.5),
+        Some(1.5),
+    ),
     ("path_walk", "rcufs_pinned_walk", "counted_per_component", None, None),
     ("churn", "rcufs_dcache", "moka", None, None),
     ("churn", "rcufs_dcache", "quick_cache", Some(1.0), Some(1.0)),
@@ -55,9 +67,27 @@ const COMPARISONS: &[Comparison] = &[
     ("radix_lookup_sparse", "rcufs_radix", "rcufs_radix_boxed", None, None),
     // A hit taking a counted reference (what the filesystem's zero-copy
     // reply holds), then a copy; and the reference-less copy paths.
-    ("pagecache_hit_copy", "rcufs_pagecache", "memcpy", Some(0.85), Some(0.85)),
-    ("pagecache_hit_copy", "rcufs_read_into", "memcpy", Some(0.85), Some(0.85)),
-    ("pagecache_hit_copy", "rcufs_read_range", "memcpy", Some(0.85), Some(0.85)),
+    (
+        "pagecache_hit_copy",
+        "rcufs_pagecache",
+        "memcpy",
+        Some(0.85),
+        Some(0.85),
+    ),
+    (
+        "pagecache_hit_copy",
+        "rcufs_read_into",
+        "memcpy",
+        Some(0.85),
+        Some(0.85),
+    ),
+    (
+        "pagecache_hit_copy",
+        "rcufs_read_range",
+        "memcpy",
+        Some(0.85),
+        Some(0.85),
+    ),
     ("pagecache_range_128k", "rcufs_read_range", "memcpy", None, None),
     ("pagecache_range_1m", "rcufs_read_range", "memcpy", None, None),
 ];

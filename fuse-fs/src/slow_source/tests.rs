@@ -65,7 +65,11 @@ fn this_process_root_is_held_by_some_mount() {
 #[test]
 fn only_a_fuse_source_gets_its_names_attributes_from_the_lookup() {
     for fuse in ["fuse", "fuse.sshfs", "fuseblk"] {
-        assert_eq!(Profile::of_type(fuse.into()).name_stat_flags(), libc::AT_STATX_DONT_SYNC, "{fuse}");
+        assert_eq!(
+            Profile::of_type(fuse.into()).name_stat_flags(),
+            libc::AT_STATX_DONT_SYNC,
+            "{fuse}"
+        );
     }
     // NFS would skip its attribute revalidation; local filesystems ignore it.
     for other in ["nfs", "nfs4", "cifs", "ext4", "tmpfs", ""] {

@@ -224,7 +224,10 @@ fn a_fuse_sources_attribute_changes_are_seen_after_the_interval() {
             last = (m.len(), m.permissions().mode() & 0o777);
             last == (5, 0o600)
         });
-        assert!(seen, "{mode:?}: still {last:?} through the upper mount (source: 5 bytes, 0600)");
+        assert!(
+            seen,
+            "{mode:?}: still {last:?} through the upper mount (source: 5 bytes, 0600)"
+        );
         // A name created below is found too.
         fs::write(lower.src.join("d/new"), b"n").unwrap();
         assert!(

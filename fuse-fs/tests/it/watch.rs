@@ -111,7 +111,16 @@ fn sees_every_kind_of_change(args: &[&str]) {
     // Cache it all, twice (the second from the caches): names, a missing
     // one, attributes, the pages of every file, the subtree's listings.
     for _ in 0..2 {
-        for f in ["gone", "keep", "old", "owned", "touched", "same", "tree/t1", "tree/deep/t2"] {
+        for f in [
+            "gone",
+            "keep",
+            "old",
+            "owned",
+            "touched",
+            "same",
+            "tree/t1",
+            "tree/deep/t2",
+        ] {
             fs::read(m.at(&format!("d/{f}"))).unwrap();
         }
         assert_eq!(fs::read_dir(m.at("d/tree/deep")).unwrap().count(), 1);
@@ -148,7 +157,10 @@ fn sees_every_kind_of_change(args: &[&str]) {
         let checks = [
             ("unlinked", errno(&fs::metadata(m.at("d/gone"))) == Some(libc::ENOENT)),
             ("renamed over", fs::read(m.at("d/keep")).is_ok_and(|b| b == b"old")),
-            ("renamed away", errno(&fs::metadata(m.at("d/old"))) == Some(libc::ENOENT)),
+            (
+                "renamed away",
+                errno(&fs::metadata(m.at("d/old"))) == Some(libc::ENOENT),
+            ),
             (
                 "chown",
                 fs::metadata(m.at("d/owned")).is_ok_and(|md| (md.uid(), md.gid()) == (4242, 4343)),
@@ -157,7 +169,10 @@ fn sees_every_kind_of_change(args: &[&str]) {
                 "utimes",
                 fs::metadata(m.at("d/touched")).is_ok_and(|md| md.modified().unwrap() == long_ago),
             ),
-            ("same-size rewrite", fs::read(m.at("d/same")).is_ok_and(|b| b == b"SAME")),
+            (
+                "same-size rewrite",
+                fs::read(m.at("d/same")).is_ok_and(|b| b == b"SAME"),
+            ),
             ("mkdir", fs::read(m.at("d/newdir/f")).is_ok_and(|b| b == b"in new")),
             ("rm -r", errno(&fs::metadata(m.at("d/tree"))) == Some(libc::ENOENT)),
             (
@@ -173,11 +188,7 @@ fn sees_every_kind_of_change(args: &[&str]) {
             .join(", ");
         last.is_empty()
     });
-    assert!(
-        seen,
-        "{args:?}: not seen within {SOON:?}: {last}; stats: {}",
-        m.stats()
-    );
+    assert!(seen, "{args:?}: not seen within {SOON:?}: {last}; stats: {}", m.stats());
     // The rewrite kept its size and timestamps: the mount must have its
     // new bytes because the watch said so, not because a stamp changed.
     let after = fs::metadata(m.src_at("d/same")).unwrap();
