@@ -1,0 +1,201 @@
+//! Dropping a directory's caches (the `rcufs drop` ioctl and the
+//! `user.rcufs.drop` attribute): seeds 001 ("Fadvise: directory level page
+//! cache cleaning support") and 004 ("VFS: Directory level cache
+//! cleaning"). The walk follows the children index and the dcache subtree,
+//! so its cost follows the subtree, not the table.
+
+use super::*;
+
+impl Fs {
+    /// IOCTL: only [`protocol::IOC_DROP`] on a directory; anything else is `ENOTTY`.
+    pub fn ioctl(&self, ino: u64, cmd: u32, input: &[u8], caller: Caller) -> FsResult<(Vec<u8>, Vec<Inval>)> {
+        if cmd != protocol::IOC_DROP {
+            return Err(FsError::NOTTY);
+        }
+        let args = DropArgs::from_bytes(input).ok_or(FsError::INVAL)?;
+        if args.version != protocol::DROP_ARGS_VERSION || args.flags != 0 || args.visited != 0 {
+            return Err(FsError::INVAL);
+        }
+        let mode = DropMode::from_u32(args.mode).ok_or(FsError::INVAL)?;
+        self.catch_up_with_source();
+        let mut out = self.drop_dir(ino, mode, caller)?;
+        out.args.version = args.version;
+        out.args.mode = args.mode;
+        Ok((out.args.to_bytes().to_vec(), out.inval))
+    }
+
+    /// How deep `inode` lies under directory `dir` (1 = a child), following
+    /// the recorded links up through the inodes the kernel knows; `None` if
+    /// it is not under it. `memo` remembers the answer for every directory
+    /// passed on the way, so one drop walks each chain once.
+    fn under(&self, dir: u64, inode: &Inode, memo: &mut HashMap<u64, Option<u32>>) -> Option<u32> {
+        if inode.ino == dir || inode.ino == ROOT_INO {
+            // Nothing is under itself; the root's link names itself.
+            return None;
+        }
+        let mut chain = Vec::new();
+        let mut cur = inode.link_parent();
+        let base = loop {
+            if cur == dir {
+                break Some(0);
+            }
+            if let Some(&known) = memo.get(&cur) {
+                break known;
+            }
+            if cur == ROOT_INO || chain.contains(&cur) || chain.len() > 4096 {
+                break None;
+            }
+            chain.push(cur);
+            match self.table.get(cur) {
+                Ok(parent) => cur = parent.link_parent(),
+                Err(_) => break None,
+            }
+        };
+        // chain[i] lies base + (chain.len() - i) levels under `dir`.
+        let n = chain.len() as u32;
+        for (i, ino) in chain.iter().enumerate() {
+            memo.insert(*ino, base.map(|b| b + n - i as u32));
+        }
+        base.map(|b| b + n + 1)
+    }
+
+    /// Drops the caches under directory `ino` (seeds 001 and 004): the
+    /// caller must own the directory or be root; inodes under it that the
+    /// caller does not own are skipped and counted.
+    pub fn drop_dir(&self, ino: u64, mode: DropMode, caller: Caller) -> FsResult<DropOutcome> {
+        let start = Instant::now();
+        let dir = self.inode(ino)?;
+        if !dir.is_dir() {
+            return Err(FsError::NOTDIR);
+        }
+        let owner = |inode: &Inode| caller.uid == 0 || inode.attr().st.st_uid == caller.uid;
+        if !owner(&dir) {
+            return Err(FsError::PERM);
+        }
+        self.drops.requests.fetch_add(1, Ordering::Relaxed);
+        self.listings.forget_all();
+        let mut out = DropOutcome::default();
+        // Every inode under the directory: the kernel's view (the inodes it
+        // knows, by their recorded parent chain) and the dcache's.
+        let mut found: HashMap<u64, (Arc<Inode>, u32)> = HashMap::new();
+        let mut skipped_inos = std::collections::HashSet::new();
+        let mut memo = HashMap::new();
+        // The kernel's view, walked down the children index: the cost
+        // follows the subtree, not every inode the kernel knows.
+        let (known, visited) = self.table.known_under(dir.ino);
+        for (inode, depth) in known {
+            if mode.drops_dentries() && owner(&inode) {
+                // Let go of the inode's dentry so that the drop frees it
+                // rather than finding it in use; the next lookup of the
+                // name attaches a fresh one.
+                let released = inode.dentry.lock().take();
+                drop(released);
+            }
+            found.insert(inode.ino, (inode, depth));
+        }
+        let mut found_in_dcache = 0u64;
+        let sub = self.names.drop_subtree(&dir, |inode| {
+            found_in_dcache += 1;
+            let ok = owner(inode);
+            if !ok {
+                skipped_inos.insert(inode.ino);
+            }
+            found.entry(inode.ino).or_insert_with(|| (inode.clone(), 0));
+            ok && mode.drops_dentries()
+        });
+        if mode.drops_dentries() {
+            out.args.dentries_dropped = sub.dropped;
+            out.args.busy = sub.busy;
+        }
+        for (inode, depth) in found.values_mut() {
+            if *depth == 0 {
+                *depth = self.under(dir.ino, inode, &mut memo).unwrap_or(1);
+            }
+        }
+        if mode.drops_dentries() && self.cfg.kernel_cache {
+            // The kernel's negative entries under the directory, deepest first.
+            let mut dirs: Vec<(&Arc<Inode>, u32)> = found
+                .values()
+                .filter(|(i, _)| i.is_dir())
+                .map(|(i, d)| (i, *d))
+                .collect();
+            dirs.sort_by_key(|e| std::cmp::Reverse(e.1));
+            for (d, _) in dirs.into_iter().chain(std::iter::once((&dir, 0))) {
+                let names = d.take_kernel_negatives();
+                out.inval.extend(names.into_iter().map(|name| Inval::Entry {
+                    parent: d.ino,
+                    name: name.into_vec(),
+                }));
+            }
+        }
+        let mut list: Vec<(Arc<Inode>, u32)> = found.into_values().collect();
+        // Bottom-up, as the kernel wants its invalidations.
+        list.sort_by_key(|e| std::cmp::Reverse(e.1));
+        for (inode, _) in &list {
+            if !owner(inode) {
+                skipped_inos.insert(inode.ino);
+                continue;
+            }
+            let known = inode.nlookup() > 0;
+            // Either mode re-reads the source: the attributes too (a pages
+            // drop that kept them would hand the kernel the old size with
+            // the next LOOKUP or READDIRPLUS, after its own copy was
+            // invalidated).
+            inode.expire_attr();
+            if mode.drops_dentries() && known {
+                let (parent, name) = inode.link();
+                out.inval.push(Inval::Entry {
+                    parent,
+                    name: name.into_vec(),
+                });
+            }
+            // Dropping an inode frees its pages, as evicting an inode does in Linux.
+            if mode.drops_pages() || !known {
+                let d = self.data.drop_inode(inode.ino);
+                out.args.pages_dropped += d.pages;
+                out.args.bytes_freed += d.bytes;
+                *inode.data_stamp.lock() = None;
+                if known {
+                    out.inval.push(Inval::Inode {
+                        ino: inode.ino,
+                        offset: 0,
+                    });
+                }
+            } else if known && mode.drops_dentries() {
+                out.inval.push(Inval::Inode {
+                    ino: inode.ino,
+                    offset: -1,
+                });
+            }
+        }
+        if mode.drops_dentries() {
+            dir.expire_attr();
+        }
+        out.args.skipped = skipped_inos.len() as u64;
+        // Visited: index entries walked plus the inodes found in the dcache.
+        let visited = visited + found_in_dcache;
+        out.args.visited = u32::try_from(visited).unwrap_or(u32::MAX);
+        out.args.elapsed_ns = start.elapsed().as_nanos() as u64;
+        let d = &self.drops;
+        d.dentries.fetch_add(out.args.dentries_dropped, Ordering::Relaxed);
+        d.pages.fetch_add(out.args.pages_dropped, Ordering::Relaxed);
+        d.bytes.fetch_add(out.args.bytes_freed, Ordering::Relaxed);
+        d.skipped.fetch_add(out.args.skipped, Ordering::Relaxed);
+        d.busy.fetch_add(out.args.busy, Ordering::Relaxed);
+        d.visited.fetch_add(visited, Ordering::Relaxed);
+        if !self.cfg.kernel_cache {
+            out.inval.clear();
+        }
+        drop(list);
+        self.reap();
+        tracing::debug!(
+            ino,
+            ?mode,
+            dentries = out.args.dentries_dropped,
+            pages = out.args.pages_dropped,
+            visited,
+            "drop"
+        );
+        Ok(out)
+    }
+}
