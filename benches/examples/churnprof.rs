@@ -1,0 +1,66 @@
+//! One thread's run of the `churn` bench's stream (`benches/benches/churn.rs`)
+//! on the dcache alone, for callgrind and `perf`: no threads, no timing
+//! harness, nothing but the operations in the loop.
+//!
+//! `cargo run --release -p benches --example churnprof -- [OPS]`
+//!
+//! The same inputs as the bench (its generators and seeds,
+//! `benches::names` and `benches::zipf_keys`): 200,000 distinct file names
+//! under one directory, a Zipf 0.99 stream of 2^21 keys over them, a cache
+//! of 20,000 entries.
+//! Each operation is a `lookup_with` and, on a miss, an `insert` whose
+//! handle is dropped at once. One warm-up pass over the stream, then `OPS`
+//! counted operations (default: one more pass); prints the hit ratio of the
+//! counted ones. Every operation goes through `access`, which is never
+//! inlined, so that `valgrind --tool=callgrind
+//! --toggle-collect=churnprof::access` counts exactly the operations (divide
+//! by its calls).
+
+use std::hint::black_box;
+
+use benches::{names, zipf_keys};
+use dcache::{Config, Dcache, Dentry};
+
+const KEYS: usize = 200_000;
+const CAPACITY: usize = 20_000;
+const SAMPLES: usize = 1 << 21;
+const ZIPF_S: f64 = 0.99;
+
+/// One operation of the bench's `Ours::access`; whether it hit.
+#[inline(never)]
+fn access(dc: &Dcache<u64>, dir: &Dentry<u64>, names: &[Box<[u8]>], key: u32) -> bool {
+    let name = &names[key as usize];
+    match dc.lookup_with(dir, name, |p| p.copied()) {
+        Some(Some(v)) => {
+            black_box(v);
+            true
+        }
+        _ => {
+            black_box(dc.insert(dir, name, Some(u64::from(key))));
+            false
+        }
+    }
+}
+
+fn main() {
+    let ops: usize = std::env::args().nth(1).map_or(SAMPLES, |a| a.parse().expect("OPS"));
+    let names = names(KEYS, 21);
+    let stream = zipf_keys(KEYS, ZIPF_S, SAMPLES, 22);
+    let dc = Dcache::new(
+        Config {
+            max_entries: CAPACITY,
+            max_negative: CAPACITY / 4,
+            ..Config::default()
+        },
+        0,
+    );
+    let dir = dc.insert(&dc.root(), b"dir", Some(1));
+    for &k in &stream {
+        access(&dc, &dir, &names, k);
+    }
+    let mut hits = 0u64;
+    for &k in stream.iter().cycle().take(ops) {
+        hits += u64::from(access(&dc, &dir, &names, k));
+    }
+    println!("{ops} operations, hit ratio {:.4}", hits as f64 / ops.max(1) as f64);
+}
