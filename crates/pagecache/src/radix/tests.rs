@@ -295,7 +295,7 @@ fn set_tag_on_missing_entry_leaves_no_bits() {
 /// whole whichever index removes it.
 #[test]
 fn runs() {
-    use std::sync::Arc;
+    use crate::sync::Arc;
     for mode in Mode::ALL {
         let tree = RadixTree::new(mode);
         let a = Arc::new(1u32);
@@ -500,8 +500,8 @@ fn lone_entries() {
 /// tree's drop retire and free tagged items.
 #[test]
 fn tagged_pointers_across_skipped_levels() {
+    use crate::sync::Arc;
     use crate::sync::epoch::Owned;
-    use std::sync::Arc;
 
     /// A value and a counted owner, aligned as a folio is (six free bits).
     #[repr(align(64))]
