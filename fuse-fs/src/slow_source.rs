@@ -62,7 +62,12 @@ const NETWORK_TYPES: &[&str] = &[
 /// sshfs from a local FUSE filesystem, and a FUSE filesystem costs a round
 /// trip through its daemon either way).
 pub fn is_slow(fstype: &str) -> bool {
-    NETWORK_TYPES.contains(&fstype) || fstype == "fuse" || fstype.starts_with("fuse.") || fstype == "fuseblk"
+    NETWORK_TYPES.contains(&fstype) || is_fuse(fstype)
+}
+
+/// Whether a filesystem of type `fstype` is a FUSE filesystem.
+fn is_fuse(fstype: &str) -> bool {
+    fstype == "fuse" || fstype.starts_with("fuse.") || fstype == "fuseblk"
 }
 
 /// The flags rcufs adds to `AT_SYMLINK_NOFOLLOW` when it looks a name up in
@@ -80,7 +85,7 @@ pub fn is_slow(fstype: &str) -> bool {
 /// keep their own rules (`AT_STATX_DONT_SYNC` would let NFS skip its
 /// attribute revalidation, and a local filesystem ignores it).
 pub fn name_stat_flags(fstype: &str) -> libc::c_int {
-    if fstype == "fuse" || fstype.starts_with("fuse.") || fstype == "fuseblk" {
+    if is_fuse(fstype) {
         libc::AT_STATX_DONT_SYNC
     } else {
         0
