@@ -85,11 +85,7 @@ fn is_fuse(fstype: &str) -> bool {
 /// keep their own rules (`AT_STATX_DONT_SYNC` would let NFS skip its
 /// attribute revalidation, and a local filesystem ignores it).
 pub fn name_stat_flags(fstype: &str) -> libc::c_int {
-    if is_fuse(fstype) {
-        libc::AT_STATX_DONT_SYNC
-    } else {
-        0
-    }
+    if is_fuse(fstype) { libc::AT_STATX_DONT_SYNC } else { 0 }
 }
 
 /// What the source is, for choosing defaults.
