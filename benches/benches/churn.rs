@@ -15,14 +15,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use benches::{Routine, Unit, consume, cycle, names, run_group, timed_threads, write_side_result, zipf_keys};
+use benches::{Routine, Unit, consume, cycle, run_group, timed_threads, write_side_result};
 use criterion::{Criterion, criterion_group, criterion_main};
-use dcache::{Config, Dcache, Dentry};
+use dcache::{Dcache, Dentry};
 
-const KEYS: usize = 200_000;
-const CAPACITY: usize = 20_000;
-const SAMPLES: usize = 1 << 21;
-const ZIPF_S: f64 = 0.99;
+use benches::churn::{CAPACITY, KEYS, ZIPF_S};
 
 type Key = (u64, Box<[u8]>);
 
@@ -113,15 +110,7 @@ impl Churn for Quick {
 
 fn contenders(names: &[Box<[u8]>]) -> Vec<(&'static str, Box<dyn Churn>)> {
     let keys: Vec<Key> = names.iter().map(|n| (1, n.clone())).collect();
-    let dc = Dcache::new(
-        Config {
-            max_entries: CAPACITY,
-            max_negative: CAPACITY / 4,
-            ..Config::default()
-        },
-        0,
-    );
-    let dir = dc.insert(&dc.root(), b"dir", Some(1));
+    let (dc, dir) = benches::churn::dcache();
     vec![
         (
             "rcufs_dcache",
@@ -149,8 +138,7 @@ fn contenders(names: &[Box<[u8]>]) -> Vec<(&'static str, Box<dyn Churn>)> {
 }
 
 fn bench_churn(c: &mut Criterion) {
-    let names = names(KEYS, 21);
-    let stream = zipf_keys(KEYS, ZIPF_S, SAMPLES, 22);
+    let (names, stream) = benches::churn::inputs();
 
     // Hit ratios: a warm-up pass over the stream, then a counted pass, at 2 threads.
     let mut ratios = serde_json::Map::new();

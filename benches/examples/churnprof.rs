@@ -4,8 +4,7 @@
 //!
 //! `cargo run --release -p benches --example churnprof -- [OPS]`
 //!
-//! The same inputs as the bench (its generators and seeds,
-//! `benches::names` and `benches::zipf_keys`): 200,000 distinct file names
+//! The same inputs and cache as the bench (`benches::churn`): 200,000 distinct file names
 //! under one directory, a Zipf 0.99 stream of 2^21 keys over them, a cache
 //! of 20,000 entries.
 //! Each operation is a `lookup_with` and, on a miss, an `insert` whose
@@ -18,13 +17,8 @@
 
 use std::hint::black_box;
 
-use benches::{names, zipf_keys};
-use dcache::{Config, Dcache, Dentry};
-
-const KEYS: usize = 200_000;
-const CAPACITY: usize = 20_000;
-const SAMPLES: usize = 1 << 21;
-const ZIPF_S: f64 = 0.99;
+use benches::churn::SAMPLES;
+use dcache::{Dcache, Dentry};
 
 /// One operation of the bench's `Ours::access`; whether it hit.
 #[inline(never)]
@@ -44,17 +38,8 @@ fn access(dc: &Dcache<u64>, dir: &Dentry<u64>, names: &[Box<[u8]>], key: u32) ->
 
 fn main() {
     let ops: usize = std::env::args().nth(1).map_or(SAMPLES, |a| a.parse().expect("OPS"));
-    let names = names(KEYS, 21);
-    let stream = zipf_keys(KEYS, ZIPF_S, SAMPLES, 22);
-    let dc = Dcache::new(
-        Config {
-            max_entries: CAPACITY,
-            max_negative: CAPACITY / 4,
-            ..Config::default()
-        },
-        0,
-    );
-    let dir = dc.insert(&dc.root(), b"dir", Some(1));
+    let (names, stream) = benches::churn::inputs();
+    let (dc, dir) = benches::churn::dcache();
     for &k in &stream {
         access(&dc, &dir, &names, k);
     }

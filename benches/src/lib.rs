@@ -521,3 +521,38 @@ pub fn run_group(
         }),
     );
 }
+
+/// The `churn` bench's workload, shared with the `churnprof` example so
+/// that both run exactly the same stream on the same cache.
+pub mod churn {
+    use dcache::{Config, Dcache, Dentry};
+
+    /// Distinct names in the key space.
+    pub const KEYS: usize = 200_000;
+    /// Entries every cache is asked to hold (a tenth of the keys).
+    pub const CAPACITY: usize = 20_000;
+    /// Length of the access stream.
+    pub const SAMPLES: usize = 1 << 21;
+    /// The stream's Zipf exponent.
+    pub const ZIPF_S: f64 = 0.99;
+
+    /// The names and the stream of indexes into them.
+    pub fn inputs() -> (Vec<Box<[u8]>>, Vec<u32>) {
+        (super::names(KEYS, 21), super::zipf_keys(KEYS, ZIPF_S, SAMPLES, 22))
+    }
+
+    /// rcufs's dcache bounded to `CAPACITY`, and the directory the names
+    /// are cached under.
+    pub fn dcache() -> (Dcache<u64>, Dentry<u64>) {
+        let dc = Dcache::new(
+            Config {
+                max_entries: CAPACITY,
+                max_negative: CAPACITY / 4,
+                ..Config::default()
+            },
+            0,
+        );
+        let dir = dc.insert(&dc.root(), b"dir", Some(1));
+        (dc, dir)
+    }
+}
