@@ -791,6 +791,14 @@ impl ReplyDirectoryPlus {
         ))
     }
 
+    /// Add an entry without its attributes (node id 0): the kernel lists the
+    /// name, inode number and type as a READDIR entry would and sends a
+    /// LOOKUP when the name is used. Returns true if the buffer is full.
+    pub fn add_name_only<T: AsRef<OsStr>>(&mut self, ino: INodeNo, offset: u64, kind: FileType, name: T) -> bool {
+        self.buf
+            .push_name_only(ino, DirEntOffset(offset), kind, std::os::unix::ffi::OsStrExt::as_bytes(name.as_ref()))
+    }
+
     /// Reply to a request with the filled directory buffer
     pub fn ok(self) {
         let response: ll::ResponseData = self.buf.into();

@@ -545,6 +545,55 @@ impl DirEntPlusList {
         };
         self.0.push([header.as_bytes(), name])
     }
+
+    /// Adds an entry that carries only its name, inode number and type
+    /// (node id 0): the kernel lists it without instantiating it, as a
+    /// READDIR entry, and looks the name up when it is used. Returns true
+    /// if the buffer is full.
+    #[must_use]
+    pub(crate) fn push_name_only(&mut self, ino: INodeNo, offset: DirEntOffset, kind: FileType, name: &[u8]) -> bool {
+        let header = abi::fuse_direntplus {
+            entry_out: abi::fuse_entry_out {
+                nodeid: 0,
+                generation: 0,
+                entry_valid: 0,
+                attr_valid: 0,
+                entry_valid_nsec: 0,
+                attr_valid_nsec: 0,
+                attr: abi::fuse_attr {
+                    ino: 0,
+                    size: 0,
+                    blocks: 0,
+                    atime: 0,
+                    mtime: 0,
+                    ctime: 0,
+                    #[cfg(target_os = "macos")]
+                    crtime: 0,
+                    atimensec: 0,
+                    mtimensec: 0,
+                    ctimensec: 0,
+                    #[cfg(target_os = "macos")]
+                    crtimensec: 0,
+                    mode: 0,
+                    nlink: 0,
+                    uid: 0,
+                    gid: 0,
+                    rdev: 0,
+                    #[cfg(target_os = "macos")]
+                    flags: 0,
+                    blksize: 0,
+                    padding: 0,
+                },
+            },
+            dirent: abi::fuse_dirent {
+                ino: ino.into(),
+                off: offset.0,
+                namelen: name.len().try_into().expect("Name too long"),
+                typ: mode_from_kind_and_perm(kind, 0) >> 12,
+            },
+        };
+        self.0.push([header.as_bytes(), name])
+    }
 }
 
 #[cfg(test)]
@@ -897,6 +946,32 @@ mod test {
             r.with_iovec(RequestId(0xdeadbeef), ioslice_to_vec),
             expected
         );
+    }
+
+    #[test]
+    fn reply_directory_plus_name_only() {
+        let mut list = DirEntPlusList::new(4096);
+        assert!(!list.push_name_only(INodeNo(0xaabb), DirEntOffset(7), FileType::RegularFile, b"hello"));
+        let r: ResponseData = list.into();
+        let bytes = r.with_iovec(RequestId(0xdeadbeef), ioslice_to_vec);
+        let entry = size_of::<abi::fuse_entry_out>();
+        let dirent = 24;
+        let name = 5;
+        let len = 16 + (entry + dirent + name).next_multiple_of(8);
+        assert_eq!(bytes.len(), len);
+        assert_eq!(u32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize, len);
+        let body = &bytes[16..];
+        // A zero node id and zeroed attributes: nothing for the kernel to link.
+        assert!(body[..entry].iter().all(|b| *b == 0));
+        let d = &body[entry..];
+        assert_eq!(u64::from_le_bytes(d[0..8].try_into().unwrap()), 0xaabb, "d_ino");
+        assert_eq!(u64::from_le_bytes(d[8..16].try_into().unwrap()), 7, "offset");
+        assert_eq!(u32::from_le_bytes(d[16..20].try_into().unwrap()), 5, "name length");
+        assert_eq!(u32::from_le_bytes(d[20..24].try_into().unwrap()), libc::DT_REG as u32, "type");
+        assert_eq!(&d[24..29], b"hello");
+        // Full: an entry that does not fit is refused.
+        let mut small = DirEntPlusList::new(entry + dirent);
+        assert!(small.push_name_only(INodeNo(1), DirEntOffset(1), FileType::Directory, b"x"));
     }
 
     #[test]
