@@ -199,6 +199,9 @@ struct Options {
     delay: Duration,
     ttl: u64,
     keep: bool,
+    /// Only the four `find`+`stat` rows (a quick experiment; its results
+    /// stay in `target/`).
+    find_only: bool,
     walk: Option<usize>,
     walk_source: walk::Source,
 }
@@ -210,6 +213,7 @@ fn parse(args: &[String]) -> Result<Options> {
         delay: Duration::from_micros(500),
         ttl: fuse_default_ttl(),
         keep: false,
+        find_only: false,
         walk: None,
         walk_source: walk::Source::Rcufs,
     };
@@ -221,6 +225,7 @@ fn parse(args: &[String]) -> Result<Options> {
         match a.as_str() {
             "--ci" => o.ci = true,
             "--keep" => o.keep = true,
+            "--find-only" => o.find_only = true,
             "--rounds" => rounds = Some(value("a count")?.parse()?),
             "--delay-ms" => o.delay = Duration::from_secs_f64(value("milliseconds")?.parse::<f64>()? / 1000.0),
             "--ttl" => ttl = Some(value("whole seconds")?.parse()?),
@@ -234,7 +239,7 @@ fn parse(args: &[String]) -> Result<Options> {
             }
             other => bail!(
                 "unknown argument {other}; usage: cargo xtask netbench [--ci] [--rounds N] [--delay-ms MS] \
-                 [--ttl SECS] [--keep] | --walk N [--walk-source rcufs|sshfs]"
+                 [--ttl SECS] [--keep] [--find-only] | --walk N [--walk-source rcufs|sshfs]"
             ),
         }
     }
@@ -374,6 +379,10 @@ pub fn netbench(args: &[String]) -> Result<()> {
             std::thread::sleep(GAP);
             timed(WORKLOADS[3], by_mode(mode), &find)?;
         }
+        if o.find_only {
+            drop(mounts);
+            continue;
+        }
         for &mode in &order {
             let m = by_mode(mode);
             let repo = m.path().join(format!("repo{}", mode as usize));
@@ -483,7 +492,7 @@ pub fn netbench(args: &[String]) -> Result<()> {
     fs::write(out.join("netbench.json"), serde_json::to_string_pretty(&doc)?)?;
     fs::write(out.join("netbench.md"), &md)?;
     fs::write(out.join("netbench.svg"), plot(&summary))?;
-    if !o.ci {
+    if !o.ci && !o.find_only {
         let results = root().join("benches/results");
         fs::create_dir_all(&results)?;
         for f in ["netbench.json", "netbench.md", "netbench.svg"] {
