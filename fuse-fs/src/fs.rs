@@ -277,7 +277,8 @@ pub struct DirItem {
     /// The name.
     pub name: Vec<u8>,
     /// READDIRPLUS only: the entry (one kernel reference taken unless the
-    /// name is `.` or `..`).
+    /// name is `.` or `..`); `None` for a name answered without attributes
+    /// (a slow source's name not cached yet: `fs/prefetch.rs`).
     pub entry: Option<Entry>,
 }
 
@@ -375,8 +376,11 @@ pub struct Fs {
     writes: RangeLocks,
     listings: Listings,
     source_lookups: crate::slow_source::SourceLookups,
-    /// Names READDIRPLUS looked up ahead, in parallel (`fs/prefetch.rs`).
+    /// Names a refresh of stale names looked up (`fs/prefetch.rs`).
     prefetched: AtomicU64,
+    /// Names READDIRPLUS answered without attributes, waiting to be
+    /// looked up (`fs/prefetch.rs`).
+    unlisted: prefetch::NameQueue,
     /// Directories whose stale names a lookup refreshed at once.
     refreshes: AtomicU64,
 }
@@ -507,6 +511,7 @@ impl Fs {
             listings,
             source_lookups: Default::default(),
             prefetched: AtomicU64::new(0),
+            unlisted: prefetch::NameQueue::default(),
             refreshes: AtomicU64::new(0),
         })
     }
@@ -1190,6 +1195,22 @@ impl Fs {
     /// kernel reference, if any, is returned here).
     pub fn readdir(&self, fh: u64, offset: u64, plus: bool, mut sink: impl FnMut(&DirItem) -> bool) -> FsResult<()> {
         let dir = self.dirs.get(fh)?;
+        let mut later = Vec::new();
+        let r = self.readdir_from(&dir, offset, plus, &mut sink, &mut later);
+        self.look_up_later(&dir.inode, later);
+        r
+    }
+
+    /// [`Fs::readdir`]'s loop; the names answered without attributes are
+    /// left in `later`.
+    fn readdir_from(
+        &self,
+        dir: &OpenDir,
+        offset: u64,
+        plus: bool,
+        sink: &mut impl FnMut(&DirItem) -> bool,
+        later: &mut Vec<Vec<u8>>,
+    ) -> FsResult<()> {
         let mut buf = vec![0u8; 16 * 1024];
         let mut offset = offset as i64;
         loop {
@@ -1201,9 +1222,7 @@ impl Fs {
             if batch.is_empty() {
                 return Ok(());
             }
-            if plus {
-                self.prefetch_names(&dir.inode, &batch, false);
-            }
+            let names_first = plus && self.answers_names_first(&dir.inode);
             for raw in batch {
                 let dots = raw.name == b"." || raw.name == b"..";
                 let mut item = DirItem {
@@ -1220,6 +1239,14 @@ impl Fs {
                         let mut attr = Attr::from_stat(ino, &sys::zero_stat());
                         attr.kind = Kind::Dir;
                         item.entry = Some(Entry { ino, attr });
+                    } else if names_first && !self.is_fresh_name(&dir.inode, &item.name) {
+                        // Listed now, looked up in the background (`fs/prefetch.rs`).
+                        if sink(&item) {
+                            return Ok(());
+                        }
+                        later.push(item.name);
+                        offset = raw.next_off;
+                        continue;
                     } else {
                         match self.lookup(dir.inode.ino, &item.name) {
                             Ok(e) if e.ino != 0 => {
@@ -1479,7 +1506,7 @@ impl Fs {
 }
 
 mod drop;
-mod prefetch;
+pub mod prefetch;
 mod stats;
 mod warm;
 mod xattr;

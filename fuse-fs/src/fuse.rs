@@ -152,9 +152,10 @@ impl FuseAdapter {
 
 impl Drop for FuseAdapter {
     fn drop(&mut self) {
-        // The session is over: let the invalidation and warm threads finish.
+        // The session is over: let the invalidation, warm and name threads finish.
         self.fs.inval_queue().close();
         self.fs.warmer().close();
+        self.fs.name_queue().close();
     }
 }
 
@@ -654,7 +655,13 @@ impl Filesystem for FuseAdapter {
                     &attr(&e.attr),
                     Generation(0),
                 ),
-                None => false,
+                // A slow source's name not cached yet (`fs/prefetch.rs`).
+                None => reply.add_name_only(
+                    INodeNo(item.ino),
+                    item.next_offset,
+                    kind(item.kind),
+                    OsStr::from_bytes(&item.name),
+                ),
             });
             match r {
                 Ok(()) => reply.ok(),

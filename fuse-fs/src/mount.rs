@@ -362,6 +362,18 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
                 .context("starting the warm thread")?,
         );
     }
+    if fs.config().source_kind == "network" {
+        // The names READDIRPLUS answered without attributes (`fs/prefetch.rs`).
+        for i in 0..crate::fs::prefetch::BACKGROUND_THREADS {
+            let fs = fs.clone();
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("rcufs-names-{i}"))
+                    .spawn(move || fs.name_worker())
+                    .context("starting a name lookup thread")?,
+            );
+        }
+    }
     let options: Vec<String> = opts
         .fuse_options
         .iter()
@@ -375,6 +387,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
             // The adapter was dropped with the failed session, closing the queue.
             fs.inval_queue().close();
             fs.warmer().close();
+            fs.name_queue().close();
             if let Some(s) = &watch_stop {
                 s.stop();
             }

@@ -15,18 +15,22 @@ impl Fs {
         let open_fds = std::fs::read_dir("/proc/self/fd")
             .map(|r| r.count() as u64)
             .unwrap_or(0);
+        let mut source = serde_json::json!({
+            "kind": self.cfg.source_kind,
+            "revalidate_secs": self.cfg.revalidate.as_secs_f64(),
+            "workers": self.cfg.workers as u64,
+            "lookups": self.source_lookups.total(),
+            "lookups_in_flight_max": self.source_lookups.max_in_flight(),
+            "refreshed_names": self.prefetched.load(Ordering::Relaxed),
+            "dir_refreshes": self.refreshes.load(Ordering::Relaxed),
+        });
+        for (k, v) in self.unlisted.stats() {
+            source[k] = v.into();
+        }
         serde_json::json!({
             "dcache": self.names.stats_json(),
             "coherence": self.coherence_json(),
-            "source": {
-                "kind": self.cfg.source_kind,
-                "revalidate_secs": self.cfg.revalidate.as_secs_f64(),
-                "workers": self.cfg.workers as u64,
-                "lookups": self.source_lookups.total(),
-                "lookups_in_flight_max": self.source_lookups.max_in_flight(),
-                "readdirplus_prefetched": self.prefetched.load(Ordering::Relaxed),
-                "dir_refreshes": self.refreshes.load(Ordering::Relaxed),
-            },
+            "source": source,
             "pagecache": self.data.stats_json(),
             "inodes": {
                 "known": self.table.known() as u64,

@@ -236,6 +236,69 @@ fn readdirplus_lists_everything_and_takes_references() {
     t.fs.releasedir(fh).expect("releasedir");
 }
 
+/// Over a slow source, READDIRPLUS answers unknown names without
+/// attributes and queues them; the background thread looks them up, after
+/// which the same listing answers them with attributes. The queue is
+/// bounded and a drop empties it.
+#[test]
+fn readdirplus_over_a_slow_source_answers_names_first() {
+    let t = setup(FsConfig {
+        source_kind: "network",
+        ..default_cfg()
+    });
+    let list = || {
+        let fh = t.fs.opendir(ROOT_INO, ME).expect("opendir");
+        let mut got = Vec::new();
+        t.fs.readdir(fh, 0, true, |item| {
+            got.push((item.name.clone(), item.entry.is_some(), item.kind));
+            false
+        })
+        .expect("readdirplus");
+        t.fs.releasedir(fh).expect("releasedir");
+        got.sort_by(|a: &(Vec<u8>, bool, Kind), b| a.0.cmp(&b.0));
+        got
+    };
+    let first = list();
+    assert_eq!(
+        first,
+        [
+            (b".".to_vec(), true, Kind::Dir),
+            (b"..".to_vec(), true, Kind::Dir),
+            (b"a.txt".to_vec(), false, Kind::File),
+            (b"d".to_vec(), false, Kind::Dir),
+        ]
+    );
+    let q = || t.fs.name_queue().stats().into_iter().collect::<HashMap<_, _>>();
+    assert_eq!(q()["names_first"], 2);
+    assert_eq!(q()["names_first_waiting"], 2);
+    std::thread::scope(|s| {
+        let worker = s.spawn(|| t.fs.name_worker());
+        while !t.fs.name_queue().is_empty() {
+            std::thread::yield_now();
+        }
+        t.fs.name_queue().close();
+        worker.join().expect("name worker");
+    });
+    assert_eq!(q()["names_first_looked_up"], 2);
+    let again = list();
+    assert!(again.iter().all(|(_, attrs, _)| *attrs), "{again:?}");
+    // Bounded: past MAX_QUEUED, names are counted and not queued.
+    let t = setup(FsConfig {
+        source_kind: "network",
+        ..default_cfg()
+    });
+    let root = t.fs.root.clone();
+    let many: Vec<Vec<u8>> = (0..prefetch::MAX_QUEUED + 10)
+        .map(|i| format!("n{i}").into_bytes())
+        .collect();
+    t.fs.look_up_later(&root, many);
+    let q: HashMap<_, _> = t.fs.name_queue().stats().into_iter().collect();
+    assert_eq!(q["names_first_waiting"], prefetch::MAX_QUEUED as u64);
+    assert_eq!(q["names_first_unqueued"], 10);
+    t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("drop");
+    assert!(t.fs.name_queue().is_empty(), "a drop empties the queue");
+}
+
 #[test]
 fn rcufs_xattrs_never_reach_the_source_and_are_not_listed() {
     let t = setup(default_cfg());

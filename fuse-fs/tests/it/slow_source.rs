@@ -1,8 +1,9 @@
 //! Slow sources: a network or FUSE filesystem as the source gets its own
 //! defaults (a longer revalidation interval, more workers), lookups of one
 //! directory's children are in flight together rather than one behind the
-//! other, and directory listings are served from rcufs's cache within the
-//! interval (and forgotten by a change through the mount or a drop).
+//! other, a listing's names are answered before their lookups, and
+//! directory listings are served from rcufs's cache within the interval
+//! (and forgotten by a change through the mount or a drop).
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -136,33 +137,84 @@ fn listings_in(extra: &[&str]) {
 }
 
 /// A listing with attributes (READDIRPLUS) of a directory whose entries
-/// rcufs has not seen, over a FUSE source where every lookup takes 100 ms:
-/// the entries are looked up in the source together, not one by one.
+/// rcufs has not seen, over a FUSE source where every lookup takes 200 ms:
+/// the names are answered at once, without attributes, and looked up in
+/// the background (`fs/prefetch.rs`); every entry then shows its type,
+/// size and mode, in both modes. A drop empties the background queue.
 #[test]
-fn readdirplus_over_a_slow_source_looks_its_entries_up_together() {
+fn readdirplus_over_a_slow_source_answers_the_names_first_and_looks_them_up_behind() {
     let Some(lower) = Mount::with(&["--coherence", "ttl"], tree) else {
         return;
     };
-    let env = [("RCUFS_FAULT", "source-delay:100")];
+    for mode in [&[][..], &["--kernel-cache"][..]] {
+        let env = [("RCUFS_FAULT", "source-delay:200")];
+        let Some(upper) = Mount::over_with_env(&lower.mnt, mode, &env) else {
+            return;
+        };
+        fs::metadata(upper.at("d")).unwrap();
+        let before = upper.stats()["source"].clone();
+        let mut names: Vec<(String, bool)> = fs::read_dir(upper.at("d"))
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    e.file_type().unwrap().is_file(),
+                )
+            })
+            .collect();
+        let listed = upper.stats()["source"].clone();
+        names.sort();
+        let expected: Vec<(String, bool)> = (0..32).map(|i| (format!("f{i:02}"), true)).collect();
+        assert_eq!(names, expected, "{mode:?}: the listing");
+        let n = |s: &serde_json::Value, k: &str| s[k].as_u64().unwrap_or_else(|| panic!("no {k} in {s}"));
+        assert!(
+            n(&listed, "names_first") >= n(&before, "names_first") + 32,
+            "{mode:?}: the names were not answered without attributes: {listed}"
+        );
+        // Two background threads at 200 ms a lookup need 3.2 s for the 32
+        // names: the listing above did not wait for them.
+        assert!(
+            n(&listed, "lookups") < n(&before, "lookups") + 32,
+            "{mode:?}: the listing waited for its entries' lookups: {listed}"
+        );
+        for i in 0..32 {
+            let m = fs::symlink_metadata(upper.at(&format!("d/f{i:02}"))).unwrap();
+            assert!(m.is_file(), "{mode:?}: f{i:02}");
+            assert_eq!(m.len(), 1, "{mode:?}: f{i:02}");
+            assert_eq!(
+                m.permissions().mode(),
+                fs::symlink_metadata(lower.src.join(format!("d/f{i:02}")))
+                    .unwrap()
+                    .permissions()
+                    .mode(),
+                "{mode:?}: f{i:02}"
+            );
+        }
+        let after = upper.stats()["source"].clone();
+        assert!(
+            n(&after, "names_first_looked_up") >= 1,
+            "{mode:?}: no name was looked up in the background: {after}"
+        );
+        assert_eq!(n(&after, "names_first_unqueued"), 0, "{mode:?}: {after}");
+    }
+    // A drop right after a listing empties the queue: the names listed
+    // before it are not put back in the cache behind it.
+    let env = [("RCUFS_FAULT", "source-delay:200")];
     let Some(upper) = Mount::over_with_env(&lower.mnt, &[], &env) else {
         return;
     };
-    let mut seen = 0;
-    for e in fs::read_dir(upper.at("d")).unwrap() {
-        let e = e.unwrap();
-        assert!(e.metadata().unwrap().is_file());
-        seen += 1;
-    }
-    assert_eq!(seen, 32);
-    let src = upper.stats()["source"].clone();
+    fs::metadata(upper.at("d")).unwrap();
+    assert_eq!(fs::read_dir(upper.at("d")).unwrap().count(), 32);
+    let s = upper.stats()["source"].clone();
     assert!(
-        src["readdirplus_prefetched"].as_u64().unwrap() >= 30,
-        "the listing's entries were not looked up ahead: {src}"
+        s["names_first_waiting"].as_u64().unwrap() > 0,
+        "nothing queued to drop: {s}"
     );
-    assert!(
-        src["lookups_in_flight_max"].as_u64().unwrap() >= 4,
-        "the entries were looked up one by one: {src}"
-    );
+    let out = crate::harness::rcufs().arg("drop").arg(upper.at("")).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let s = upper.stats()["source"].clone();
+    assert_eq!(s["names_first_waiting"], 0, "the drop left names queued: {s}");
 }
 
 /// After the interval, the first `stat` that finds a stale name refreshes
