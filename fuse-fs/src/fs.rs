@@ -381,6 +381,9 @@ pub struct Fs {
     /// Names READDIRPLUS answered without attributes, waiting to be
     /// looked up (`fs/prefetch.rs`).
     unlisted: prefetch::NameQueue,
+    /// Subdirectories a walk will reach, waiting to be listed ahead of it
+    /// (`fs/walk_ahead.rs`).
+    lists_ahead: prefetch::NameQueue,
     /// Directories whose stale names a lookup refreshed at once.
     refreshes: AtomicU64,
 }
@@ -511,7 +514,18 @@ impl Fs {
             listings,
             source_lookups: Default::default(),
             prefetched: AtomicU64::new(0),
-            unlisted: prefetch::NameQueue::default(),
+            unlisted: prefetch::NameQueue::new([
+                "names_first",
+                "names_first_looked_up",
+                "names_first_unqueued",
+                "names_first_waiting",
+            ]),
+            lists_ahead: prefetch::NameQueue::new([
+                "dirs_ahead",
+                "dirs_listed_ahead",
+                "dirs_ahead_unqueued",
+                "dirs_ahead_waiting",
+            ]),
             refreshes: AtomicU64::new(0),
         })
     }
@@ -1148,6 +1162,7 @@ impl Fs {
     /// otherwise the whole listing is read now and the handle reads that.
     pub fn opendir(&self, ino: u64, caller: Caller) -> FsResult<u64> {
         let inode = self.dir(ino)?;
+        self.walk_ahead(&inode);
         if let Some(l) = self.listings.fresh(&inode, self.cfg.revalidate) {
             return Ok(self.dirs.insert(OpenDir {
                 inode,
@@ -1508,6 +1523,7 @@ impl Fs {
 mod drop;
 pub mod prefetch;
 mod stats;
+pub mod walk_ahead;
 mod warm;
 mod xattr;
 pub use warm::{WalkOutcome, Warmer};

@@ -156,6 +156,7 @@ impl Drop for FuseAdapter {
         self.fs.inval_queue().close();
         self.fs.warmer().close();
         self.fs.name_queue().close();
+        self.fs.list_queue().close();
     }
 }
 

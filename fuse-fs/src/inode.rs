@@ -149,6 +149,15 @@ struct DirState {
     /// When a lookup last refreshed every stale name below at once
     /// (`fs/prefetch.rs`).
     refreshed: Option<Instant>,
+    /// The walk under this directory (`fs/walk_ahead.rs`): the listing
+    /// index of the child last opened, ...
+    walked_to: Option<usize>,
+    /// ...the index after the last child queued to be listed ahead...
+    ahead_to: usize,
+    /// ...whether this directory's own listing was read ahead of a walk...
+    listed_ahead: bool,
+    /// ...and when it was last claimed to be listed ahead.
+    list_ahead_at: Option<Instant>,
 }
 
 /// Most negative names remembered per directory for kernel invalidation; a
@@ -308,11 +317,17 @@ impl Inode {
     }
 
     /// Directories: keeps `listing` (or forgets the kept one with `None`).
+    /// A new listing starts a new walk (`fs/walk_ahead.rs`).
     pub fn set_listing(&self, listing: Option<Arc<crate::listing::Listing>>) {
         let old = {
             let mut guard = self.dir.lock();
             match (guard.as_mut(), listing) {
-                (Some(d), l) => std::mem::replace(&mut d.listing, l),
+                (Some(d), l) => {
+                    d.walked_to = None;
+                    d.ahead_to = 0;
+                    d.listed_ahead = false;
+                    std::mem::replace(&mut d.listing, l)
+                }
                 (None, None) => None,
                 (None, Some(l)) => {
                     guard.get_or_insert_default().listing = Some(l);
@@ -333,6 +348,47 @@ impl Inode {
         }
         d.refreshed = Some(Instant::now());
         true
+    }
+
+    /// Directories: a child at listing index `index` was opened. Returns
+    /// the first index to list ahead from if this looks like a walk (a
+    /// child after the last one opened, or the first child opened of a
+    /// directory itself listed ahead), `None` otherwise.
+    pub fn walk_progress(&self, index: usize) -> Option<usize> {
+        let mut guard = self.dir.lock();
+        let d = guard.get_or_insert_default();
+        let walking = match d.walked_to {
+            Some(last) => index > last,
+            None => d.listed_ahead,
+        };
+        d.walked_to = Some(index);
+        walking.then(|| d.ahead_to.max(index + 1))
+    }
+
+    /// Directories: children before listing index `end` have been queued
+    /// to be listed ahead.
+    pub fn set_ahead_to(&self, end: usize) {
+        let mut guard = self.dir.lock();
+        let d = guard.get_or_insert_default();
+        d.ahead_to = d.ahead_to.max(end);
+    }
+
+    /// Directories: claims listing this directory ahead of a walk (true)
+    /// unless that was claimed less than `interval` ago.
+    pub fn claim_list_ahead(&self, interval: std::time::Duration) -> bool {
+        let mut guard = self.dir.lock();
+        let d = guard.get_or_insert_default();
+        if d.list_ahead_at.is_some_and(|at| at.elapsed() < interval) {
+            return false;
+        }
+        d.list_ahead_at = Some(Instant::now());
+        true
+    }
+
+    /// Directories: the kept listing was read ahead of a walk, so the walk
+    /// is expected to go on below (`fs/walk_ahead.rs`).
+    pub fn mark_listed_ahead(&self) {
+        self.dir.lock().get_or_insert_default().listed_ahead = true;
     }
 
     /// Directories: remembers a name answered to the kernel as a negative entry.

@@ -119,17 +119,19 @@ impl Listings {
     /// the current generation, and read under the stamp the directory's
     /// cached attributes show.
     pub fn fresh(&self, dir: &Inode, ttl: Duration) -> Option<Arc<Listing>> {
+        let l = self.servable(dir, ttl)?;
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        Some(l)
+    }
+
+    /// [`Listings::fresh`] without counting a hit.
+    pub fn servable(&self, dir: &Inode, ttl: Duration) -> Option<Arc<Listing>> {
         if !self.enabled {
             return None;
         }
         let l = dir.listing()?;
         let now = Stamp::of(&dir.attr().st);
-        if l.at.elapsed() < ttl && l.generation == self.generation.load(Ordering::Relaxed) && l.stamp == now {
-            self.hits.fetch_add(1, Ordering::Relaxed);
-            Some(l)
-        } else {
-            None
-        }
+        (l.at.elapsed() < ttl && l.generation == self.generation.load(Ordering::Relaxed) && l.stamp == now).then_some(l)
     }
 
     /// Reads the whole listing of `fd` (a directory open for reading, whose

@@ -373,6 +373,16 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
                     .context("starting a name lookup thread")?,
             );
         }
+        // The listings read ahead of a walk (`fs/walk_ahead.rs`).
+        for i in 0..crate::fs::walk_ahead::LIST_THREADS {
+            let fs = fs.clone();
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("rcufs-lists-{i}"))
+                    .spawn(move || fs.list_worker())
+                    .context("starting a listing thread")?,
+            );
+        }
     }
     let options: Vec<String> = opts
         .fuse_options
@@ -388,6 +398,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
             fs.inval_queue().close();
             fs.warmer().close();
             fs.name_queue().close();
+            fs.list_queue().close();
             if let Some(s) = &watch_stop {
                 s.stop();
             }

@@ -75,6 +75,7 @@ impl Fs {
         self.drops.requests.fetch_add(1, Ordering::Relaxed);
         self.listings.forget_all();
         self.unlisted.clear();
+        self.lists_ahead.clear();
         let mut out = DropOutcome::default();
         // Every inode under the directory: the kernel's view (the inodes it
         // knows, by their recorded parent chain) and the dcache's.

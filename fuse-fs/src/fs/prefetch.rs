@@ -73,16 +73,19 @@ pub const BACKGROUND_THREADS: usize = 2;
 /// Most names waiting in the [`NameQueue`].
 pub const MAX_QUEUED: usize = 65_536;
 
-/// The names READDIRPLUS answered without attributes, waiting to be looked
-/// up by the background threads.
-#[derive(Debug, Default)]
+/// Names under directories waiting for background threads: those
+/// READDIRPLUS answered without attributes (to be looked up), or the
+/// subdirectories a walk will reach (to be listed: `fs/walk_ahead.rs`).
+#[derive(Debug)]
 pub struct NameQueue {
     state: Mutex<QueueState>,
     cv: Condvar,
-    /// Names answered without attributes.
-    answered: AtomicU64,
-    /// Names looked up by the background threads.
-    looked_up: AtomicU64,
+    /// The stats' names of the four counters below.
+    keys: [&'static str; 4],
+    /// Names offered.
+    offered: AtomicU64,
+    /// Names the background threads worked on.
+    pub(super) done: AtomicU64,
     /// Names not queued because the queue was full.
     unqueued: AtomicU64,
 }
@@ -94,10 +97,23 @@ struct QueueState {
 }
 
 impl NameQueue {
+    /// An empty queue whose counters the stats show as `keys`: offered,
+    /// done, not queued, waiting.
+    pub fn new(keys: [&'static str; 4]) -> Self {
+        Self {
+            state: Mutex::default(),
+            cv: Condvar::new(),
+            keys,
+            offered: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            unqueued: AtomicU64::new(0),
+        }
+    }
+
     /// Queues `names` under `dir`, as many as fit.
-    fn push(&self, dir: &Arc<Inode>, names: Vec<Vec<u8>>) {
+    pub(super) fn push(&self, dir: &Arc<Inode>, names: Vec<Vec<u8>>) {
         let n = names.len() as u64;
-        self.answered.fetch_add(n, Ordering::Relaxed);
+        self.offered.fetch_add(n, Ordering::Relaxed);
         let mut s = self.state.lock();
         if s.closed {
             return;
@@ -114,7 +130,7 @@ impl NameQueue {
     }
 
     /// The next name to look up, waiting for one; `None` once closed.
-    fn pop(&self) -> Option<(Arc<Inode>, Vec<u8>)> {
+    pub(super) fn pop(&self) -> Option<(Arc<Inode>, Vec<u8>)> {
         let mut s = self.state.lock();
         loop {
             if s.closed {
@@ -154,10 +170,10 @@ impl NameQueue {
     /// The counters, in the stats' `source` section.
     pub fn stats(&self) -> [(&'static str, u64); 4] {
         [
-            ("names_first", self.answered.load(Ordering::Relaxed)),
-            ("names_first_looked_up", self.looked_up.load(Ordering::Relaxed)),
-            ("names_first_unqueued", self.unqueued.load(Ordering::Relaxed)),
-            ("names_first_waiting", self.len() as u64),
+            (self.keys[0], self.offered.load(Ordering::Relaxed)),
+            (self.keys[1], self.done.load(Ordering::Relaxed)),
+            (self.keys[2], self.unqueued.load(Ordering::Relaxed)),
+            (self.keys[3], self.len() as u64),
         ]
     }
 }
@@ -183,7 +199,8 @@ impl Fs {
         }
     }
 
-    /// Queues the names READDIRPLUS of `dir` answered without attributes.
+    /// Queues names under `dir` for the background lookups (those
+    /// READDIRPLUS answered without attributes, or a listing read ahead).
     pub(super) fn look_up_later(&self, dir: &Arc<Inode>, names: Vec<Vec<u8>>) {
         if !names.is_empty() {
             self.unlisted.push(dir, names);
@@ -203,7 +220,7 @@ impl Fs {
             }
             // A failure here is LOOKUP's to report when it asks.
             let _ = self.lookup_source(&dir, &name, false);
-            self.unlisted.looked_up.fetch_add(1, Ordering::Relaxed);
+            self.unlisted.done.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -251,9 +268,16 @@ impl Fs {
     /// a listing (sshfs keeps the attributes a listing carries; NFS's
     /// READDIRPLUS does the same), so the lookups that follow may not cross
     /// the network at all. Returns whether it refreshed.
+    /// A listing kept within the interval (one read ahead of a walk:
+    /// `fs/walk_ahead.rs`) serves instead of a new one.
     pub(super) fn refresh_dir(&self, dir: &Arc<Inode>) -> bool {
         if self.cfg.source_kind != "network" || !dir.claim_refresh(self.cfg.revalidate) {
             return false;
+        }
+        if let Some(l) = self.listings.servable(dir, self.cfg.revalidate) {
+            self.refreshes.fetch_add(1, Ordering::Relaxed);
+            self.refresh_names(dir, &l.entries);
+            return true;
         }
         let Ok(fd) = self.table.open(dir, libc::O_RDONLY | libc::O_DIRECTORY) else {
             return false;

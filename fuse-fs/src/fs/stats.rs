@@ -24,7 +24,7 @@ impl Fs {
             "refreshed_names": self.prefetched.load(Ordering::Relaxed),
             "dir_refreshes": self.refreshes.load(Ordering::Relaxed),
         });
-        for (k, v) in self.unlisted.stats() {
+        for (k, v) in self.unlisted.stats().into_iter().chain(self.lists_ahead.stats()) {
             source[k] = v.into();
         }
         serde_json::json!({

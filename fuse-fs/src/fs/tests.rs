@@ -299,6 +299,87 @@ fn readdirplus_over_a_slow_source_answers_names_first() {
     assert!(t.fs.name_queue().is_empty(), "a drop empties the queue");
 }
 
+/// Over a slow source, opening one subdirectory after another lists the
+/// next ones ahead (`fs/walk_ahead.rs`): the walk's later OPENDIRs are
+/// served from those listings, and their names are queued for the
+/// background lookups. A first open alone is not a walk; a drop empties
+/// the queue.
+#[test]
+fn a_walk_lists_the_next_subdirectories_ahead() {
+    let t = setup(FsConfig {
+        source_kind: "network",
+        ..default_cfg()
+    });
+    for d in ["s0", "s1", "s2", "s3", "s4"] {
+        std::fs::create_dir_all(t.src.join("w").join(d)).expect("mkdir");
+        std::fs::write(t.src.join("w").join(d).join("f"), b"x").expect("write");
+    }
+    std::fs::write(t.src.join("w/plain"), b"y").expect("write");
+    let w = walk(&t.fs, "w").expect("w").ino;
+    let list = |ino: u64| {
+        let fh = t.fs.opendir(ino, ME).expect("opendir");
+        let mut names = Vec::new();
+        t.fs.readdir(fh, 0, false, |item| {
+            names.push(item.name.clone());
+            false
+        })
+        .expect("readdir");
+        t.fs.releasedir(fh).expect("releasedir");
+        names.sort();
+        names
+    };
+    let order = list(w);
+    let subdirs: Vec<&Vec<u8>> = order.iter().filter(|n| n.starts_with(b"s")).collect();
+    // The listing's order (the source's) decides which come next: open the
+    // first two in that order.
+    let fh = t.fs.opendir(w, ME).expect("opendir");
+    let mut in_order = Vec::new();
+    t.fs.readdir(fh, 0, false, |item| {
+        if item.name.starts_with(b"s") {
+            in_order.push(item.name.clone());
+        }
+        false
+    })
+    .expect("readdir");
+    t.fs.releasedir(fh).expect("releasedir");
+    assert_eq!(in_order.len(), subdirs.len());
+    let q = |fs: &Fs| fs.list_queue().stats().into_iter().collect::<HashMap<_, _>>();
+    let first = t.fs.lookup(w, &in_order[0]).expect("lookup").ino;
+    list(first);
+    assert_eq!(q(&t.fs)["dirs_ahead"], 0, "one open is not a walk");
+    let second = t.fs.lookup(w, &in_order[1]).expect("lookup").ino;
+    list(second);
+    assert_eq!(q(&t.fs)["dirs_ahead"], 3, "the three subdirectories after the second");
+    let names_before = t.fs.name_queue().stats()[0].1;
+    std::thread::scope(|s| {
+        let worker = s.spawn(|| t.fs.list_worker());
+        while !t.fs.list_queue().is_empty() || q(&t.fs)["dirs_listed_ahead"] < 3 {
+            std::thread::yield_now();
+        }
+        t.fs.list_queue().close();
+        worker.join().expect("list worker");
+    });
+    assert_eq!(
+        t.fs.name_queue().stats()[0].1,
+        names_before + 3,
+        "each listed directory's name queued for lookup"
+    );
+    // The walk's next OPENDIR is served from the listing read ahead.
+    let third = t.fs.lookup(w, &in_order[2]).expect("lookup").ino;
+    let hits = t.fs.listings.stats_json()["hits"].as_u64().expect("hits");
+    assert_eq!(list(third), [b".".to_vec(), b"..".to_vec(), b"f".to_vec()]);
+    assert_eq!(t.fs.listings.stats_json()["hits"].as_u64().expect("hits"), hits + 1);
+    // A drop empties the queues.
+    let t = setup(FsConfig {
+        source_kind: "network",
+        ..default_cfg()
+    });
+    let root = t.fs.root.clone();
+    t.fs.lists_ahead.push(&root, vec![b"d".to_vec()]);
+    t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("drop");
+    assert!(t.fs.list_queue().is_empty(), "a drop empties the queue");
+}
+
 #[test]
 fn rcufs_xattrs_never_reach_the_source_and_are_not_listed() {
     let t = setup(default_cfg());

@@ -288,3 +288,61 @@ fn a_fuse_sources_attribute_changes_are_seen_after_the_interval() {
         );
     }
 }
+
+/// A walk of a tree over a slow source (every source lookup 20 ms): the
+/// subdirectories after the ones it opened are listed ahead
+/// (`fs/walk_ahead.rs`), and everything the walk sees, in both modes, is
+/// what the source holds.
+#[test]
+fn a_walk_over_a_slow_source_lists_the_next_directories_ahead() {
+    let Some(lower) = Mount::with(&["--coherence", "ttl"], |src| {
+        for t in 0..3 {
+            for s in 0..6 {
+                let d = src.join(format!("w/t{t}/s{s}"));
+                fs::create_dir_all(&d).unwrap();
+                for f in 0..5 {
+                    fs::write(d.join(format!("f{f}")), vec![b'x'; t * 100 + s * 10 + f]).unwrap();
+                }
+            }
+        }
+    }) else {
+        return;
+    };
+    fn walk(dir: &std::path::Path, out: &mut Vec<(String, u64)>, root: &std::path::Path) {
+        for e in fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let m = fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if m.is_dir() {
+                out.push((rel, 0));
+                walk(&p, out, root);
+            } else {
+                out.push((rel, m.len()));
+            }
+        }
+    }
+    let mut expected = Vec::new();
+    walk(&lower.src.join("w"), &mut expected, &lower.src);
+    expected.sort();
+    assert_eq!(expected.len(), 3 + 18 + 90);
+    for mode in [&[][..], &["--kernel-cache"][..]] {
+        let env = [("RCUFS_FAULT", "source-delay:20")];
+        let Some(upper) = Mount::over_with_env(&lower.mnt, mode, &env) else {
+            return;
+        };
+        let mut got = Vec::new();
+        walk(&upper.at("w"), &mut got, &upper.mnt);
+        got.sort();
+        assert_eq!(got, expected, "{mode:?}: the walk through the mount");
+        let s = upper.stats()["source"].clone();
+        assert!(
+            s["dirs_listed_ahead"].as_u64().unwrap() >= 5,
+            "{mode:?}: the walk's next directories were not listed ahead: {s}"
+        );
+        assert!(
+            upper.stats()["listings"]["hits"].as_u64().unwrap() >= 5,
+            "{mode:?}: no OPENDIR was served from a listing read ahead: {}",
+            upper.stats()["listings"]
+        );
+    }
+}
