@@ -530,9 +530,14 @@ impl Fs {
         })
     }
 
-    /// The daemon's warm queue (`fs/warm.rs`).
-    pub fn warmer(&self) -> &warm::Warmer {
-        &self.warmer
+    /// Closes the queues the daemon's background threads wait on
+    /// (invalidations, warm walks, names and listings of a slow source), so
+    /// that their loops end: the session is over.
+    pub fn close_background(&self) {
+        self.inval.close();
+        self.warmer.close();
+        self.unlisted.close();
+        self.lists_ahead.close();
     }
 
     /// The kernel-invalidation queue (filled by the adapter after replies,
@@ -562,6 +567,22 @@ impl Fs {
 
     fn fresh(&self, at: Instant) -> bool {
         at.elapsed() < self.cfg.revalidate
+    }
+
+    /// Whether a cached `inode` may be answered as it is: attributes within
+    /// the interval, and its source object not gone.
+    fn usable(&self, inode: &Inode) -> bool {
+        self.fresh(inode.attr().at) && !inode.is_stale()
+    }
+
+    /// Answers `name` under `parent` from the name cache's usable `inode`,
+    /// as LOOKUP does: one kernel reference, the dentry attached, the link
+    /// recorded.
+    fn answer_cached(&self, parent: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> Entry {
+        self.table.remember(inode, 1);
+        self.names.attach(parent, name, inode);
+        self.table.set_link(inode, parent.ino, name);
+        self.entry_of(inode)
     }
 
     fn inode(&self, ino: u64) -> FsResult<Arc<Inode>> {
@@ -706,13 +727,9 @@ impl Fs {
                 {
                     inode = again;
                 }
-                let a = inode.attr();
                 // A stale inode (its source object is gone) is never answered.
-                if self.fresh(a.at) && !inode.is_stale() {
-                    self.table.remember(&inode, 1);
-                    self.names.attach(&parent, name, &inode);
-                    self.table.set_link(&inode, parent.ino, name);
-                    return Ok(self.entry_of(&inode));
+                if self.usable(&inode) {
+                    return Ok(self.answer_cached(&parent, name, &inode));
                 }
             }
             Hit::Negative => return self.negative(&parent, name),
@@ -1254,24 +1271,33 @@ impl Fs {
                         let mut attr = Attr::from_stat(ino, &sys::zero_stat());
                         attr.kind = Kind::Dir;
                         item.entry = Some(Entry { ino, attr });
-                    } else if names_first && !self.is_fresh_name(&dir.inode, &item.name) {
-                        // Listed now, looked up in the background (`fs/prefetch.rs`).
-                        if sink(&item) {
-                            return Ok(());
-                        }
-                        later.push(item.name);
-                        offset = raw.next_off;
-                        continue;
                     } else {
-                        match self.lookup(dir.inode.ino, &item.name) {
-                            Ok(e) if e.ino != 0 => {
+                        let found = if names_first {
+                            match self.fresh_name(&dir.inode, &item.name) {
+                                Some(inode) => Some(self.answer_cached(&dir.inode, &item.name, &inode)),
+                                None => {
+                                    // Listed now, looked up in the background
+                                    // (`fs/prefetch.rs`).
+                                    if sink(&item) {
+                                        return Ok(());
+                                    }
+                                    later.push(item.name);
+                                    offset = raw.next_off;
+                                    continue;
+                                }
+                            }
+                        } else {
+                            self.lookup(dir.inode.ino, &item.name).ok().filter(|e| e.ino != 0)
+                        };
+                        match found {
+                            Some(e) => {
                                 item.ino = e.ino;
                                 item.kind = e.attr.kind;
                                 item.entry = Some(e);
                                 referenced = Some(e.ino);
                             }
                             // Gone since getdents listed it: skip.
-                            _ => {
+                            None => {
                                 offset = raw.next_off;
                                 continue;
                             }

@@ -152,11 +152,8 @@ impl FuseAdapter {
 
 impl Drop for FuseAdapter {
     fn drop(&mut self) {
-        // The session is over: let the invalidation, warm and name threads finish.
-        self.fs.inval_queue().close();
-        self.fs.warmer().close();
-        self.fs.name_queue().close();
-        self.fs.list_queue().close();
+        // The session is over: let the background threads finish.
+        self.fs.close_background();
     }
 }
 

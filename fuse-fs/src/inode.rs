@@ -341,12 +341,18 @@ impl Inode {
     /// Directories: claims the refresh of the names below (true) unless one
     /// was claimed less than `interval` ago.
     pub fn claim_refresh(&self, interval: std::time::Duration) -> bool {
+        self.claim(interval, |d| &mut d.refreshed)
+    }
+
+    /// Directories: sets the time `slot` picks to now (true) unless it is
+    /// less than `interval` old.
+    fn claim(&self, interval: std::time::Duration, slot: impl FnOnce(&mut DirState) -> &mut Option<Instant>) -> bool {
         let mut guard = self.dir.lock();
-        let d = guard.get_or_insert_default();
-        if d.refreshed.is_some_and(|at| at.elapsed() < interval) {
+        let at = slot(guard.get_or_insert_default());
+        if at.is_some_and(|t| t.elapsed() < interval) {
             return false;
         }
-        d.refreshed = Some(Instant::now());
+        *at = Some(Instant::now());
         true
     }
 
@@ -376,13 +382,7 @@ impl Inode {
     /// Directories: claims listing this directory ahead of a walk (true)
     /// unless that was claimed less than `interval` ago.
     pub fn claim_list_ahead(&self, interval: std::time::Duration) -> bool {
-        let mut guard = self.dir.lock();
-        let d = guard.get_or_insert_default();
-        if d.list_ahead_at.is_some_and(|at| at.elapsed() < interval) {
-            return false;
-        }
-        d.list_ahead_at = Some(Instant::now());
-        true
+        self.claim(interval, |d| &mut d.list_ahead_at)
     }
 
     /// Directories: the kept listing was read ahead of a walk, so the walk

@@ -326,62 +326,44 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         fs.set_watch_marker(w.marker()?, w.marked().iter().map(|m| m.dev));
         fs.set_watch_syncer(w.syncer()?);
         let fs = fs.clone();
-        workers.push(
-            std::thread::Builder::new()
-                .name("rcufs-watch".into())
-                .spawn(move || watch_worker(&w, &fs))
-                .context("starting the source watcher thread")?,
-        );
+        spawn(&mut workers, "rcufs-watch", "the source watcher thread", move || {
+            watch_worker(&w, &fs)
+        })?;
     }
     // The invalidation threads (one per lane) and the thread that answers
     // drops once their invalidations are sent (`inval.rs`).
     for (name, lane) in [("rcufs-inval-e", Lane::Entries), ("rcufs-inval-i", Lane::Inodes)] {
         let (notifier, fs) = (notifier.clone(), fs.clone());
-        workers.push(
-            std::thread::Builder::new()
-                .name(name.into())
-                .spawn(move || fuse::inval_worker(fs, notifier, lane))
-                .context("starting an invalidation thread")?,
-        );
+        spawn(&mut workers, name, "an invalidation thread", move || {
+            fuse::inval_worker(fs, notifier, lane)
+        })?;
     }
-    {
-        let fs = fs.clone();
-        workers.push(
-            std::thread::Builder::new()
-                .name("rcufs-answers".into())
-                .spawn(move || crate::inval::answer_worker(fs.inval_queue()))
-                .context("starting the drop-answer thread")?,
-        );
-    }
-    {
-        let fs = fs.clone();
-        workers.push(
-            std::thread::Builder::new()
-                .name("rcufs-warm".into())
-                .spawn(move || fs.warm_worker())
-                .context("starting the warm thread")?,
-        );
-    }
+    let f = fs.clone();
+    spawn(&mut workers, "rcufs-answers", "the drop-answer thread", move || {
+        crate::inval::answer_worker(f.inval_queue())
+    })?;
+    let f = fs.clone();
+    spawn(&mut workers, "rcufs-warm", "the warm thread", move || f.warm_worker())?;
     if fs.config().source_kind == "network" {
         // The names READDIRPLUS answered without attributes (`fs/prefetch.rs`).
         for i in 0..crate::fs::prefetch::BACKGROUND_THREADS {
-            let fs = fs.clone();
-            workers.push(
-                std::thread::Builder::new()
-                    .name(format!("rcufs-names-{i}"))
-                    .spawn(move || fs.name_worker())
-                    .context("starting a name lookup thread")?,
-            );
+            let f = fs.clone();
+            spawn(
+                &mut workers,
+                &format!("rcufs-names-{i}"),
+                "a name lookup thread",
+                move || f.name_worker(),
+            )?;
         }
         // The listings read ahead of a walk (`fs/walk_ahead.rs`).
         for i in 0..crate::fs::walk_ahead::LIST_THREADS {
-            let fs = fs.clone();
-            workers.push(
-                std::thread::Builder::new()
-                    .name(format!("rcufs-lists-{i}"))
-                    .spawn(move || fs.list_worker())
-                    .context("starting a listing thread")?,
-            );
+            let f = fs.clone();
+            spawn(
+                &mut workers,
+                &format!("rcufs-lists-{i}"),
+                "a listing thread",
+                move || f.list_worker(),
+            )?;
         }
     }
     let options: Vec<String> = opts
@@ -394,11 +376,9 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     let running = match fuse::session::start(adapter, &source, &opts.mountpoint, threads, &options, &notifier) {
         Ok(r) => r,
         Err(e) => {
-            // The adapter was dropped with the failed session, closing the queue.
-            fs.inval_queue().close();
-            fs.warmer().close();
-            fs.name_queue().close();
-            fs.list_queue().close();
+            // The adapter was dropped with the failed session, closing the
+            // queues; closing them again is harmless.
+            fs.close_background();
             if let Some(s) = &watch_stop {
                 s.stop();
             }
@@ -438,6 +418,17 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
 /// The source watcher's loop: applies each batch of events; a panic while
 /// applying one is logged and the watch goes on (the batch's changes are
 /// then seen only through the revalidation interval, or a drop).
+/// Starts the daemon's thread `name` running `f`, kept in `workers` to be
+/// joined at unmount; `what` names it in the error.
+fn spawn(workers: &mut Vec<JoinHandle<()>>, name: &str, what: &str, f: impl FnOnce() + Send + 'static) -> Result<()> {
+    let handle = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .with_context(|| format!("starting {what}"))?;
+    workers.push(handle);
+    Ok(())
+}
+
 fn watch_worker(w: &Watcher, fs: &Fs) {
     if let Some(stall) = crate::fault::watch_stall() {
         std::thread::sleep(stall);

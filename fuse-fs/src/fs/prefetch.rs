@@ -190,12 +190,12 @@ impl Fs {
         true
     }
 
-    /// Whether `name` under `dir` has a fresh positive entry (LOOKUP would
-    /// answer it from the name cache).
-    pub(super) fn is_fresh_name(&self, dir: &Arc<Inode>, name: &[u8]) -> bool {
+    /// `name`'s inode under `dir` if its positive entry is usable (LOOKUP
+    /// would answer it from the name cache).
+    pub(super) fn fresh_name(&self, dir: &Arc<Inode>, name: &[u8]) -> Option<Arc<Inode>> {
         match self.names.lookup(dir, name) {
-            Hit::Positive(inode) => self.fresh(inode.attr().at) && !inode.is_stale(),
-            _ => false,
+            Hit::Positive(inode) if self.usable(&inode) => Some(inode),
+            _ => None,
         }
     }
 
@@ -215,7 +215,7 @@ impl Fs {
     /// A background thread: looks up queued names until the queue closes.
     pub fn name_worker(&self) {
         while let Some((dir, name)) = self.unlisted.pop() {
-            if self.is_fresh_name(&dir, &name) {
+            if self.fresh_name(&dir, &name).is_some() {
                 continue;
             }
             // A failure here is LOOKUP's to report when it asks.
@@ -234,7 +234,7 @@ impl Fs {
             .map(|e| e.name.as_slice())
             .filter(|n| *n != b"." && *n != b"..")
             .filter(|n| match self.names.lookup(dir, n) {
-                Hit::Positive(inode) => !self.fresh(inode.attr().at) || inode.is_stale(),
+                Hit::Positive(inode) => !self.usable(&inode),
                 Hit::Negative | Hit::Miss => false,
             })
             .collect();

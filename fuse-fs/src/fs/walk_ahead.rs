@@ -116,7 +116,7 @@ impl Fs {
     /// the background lookups.
     fn list_ahead(&self, parent: &Arc<Inode>, name: &[u8]) {
         let dir = match self.names.lookup(parent, name) {
-            Hit::Positive(inode) if self.fresh(inode.attr().at) && !inode.is_stale() => inode,
+            Hit::Positive(inode) if self.usable(&inode) => inode,
             Hit::Negative => return,
             _ => match self.lookup_source(parent, name, false) {
                 Ok(Some(inode)) => inode,

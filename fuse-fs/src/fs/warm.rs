@@ -234,7 +234,7 @@ impl Fs {
                     // A cached, fresh entry is used as it is; anything else is
                     // read from the source and inserted.
                     let found = match self.names.lookup_under(&dd, &raw.name) {
-                        Some((cd, inode)) if self.fresh(inode.attr().at) && !inode.is_stale() => Some((cd, inode)),
+                        Some((cd, inode)) if self.usable(&inode) => Some((cd, inode)),
                         _ => {
                             if self.names.room() == 0 {
                                 out.dentries_full = true;
