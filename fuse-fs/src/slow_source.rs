@@ -71,7 +71,7 @@ fn is_fuse(fstype: &str) -> bool {
 }
 
 /// The flags rcufs adds to `AT_SYMLINK_NOFOLLOW` when it looks a name up in
-/// a source of type `fstype` (LOOKUP, the listing's prefetch).
+/// a source of type `fstype` (LOOKUP and the slow-source background lookups).
 ///
 /// On a FUSE source, a `stat` of a name costs its daemon two requests when
 /// the source's kernel keeps attributes for no time (as rcufs asks of a
