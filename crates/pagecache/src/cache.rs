@@ -116,8 +116,35 @@ pub enum FillOrder {
     /// inode is read sequentially, one page for random reads; see
     /// [`Readahead`]).
     Readahead,
+    /// As [`Readahead`](Self::Readahead), but a folio reaches page `end` or
+    /// past it only when the page it is filled for does: `end` is the first
+    /// page past the end of the file as the caller last saw it, so a small
+    /// file read from its start is not given a folio (and a budget share)
+    /// several times its size. A stale `end` only changes how much is read
+    /// ahead, never what a read returns.
+    ReadaheadWithin {
+        /// The first page index at or past the end of the file.
+        end: u64,
+    },
     /// Folios of at most this order (0: one page).
     Order(u32),
+}
+
+impl FillOrder {
+    fn is_readahead(self) -> bool {
+        matches!(self, FillOrder::Readahead | FillOrder::ReadaheadWithin { .. })
+    }
+}
+
+/// The largest order up to `order` whose aligned folio covering `index`
+/// ends at or before page `end`, or at `index + 1` if `end` is not past
+/// `index` (order 0 always qualifies).
+fn order_within(index: u64, order: u32, end: u64) -> u32 {
+    let limit = end.max(index.saturating_add(1));
+    (0..=order)
+        .rev()
+        .find(|&o| (index & !((1u64 << o) - 1)).saturating_add(1 << o) <= limit)
+        .unwrap_or(0)
 }
 
 /// Configuration of a [`PageCache`].
@@ -699,9 +726,14 @@ impl PageCache {
             let inode = self.inode_for_insert(ino);
             let window = match want.order {
                 FillOrder::Order(o) => o.min(self.max_order),
-                FillOrder::Readahead => inode.ra.suggest(index, want.pages, want.first_miss, self.max_order),
+                FillOrder::Readahead | FillOrder::ReadaheadWithin { .. } => {
+                    inode.ra.suggest(index, want.pages, want.first_miss, self.max_order)
+                }
             };
-            let order = self.fit_order(&inode, index, window);
+            let mut order = self.fit_order(&inode, index, window);
+            if let FillOrder::ReadaheadWithin { end } = want.order {
+                order = order_within(index, order, end);
+            }
             let first = index & !((1u64 << order) - 1);
             let pages = 1u64 << order;
             self.reserve(pages);
@@ -723,7 +755,7 @@ impl PageCache {
             if !counted {
                 self.misses.incr();
             }
-            if want.order == FillOrder::Readahead {
+            if want.order.is_readahead() {
                 inode.ra.filled(first, pages, window);
             }
             let before = inode.generation();

@@ -411,6 +411,84 @@ fn readahead_grows_folios_for_sequential_reads() {
     c.check_invariants().unwrap();
 }
 
+/// With the end of the file given, readahead's folios stop there: a file
+/// of 3 pages read from its start takes 3 pages of budget (not the 16 of
+/// the first read's window), and a sequential reader of a larger file
+/// still gets folios as large as without it up to the end.
+#[test]
+fn readahead_within_the_file_stops_at_its_end() {
+    use crate::FillOrder;
+    let small: Vec<u8> = (0..16 * 3 - 5).map(|i| i as u8).collect();
+    let c = cache(Mode::Optimistic, 4096);
+    let mut out = Vec::new();
+    c.read_range_into(
+        1,
+        0,
+        64,
+        &mut out,
+        FillOrder::ReadaheadWithin { end: 3 },
+        from_file(&small, 16),
+    )
+    .unwrap();
+    assert_eq!(out, small);
+    assert_eq!(c.stats().pages, 3, "the file's 3 pages, nothing past them");
+    let c2 = cache(Mode::Optimistic, 4096);
+    let mut out = Vec::new();
+    c2.read_range_into(1, 0, 64, &mut out, FillOrder::Readahead, from_file(&small, 16))
+        .unwrap();
+    assert!(c2.stats().pages > 3, "without the end the first window is larger");
+
+    let file: Vec<u8> = (0..16 * 256).map(|i| (i / 16) as u8).collect();
+    let within = cache(Mode::Optimistic, 4096);
+    let mut out = Vec::new();
+    for i in 0..64u64 {
+        within
+            .read_range_into(
+                1,
+                i * 64,
+                64,
+                &mut out,
+                FillOrder::ReadaheadWithin { end: 256 },
+                from_file(&file, 16),
+            )
+            .unwrap();
+    }
+    assert_eq!(out, file);
+    assert_eq!(within.stats().pages, 256);
+    assert!(within.stats().fills <= 8, "{} fills", within.stats().fills);
+    // A stale end (the file grew) limits readahead, not the bytes read.
+    let stale = cache(Mode::Optimistic, 4096);
+    let mut out = Vec::new();
+    stale
+        .read_range_into(
+            1,
+            0,
+            16 * 256,
+            &mut out,
+            FillOrder::ReadaheadWithin { end: 2 },
+            from_file(&file, 16),
+        )
+        .unwrap();
+    assert_eq!(out, file);
+    within.check_invariants().unwrap();
+    stale.check_invariants().unwrap();
+}
+
+#[test]
+fn order_within_keeps_folios_inside_the_end() {
+    use super::order_within;
+    assert_eq!(order_within(0, 4, 3), 1, "pages 0-1; page 2 alone later");
+    assert_eq!(order_within(2, 4, 3), 0);
+    assert_eq!(order_within(0, 6, 64), 6);
+    assert_eq!(order_within(0, 6, 1000), 6);
+    assert_eq!(order_within(64, 6, 100), 5, "64..96 ends inside 100");
+    assert_eq!(
+        order_within(5, 3, 0),
+        1,
+        "an end at or before the page: folios end with it (4..6)"
+    );
+}
+
 /// A drop, a write, a truncate or reclaim that touches one page of a folio
 /// acts on the whole folio: a drop or reclaim removes all of it, a write
 /// or truncate replaces it with an updated copy (holders keep the old
