@@ -2,28 +2,32 @@
 //! (`crates/pagecache`).
 //!
 //! # Design
-//! A READ of `size` bytes at `offset` becomes one `get_or_fill` per page it
-//! covers; a missing page is filled with one `pread` of a whole page on the
-//! open file's descriptor, and concurrent readers of a missing page wait for
-//! that one fill (the page cache's protocol), so the source is read once.
-//! The answer is the list of pinned pages with the byte range of each
-//! ([`PinnedRead`]): the FUSE adapter writes them to the kernel as they are,
-//! without copying them into a reply buffer. A page shorter than the page
-//! size is the end of the file at fill time, so the read stops there.
+//! A READ of `size` bytes at `offset` is one ranged read of the page cache
+//! (`PageCache::read_refs`): one descent finds the first cached folio, each
+//! folio the range covers is taken with one speculative reference (not one
+//! per page), and the walk moves to the next folio within the leaf. The
+//! answer is the list of those folio slices ([`PinnedRead`]): the FUSE
+//! adapter writes them to the kernel as they are (`pinned.rs`). A folio
+//! shorter than its size is the end of the file at fill time, so the read
+//! stops there.
+//!
+//! A miss is filled with one `pread` of the source into one folio: for a
+//! random read, the pages the request needs (rounded up to a power of two);
+//! for a sequential reader, a window that doubles per miss up to 64 pages
+//! (256 KiB), the page cache's readahead (`crates/pagecache/src/readahead.rs`,
+//! the kernel's `ondemand_readahead` in folio orders). So a sequential
+//! read of a cold file is a few large `pread`s, and a hot 1 MiB read pins a
+//! handful of folios, not 256 pages. Concurrent readers of a missing folio
+//! wait for its one fill (the page cache's protocol), so the source is read
+//! once. Every byte a fill caches is read inside that fill, while its folio
+//! is in the cache, so the page cache's generation check (a write, truncate
+//! or drop of the inode during the fill discards it) covers all of them.
 //!
 //! Writes are cached write-through ([`Data::wrote`]): after the source took
-//! the bytes, the cached pages they touch are updated and the pages they
-//! cover whole are cached with them, so reading back what was just written
-//! is a hit; a copy caches its destination the same way ([`Data::copied`]).
-//! A miss is filled with one `pread` of the source for the missing page,
-//! the missing pages after it in the request and, for a sequential reader,
-//! the readahead window (`readahead.rs`). The page cache's fill protocol
-//! protects only the page whose fill does the read (its generation check
-//! covers reads made while the page is in the cache); the run's other
-//! pages are cached from bytes read before they entered it, so they are
-//! checked against a count of changes kept here (`Data::changes`), moved
-//! by every change before it touches the cache, and a page whose check
-//! fails leaves the cache before anyone can read it (see `cache_run`).
+//! the bytes, the cached folios they touch are updated (copy-on-write) and
+//! the pages they cover whole are cached with them, so reading back what
+//! was just written is a hit; a copy caches its destination the same way
+//! ([`Data::copied`]).
 //!
 //! # Invariants
 //! - The cache never holds bytes the source does not (after the caller's
@@ -36,13 +40,11 @@
 //!   HAMMER SMP performance work").
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicU64, Ordering, fence};
 
-use pagecache::PageCache;
+use pagecache::{FillOrder, PageCache};
 
 use crate::error::FsResult;
 use crate::pinned::PinnedRead;
-use crate::readahead::Readahead;
 use crate::sys;
 
 /// The pages a write holds (see [`Data::write_pages`]).
@@ -67,21 +69,7 @@ pub struct Dropped {
 pub struct Data {
     cache: PageCache,
     budget: u64,
-    /// Moves before every change of cached pages that follows a change of
-    /// the source (writes, copies, size changes, invalidations, drops):
-    /// a readahead that read the source before a change and cached what it
-    /// read after it undoes that (see [`Data::read`]).
-    changes: AtomicU64,
 }
-
-thread_local! {
-    /// The buffer one source read of a run of pages lands in (per worker).
-    static RUN: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// The most pages read from the source in one fill (the request's missing
-/// run plus the readahead window).
-const MAX_RUN: u64 = 2 * crate::readahead::MAX_PAGES;
 
 impl std::fmt::Debug for Data {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -99,7 +87,6 @@ impl Data {
         Self {
             cache: PageCache::new(config),
             budget,
-            changes: AtomicU64::new(0),
         }
     }
 
@@ -107,123 +94,32 @@ impl Data {
         self.cache.page_size() as u64
     }
 
-    /// Reads `size` bytes at `offset` of file `id` (open as `fd`): pins the
-    /// cached page of each page-sized piece of the range and returns the
-    /// pinned pages with the byte range of each, for a reply without a copy
-    /// (`pinned.rs`). A page shorter than the page size is the end of the
-    /// file at fill time: the read stops there.
-    ///
-    /// A missing page is filled with one `pread` of the source that also
-    /// covers the missing pages after it in the request, and, for a
-    /// sequential reader (`ra`), the readahead window past the request
-    /// (`readahead.rs`); those other pages are cached from that read.
-    pub fn read(
-        &self,
-        id: u64,
-        fd: BorrowedFd<'_>,
-        offset: u64,
-        size: u32,
-        ra: Option<&Readahead>,
-    ) -> FsResult<PinnedRead> {
+    /// Reads `size` bytes at `offset` of file `id` (open as `fd`): pins
+    /// the cached folios that hold the range and returns them with the
+    /// bytes of each the range covers, for a reply without a copy
+    /// (`pinned.rs`); fewer bytes at the end of the file. Misses are filled
+    /// from `fd`, one `pread` per folio (see the module docs), the folios
+    /// kept within `file_size` (the size last seen: a hint that bounds
+    /// readahead, not the read).
+    pub fn read(&self, id: u64, fd: BorrowedFd<'_>, offset: u64, size: u32, file_size: u64) -> FsResult<PinnedRead> {
         let ps = self.ps();
-        let end = offset.saturating_add(size as u64);
-        let first = offset / ps;
-        let req_pages = end.div_ceil(ps).saturating_sub(first);
-        let ahead = match ra {
-            Some(r) if size > 0 => r.advise(offset, end, req_pages),
-            _ => 0,
-        };
-        let mut out = PinnedRead::with_capacity(req_pages as usize);
-        let mut index = first;
-        while index * ps < end {
-            let start = index * ps;
-            // Filled by the closure on a miss: the run's length in pages,
-            // the bytes read and the change count before the read.
-            let mut run: Option<(u64, usize, u64)> = None;
-            let page = self.cache.get_or_fill(id, index, |buf: &mut [u8]| {
-                let pages = (end.div_ceil(ps) - index + ahead).clamp(1, MAX_RUN);
-                // SeqCst: see `changed`.
-                let seq = self.changes.load(Ordering::SeqCst);
-                RUN.with_borrow_mut(|b| {
-                    let want = (pages * ps) as usize;
-                    if b.len() < want {
-                        b.resize(want, 0);
-                    }
-                    let n = sys::pread_full(fd, &mut b[..want], start)?;
-                    let here = n.min(buf.len());
-                    buf[..here].copy_from_slice(&b[..here]);
-                    run = Some((pages, n, seq));
-                    Ok::<usize, crate::error::FsError>(here)
-                })
-            })?;
-            if let Some((pages, n, seq)) = run
-                && pages > 1
-                && n > ps as usize
-            {
-                self.cache_run(id, index, n, seq);
-            }
-            let len = page.len();
-            let from = (offset.max(start) - start) as usize;
-            if from >= len {
-                break;
-            }
-            let to = (len as u64).min(end - start) as usize;
-            out.push(page, from..to);
-            if (len as u64) < ps {
-                break;
-            }
-            index += 1;
-        }
-        Ok(out)
-    }
-
-    /// Caches the pages after `index` that the run read just put into this
-    /// thread's buffer (`n` bytes from page `index` on). Those bytes were
-    /// read before the pages entered the cache, so the page cache's own
-    /// fill check does not cover them: each page checks, while it is still
-    /// being filled (invisible: a reader that finds it waits), that no
-    /// change reached the cache since `seq` was taken before the read, and
-    /// otherwise fails its fill (the page leaves the cache, its waiters
-    /// read it again) and ends the run.
-    fn cache_run(&self, id: u64, index: u64, n: usize, seq: u64) {
-        crate::fault::cache_jitter();
-        let ps = self.ps() as usize;
-        RUN.with_borrow(|b| {
-            for (k, chunk) in b[..n].chunks(ps).enumerate().skip(1) {
-                let fresh = self.cache.get_or_fill(id, index + k as u64, |buf: &mut [u8]| {
-                    buf[..chunk.len()].copy_from_slice(chunk);
-                    // SeqCst fence, then the load: see `changed`. The page
-                    // is in the cache (filling) before this load.
-                    fence(Ordering::SeqCst);
-                    if self.changes.load(Ordering::SeqCst) == seq {
-                        Ok(chunk.len())
-                    } else {
-                        Err(())
-                    }
-                });
-                if fresh.is_err() {
-                    break;
-                }
-            }
-        });
-    }
-
-    /// Records a change before the cache is updated for it.
-    ///
-    /// SeqCst, with a fence on each side: a readahead puts a page into the
-    /// cache (filling) and then loads `changes`; a change of the source
-    /// bumps `changes` and then looks for cached pages to update or drop.
-    /// This is a store-then-load on each side (Dekker), which acquire and
-    /// release cannot order: with both fences sequentially consistent,
-    /// either the readahead sees the bump (and fails that page's fill) or
-    /// the change's cache update finds the page (and drops it: a filling
-    /// page cannot be written in place), so no page keeps bytes read
-    /// before the change. A reader that found such a page while it was
-    /// filling did so before the change's cache update, that is before the
-    /// change was acknowledged: its read overlapped the change.
-    fn changed(&self) {
-        self.changes.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        let mut slices = Vec::new();
+        self.cache.read_refs(
+            id,
+            offset,
+            size as usize,
+            FillOrder::ReadaheadWithin {
+                end: file_size.div_ceil(ps),
+            },
+            &mut slices,
+            |first, buf: &mut [u8]| {
+                let n = sys::pread_full(fd, buf, first * ps)?;
+                // A slow fill widens its race with writes (fault tests).
+                crate::fault::cache_jitter();
+                Ok::<usize, crate::error::FsError>(n)
+            },
+        )?;
+        Ok(PinnedRead::from_folios(slices))
     }
 
     /// The pages a write of `len` bytes at `offset` must hold in the range
@@ -266,7 +162,6 @@ impl Data {
     /// raced the source write is caught by the page cache's generation.
     /// Pages are inserted within the budget (CLOCK reclaim makes room).
     pub fn wrote(&self, id: u64, offset: u64, data: &[u8], size: u64, tail: bool) {
-        self.changed();
         self.cache.write(id, offset, data);
         let ps = self.ps();
         let end = offset.saturating_add(data.len() as u64);
@@ -310,7 +205,6 @@ impl Data {
         size: u64,
         tail: bool,
     ) -> FsResult<()> {
-        self.changed();
         let ps = self.ps();
         let end = off_out.saturating_add(n);
         let mut index = off_out.div_ceil(ps);
@@ -323,7 +217,13 @@ impl Data {
             } else {
                 break;
             };
-            let from = self.read(src, src_fd, off_in + (start - off_out), len as u32, None)?;
+            let from = self.read(
+                src,
+                src_fd,
+                off_in + (start - off_out),
+                len as u32,
+                off_in + (start - off_out) + len,
+            )?;
             if from.len() as u64 != len {
                 break; // The source is shorter now: cache nothing more.
             }
@@ -343,20 +243,17 @@ impl Data {
     /// The file's size changed from `old` to `new` through the mount.
     pub fn resized(&self, id: u64, _old: u64, new: u64) {
         // The page cache shortens or zero-extends the page holding the new end.
-        self.changed();
         self.cache.truncate(id, new);
     }
 
     /// Bytes from `offset` on may have changed.
     pub fn invalidate_from(&self, id: u64, offset: u64) {
-        self.changed();
         self.cache.drop_range(id, offset / self.ps(), u64::MAX);
     }
 
     /// Bytes `offset..offset+len` may have changed.
     pub fn invalidate_range(&self, id: u64, offset: u64, len: u64) {
         if len > 0 {
-            self.changed();
             let ps = self.ps();
             self.cache
                 .drop_range(id, offset / ps, offset.saturating_add(len - 1) / ps);
@@ -365,7 +262,6 @@ impl Data {
 
     /// Drops every page of `id`.
     pub fn drop_inode(&self, id: u64) -> Dropped {
-        self.changed();
         let d = self.cache.drop_inode(id);
         Dropped {
             pages: d.pages,

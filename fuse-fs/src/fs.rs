@@ -1071,12 +1071,7 @@ impl Fs {
             same
         };
         let append = flags & libc::O_APPEND != 0;
-        let fh = self.files.insert(OpenFile {
-            inode,
-            fd,
-            append,
-            readahead: Default::default(),
-        });
+        let fh = self.files.insert(OpenFile { inode, fd, append });
         Ok(Opened {
             fh,
             direct_io: !self.cfg.kernel_cache,
@@ -1089,8 +1084,8 @@ impl Fs {
     /// returns (see `pinned.rs`).
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<PinnedRead> {
         let file = self.files.get(fh)?;
-        self.data
-            .read(file.inode.ino, file.fd.as_fd(), offset, size, Some(&file.readahead))
+        let file_size = file.inode.attr().st.st_size.max(0) as u64;
+        self.data.read(file.inode.ino, file.fd.as_fd(), offset, size, file_size)
     }
 
     /// WRITE: to the source first, then to the cached pages.

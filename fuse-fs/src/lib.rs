@@ -63,7 +63,6 @@ pub mod pinned;
 pub mod protocol;
 pub mod range_lock;
 pub mod ratelog;
-pub mod readahead;
 pub mod slow_source;
 pub mod sys;
 pub mod watch;

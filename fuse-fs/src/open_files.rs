@@ -68,8 +68,6 @@ pub struct OpenFile {
     pub fd: Arc<SharedFd>,
     /// Opened with `O_APPEND`.
     pub append: bool,
-    /// This handle's sequential-read state (`readahead.rs`).
-    pub readahead: crate::readahead::Readahead,
 }
 
 /// An open directory (its descriptor is its own; see the module docs).

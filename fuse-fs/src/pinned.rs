@@ -21,42 +21,63 @@
 //!   list outlives the call that borrows its slices).
 //!
 //! # Algorithm
-//! [`PinnedRead::with_io_slices`] builds the slice list on the stack for
-//! small replies (up to 8 units) and on the heap otherwise. A reply of many
-//! small units (more than 8, averaging under 16 KiB: a large read of 4 KiB
-//! pages) is first copied into one buffer per worker thread instead. On
-//! this machine that measured cheaper than handing the kernel 256 separate
-//! 4 KiB pages for a 1 MiB reply: for each page of a `writev` to
-//! `/dev/fuse` the kernel pins the page (`gup_fast`, a page-table walk to a
-//! page somewhere in the heap) and copies it with a short `rep movsb`, and
-//! the daemon's CPU time per 768 MiB read went from 13-17 ticks (copy into
-//! one buffer) to 17-25 (vectored); see BENCHMARKS.md, "Zero-copy READ
-//! replies". Larger units (folios) pass the average-size test and go
-//! vectored with no change here. The kernel takes at most
-//! `IOV_MAX` (1024) slices in one `writev`, the reply header included; a
-//! reply of more units than that (only possible if the kernel's
-//! `fs.fuse.max_pages_limit` is raised far above its default of 256 pages
-//! per request) is copied into one buffer instead, so it is still answered.
+//! A reply of at most 8 units and at most 64 KiB (a random 4 KiB read, a
+//! 16 KiB read of a folio) goes vectored: its slices are built on the stack
+//! and the kernel copies straight from the cached units. A larger reply is
+//! first copied into one buffer per worker thread (no allocation, no page
+//! fault after the first use), and that buffer is written. Measured on
+//! this machine (BENCHMARKS.md, "Zero-copy READ replies" and "Folios on
+//! the mount"), the gathered reply is the faster one for large reads,
+//! with 4 KiB pages and with 256 KiB folios alike: for each 4 KiB of a
+//! `writev` to `/dev/fuse` the kernel pins the user page (`gup_fast`, a
+//! page-table walk) and copies it with a short `rep movsb`; from cached
+//! units that are cold in the CPU cache this ran at 4.1-4.7 GB/s for 1 MiB
+//! reads, against 5.2-5.6 GB/s for one copy in user space (streaming, into
+//! a buffer that stays in L2) followed by the kernel's copy out of it. The
+//! vectored form is kept where it measured level or better: small replies.
 //!
-//! The unit is a 4 KiB page today. A larger unit (a folio) changes only what
-//! [`Unit`] names and how many items a READ needs; the reply path is the same.
-
 use std::io::IoSlice;
 use std::ops::Range;
 
-/// A pinned cache unit: its bytes stay as they are while it is held.
-pub type Unit = pagecache::PageRef;
+/// A pinned cache unit: its bytes stay as they are while it is held. A
+/// page (`PageRef`) or the part of a folio a read covers (`FolioSlice`).
+#[derive(Debug)]
+pub enum Unit {
+    /// One cached page.
+    Page(pagecache::PageRef),
+    /// The bytes of a folio a read covers.
+    Folio(pagecache::FolioSlice),
+}
 
-/// At most this many data slices go into one `writev` (`IOV_MAX`, 1024,
-/// less one for the reply header).
-pub const MAX_SLICES: usize = 1023;
+impl std::ops::Deref for Unit {
+    type Target = [u8];
 
-/// Slices of a reply of at most this many items are gathered on the stack.
-const INLINE: usize = 8;
+    fn deref(&self) -> &[u8] {
+        match self {
+            Unit::Page(p) => p,
+            Unit::Folio(f) => f,
+        }
+    }
+}
 
-/// A reply of more than [`INLINE`] items averaging fewer bytes than this is
-/// copied into one buffer before the write (see the module docs).
-const GATHER_BELOW: usize = 16 << 10;
+impl From<pagecache::PageRef> for Unit {
+    fn from(p: pagecache::PageRef) -> Self {
+        Unit::Page(p)
+    }
+}
+
+impl From<pagecache::FolioSlice> for Unit {
+    fn from(f: pagecache::FolioSlice) -> Self {
+        Unit::Folio(f)
+    }
+}
+
+/// A reply of at most this many items, and at most [`VECTORED_MAX`]
+/// bytes, goes vectored (its slices on the stack); see the module docs.
+pub const INLINE: usize = 8;
+
+/// The largest reply that goes vectored (see the module docs).
+pub const VECTORED_MAX: usize = 64 << 10;
 
 thread_local! {
     /// The gather buffer of this worker thread, kept between replies.
@@ -91,7 +112,8 @@ impl PinnedRead {
     ///
     /// # Panics
     /// If `range` is not inside the unit's bytes.
-    pub fn push(&mut self, unit: Unit, range: Range<usize>) {
+    pub fn push(&mut self, unit: impl Into<Unit>, range: Range<usize>) {
+        let unit = unit.into();
         assert!(
             range.start <= range.end && range.end <= unit.len(),
             "range {range:?} outside a unit of {} bytes",
@@ -106,6 +128,16 @@ impl PinnedRead {
             from: range.start as u32,
             to: range.end as u32,
         });
+    }
+
+    /// Each slice whole, in order (what `PageCache::read_refs` returns).
+    pub fn from_folios(slices: Vec<pagecache::FolioSlice>) -> Self {
+        let mut r = Self::with_capacity(slices.len());
+        for s in slices {
+            let n = s.len();
+            r.push(s, 0..n);
+        }
+        r
     }
 
     /// Bytes in the answer.
@@ -129,7 +161,7 @@ impl PinnedRead {
     }
 
     /// The answer's bytes copied into one buffer (for callers that keep
-    /// them, and for replies of more than [`MAX_SLICES`] units).
+    /// them).
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len);
         for s in self.slices() {
@@ -138,13 +170,13 @@ impl PinnedRead {
         v
     }
 
-    /// Calls `f` with the answer as a list of at most [`MAX_SLICES`]
-    /// `IoSlice`s borrowing the pinned units (copied into one buffer only
-    /// when there are more units than that). The units stay pinned until
-    /// `f` returns.
+    /// Calls `f` with the answer as a list of `IoSlice`s: the pinned
+    /// units' ranges for a small reply, or one slice of this thread's
+    /// gather buffer holding a copy of them (see the module docs). The
+    /// units stay pinned until `f` returns.
     pub fn with_io_slices<R>(&self, f: impl FnOnce(&[IoSlice<'_>]) -> R) -> R {
         let n = self.items.len();
-        if n > INLINE && self.len < n * GATHER_BELOW {
+        if n > INLINE || self.len > VECTORED_MAX {
             return GATHER.with_borrow_mut(|buf| {
                 buf.clear();
                 for s in self.slices() {
@@ -153,19 +185,11 @@ impl PinnedRead {
                 f(&[IoSlice::new(buf)])
             });
         }
-        if n <= INLINE {
-            let mut a = [IoSlice::new(&[]); INLINE];
-            for (slot, s) in a.iter_mut().zip(self.slices()) {
-                *slot = IoSlice::new(s);
-            }
-            f(&a[..n])
-        } else if n <= MAX_SLICES {
-            let v: Vec<IoSlice<'_>> = self.slices().map(IoSlice::new).collect();
-            f(&v)
-        } else {
-            let flat = self.to_vec();
-            f(&[IoSlice::new(&flat)])
+        let mut a = [IoSlice::new(&[]); INLINE];
+        for (slot, s) in a.iter_mut().zip(self.slices()) {
+            *slot = IoSlice::new(s);
         }
+        f(&a[..n])
     }
 }
 

@@ -1,39 +1,37 @@
 #![cfg(rcufs_loom)]
-//! loom model of the readahead check of `fuse-fs/src/data.rs`
-//! (`Data::cache_run` against `Data::changed`), on the real page cache.
+//! loom model of the data layer's folio fill against a write through the
+//! mount (`fuse-fs/src/data.rs`), on the real page cache.
 //!
-//! A readahead reads the source for several pages at once and caches the
-//! pages after the first from that read, so those pages enter the cache
-//! after the read. A write through the mount changes the source, bumps the
-//! data layer's change count and then updates the cache
-//! (`PageCache::write`). The readahead took the count before its read and
-//! checks it while the page is still filling (after the page is in the
-//! tree); the write bumps it before it looks for the page: a store and then
-//! a load on each side, ordered by a SeqCst fence on each side, so either
-//! the readahead sees the bump (and fails its fill) or the write finds the
-//! page (and drops it, since a filling page cannot be written in place).
-//! The model asserts that afterwards the cache holds what the source holds.
+//! A READ that misses fills a whole folio with one `pread` of the source,
+//! inside the page cache's fill: the folio is in the cache (filling) while
+//! the source is read, and the filler compares the inode's generation
+//! before and after. A write through the mount changes the source and then
+//! updates the cache (`PageCache::write`, which bumps the generation before
+//! it looks for folios). So either the fill read the source after the
+//! write changed it, or the write's cache update comes after the fill
+//! began: it then finds the folio (ready: updated by copy-on-write) or the
+//! filler sees the generation moved (and discards its folio). The model
+//! asserts that afterwards the cache holds what the source holds, for the
+//! page the write changed and the one it did not.
+//!
+//! This replaces the model of the old per-page readahead, which cached the
+//! pages after the first from bytes read before they entered the cache and
+//! needed a change count of its own; a folio's bytes are all read inside
+//! its fill, so the page cache's own check covers them.
 //!
 //! `fuse-fs` has no loom switch of its own, so the model repeats the two
-//! sides' steps with loom's atomics (the source is an atomic byte).
-//! Without the check (`NO_CHECK` below) it fails: a page keeps the
-//! source's old byte (the write finished before the page entered the
-//! cache, so neither the write's cache update nor the page cache's own
-//! generation check saw it). With the check made Relaxed and its fence
-//! dropped (`RELAXED_READAHEAD`) it still passes at preemption bound 2:
-//! the epoch pins inside `PageCache::write` and `get_or_fill` are SeqCst
-//! fences on both sides and order the two accesses of `changes` already.
-//! `data.rs` keeps its own fences so as not to rely on that.
+//! sides' steps with loom's atomics (the source is one atomic byte per
+//! page). With the write's two steps swapped (`CACHE_BEFORE_SOURCE`) it
+//! fails: a fill that began after the cache update reads the old source
+//! and keeps it.
 
 use loom::sync::Arc;
-use loom::sync::atomic::{AtomicU64, Ordering, fence};
+use loom::sync::atomic::{AtomicU8, Ordering};
 use loom::thread;
-use pagecache::{Config, Mode, PageCache};
+use pagecache::{Config, FillOrder, Mode, PageCache};
 
-/// Set to true to weaken the readahead's side (see the module docs).
-const RELAXED_READAHEAD: bool = false;
-/// Set to true to drop the readahead's check (the model then fails).
-const NO_CHECK: bool = false;
+/// Set to true to update the cache before the source (the model then fails).
+const CACHE_BEFORE_SOURCE: bool = false;
 
 fn model<F: Fn() + Sync + Send + 'static>(f: F) {
     let mut b = loom::model::Builder::new();
@@ -42,42 +40,52 @@ fn model<F: Fn() + Sync + Send + 'static>(f: F) {
 }
 
 #[test]
-fn readahead_fill_vs_write() {
+fn folio_fill_vs_write() {
     model(|| {
         let c = Arc::new(PageCache::new(Config {
             budget_bytes: 1 << 10,
             page_size: 8,
             mode: Mode::LockCoupled,
         }));
-        // Page 1 of inode 1 in the source: every byte is this value.
-        let source = Arc::new(AtomicU64::new(1));
-        let changes = Arc::new(AtomicU64::new(0));
+        // Pages 0 and 1 of inode 1 in the source: every byte of a page is
+        // its value.
+        let source = Arc::new([AtomicU8::new(1), AtomicU8::new(1)]);
         let writer = {
-            let (c, source, changes) = (c.clone(), source.clone(), changes.clone());
+            let (c, source) = (c.clone(), source.clone());
             thread::spawn(move || {
-                // The pwrite, then `Data::changed`, then the cache update.
-                source.store(2, Ordering::SeqCst);
-                changes.fetch_add(1, Ordering::SeqCst);
-                fence(Ordering::SeqCst);
-                c.write(1, 8, &[2; 8]);
+                // The pwrite of page 1, then the write-through.
+                if CACHE_BEFORE_SOURCE {
+                    c.write(1, 8, &[2; 8]);
+                    source[1].store(2, Ordering::SeqCst);
+                } else {
+                    source[1].store(2, Ordering::SeqCst);
+                    c.write(1, 8, &[2; 8]);
+                }
             })
         };
-        // The readahead: the count, the source read, then the page's fill.
-        let seq = changes.load(Ordering::SeqCst);
-        let read = source.load(Ordering::SeqCst) as u8;
-        let _ = c.get_or_fill(1, 1, |b: &mut [u8]| {
-            b.fill(read);
-            let now = if RELAXED_READAHEAD {
-                changes.load(Ordering::Relaxed)
-            } else {
-                fence(Ordering::SeqCst);
-                changes.load(Ordering::SeqCst)
-            };
-            if now == seq || NO_CHECK { Ok(8) } else { Err(()) }
-        });
+        // A READ of both pages that misses: one folio of both, filled by
+        // one read of the source.
+        let mut slices = Vec::new();
+        let n = c
+            .read_refs(1, 0, 16, FillOrder::Order(1), &mut slices, |first, buf: &mut [u8]| {
+                assert_eq!(first, 0);
+                buf[..8].fill(source[0].load(Ordering::SeqCst));
+                buf[8..16].fill(source[1].load(Ordering::SeqCst));
+                Ok::<usize, ()>(16)
+            })
+            .expect("the fill does not fail");
+        assert_eq!(n, 16);
+        drop(slices);
         writer.join().unwrap();
-        if let Some(p) = c.get(1, 1) {
-            assert_eq!(p[0], 2, "the cache kept a byte the source no longer has");
+        for page in 0..2u64 {
+            if let Some(p) = c.get(1, page) {
+                let want = source[page as usize].load(Ordering::SeqCst);
+                assert!(
+                    p.iter().all(|&b| b == want),
+                    "page {page}: the cache kept {:?}, the source holds {want}",
+                    &p[..]
+                );
+            }
         }
     });
 }

@@ -326,7 +326,9 @@ impl Fs {
         const CHUNK: u32 = 128 << 10;
         let mut offset = 0u64;
         loop {
-            let got = self.data.read(inode.ino, fd.as_fd(), offset, CHUNK, None)?;
+            let got = self
+                .data
+                .read(inode.ino, fd.as_fd(), offset, CHUNK, st.st_size.max(0) as u64)?;
             offset += got.len() as u64;
             if got.len() < CHUNK as usize {
                 break;

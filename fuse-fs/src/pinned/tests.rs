@@ -2,7 +2,7 @@ use std::io::IoSlice;
 
 use pagecache::{Config, PageCache};
 
-use super::{MAX_SLICES, PinnedRead};
+use super::{INLINE, PinnedRead, VECTORED_MAX};
 
 /// A cache of 4 KiB pages whose page `i` of inode 1 holds the byte
 /// `i as u8` (the last page `short` bytes long when `short` is non-zero).
@@ -95,22 +95,59 @@ fn many_small_units_are_gathered_into_one_slice() {
 }
 
 #[test]
-fn large_units_go_vectored_and_past_iov_max_into_one_buffer() {
-    const PS: usize = 32 << 10;
-    let n = MAX_SLICES as u64 + 1;
-    let c = cache_of(PS, n, 0);
-    let build = |units: u64| {
+fn small_replies_go_vectored_and_large_ones_gathered() {
+    const PS: usize = 16 << 10;
+    let c = cache_of(PS, 8, 0);
+    let build = |units: u64, to: usize| {
         let mut r = PinnedRead::with_capacity(units as usize);
         for i in 0..units {
-            r.push(c.get(1, i).expect("page"), 0..PS);
+            r.push(c.get(1, i).expect("page"), 0..to);
         }
         r
     };
-    let want = |units: u64| (0..units).flat_map(|i| vec![i as u8; PS]).collect::<Vec<u8>>();
-    let r = build(20);
-    assert_eq!(gathered(&r), (want(20), 20));
-    let r = build(MAX_SLICES as u64);
-    assert_eq!(gathered(&r), (want(MAX_SLICES as u64), MAX_SLICES));
-    let r = build(n);
-    assert_eq!(gathered(&r), (want(n), 1), "one copied buffer past IOV_MAX");
+    let want = |units: u64, to: usize| (0..units).flat_map(|i| vec![i as u8; to]).collect::<Vec<u8>>();
+    // 4 units of 16 KiB: 64 KiB, vectored, one slice per unit.
+    assert_eq!(VECTORED_MAX, 4 * PS);
+    assert_eq!(gathered(&build(4, PS)), (want(4, PS), 4));
+    // 5 of them pass 64 KiB: gathered.
+    assert_eq!(gathered(&build(5, PS)), (want(5, PS), 1));
+    // 8 small units stay vectored; a ninth is gathered however small.
+    assert_eq!(gathered(&build(INLINE as u64, 10)), (want(8, 10), 8));
+}
+
+#[test]
+fn folio_slices_are_whole_units() {
+    use pagecache::FillOrder;
+    let c = PageCache::new(Config {
+        budget_bytes: 16 << 20,
+        page_size: 4096,
+        ..Config::default()
+    });
+    let mut slices = Vec::new();
+    let n = c
+        .read_refs(
+            1,
+            1000,
+            300_000,
+            FillOrder::Order(6),
+            &mut slices,
+            |first, b: &mut [u8]| {
+                for (k, x) in b.iter_mut().enumerate() {
+                    *x = ((first as usize * 4096 + k) % 251) as u8;
+                }
+                Ok::<_, ()>(b.len())
+            },
+        )
+        .expect("read");
+    assert_eq!(n, 300_000);
+    assert!(
+        slices.len() <= 3,
+        "{} slices for 300,000 bytes of 256 KiB folios",
+        slices.len()
+    );
+    let r = PinnedRead::from_folios(slices);
+    let want: Vec<u8> = (1000..301_000).map(|i: usize| (i % 251) as u8).collect();
+    assert_eq!(r.len(), 300_000);
+    assert_eq!(r.to_vec(), want);
+    assert_eq!(gathered(&r), (want, 1), "300,000 bytes: gathered");
 }

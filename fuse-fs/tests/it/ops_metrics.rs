@@ -136,8 +136,10 @@ fn stats_format_prometheus_passes_promtool_and_counts_the_workload() {
     ]);
     let text = stdout(&out);
     let fills = m.stat("pagecache", "fills");
-    // 4 files of 10,000 bytes: 3 pages each (the last one partial) at least.
-    assert!(fills >= 12, "fills {fills}");
+    // 4 files of 10,000 bytes: 3 pages each (the last one partial), in at
+    // least one folio each.
+    assert!(m.stat("pagecache", "pages") >= 12);
+    assert!(fills >= 4, "fills {fills}");
     assert_eq!(
         sample(&text, "rcufs_pagecache_fills_total", &m.mnt),
         Some(fills as f64),
@@ -182,7 +184,7 @@ fn metrics_endpoint_passes_promtool_and_ends_with_the_mount() {
         "{headers}"
     );
     let fills = sample(&body, "rcufs_pagecache_fills_total", &m.mnt).expect("fills in the scrape");
-    assert!(fills >= 6.0, "{body}");
+    assert!(fills >= 2.0, "a folio or more per file read: {body}");
     // The endpoint and the CLI export the same names.
     let cli = stdout(&run(&[
         "stats".as_ref(),
@@ -354,7 +356,7 @@ fn a_real_prometheus_scrapes_a_counter_the_workload_moved() {
     assert_eq!(seen, Some(0.0), "nothing was read yet");
     a_workload(&m, 8);
     let fills = m.stat("pagecache", "fills");
-    assert!(fills >= 24, "fills {fills}");
+    assert!(fills >= 8, "a folio or more per file read: fills {fills}");
     let moved = eventually(Duration::from_secs(60), || {
         seen = server.query_one(&query);
         seen == Some(fills as f64)
