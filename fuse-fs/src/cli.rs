@@ -115,6 +115,15 @@ pub struct MountArgs {
     pub mountpoint: PathBuf,
     #[arg(long, value_name = "N", help = DEFAULT_THREADS_HELP.as_str(), value_parser = parse_positive)]
     pub threads: Option<usize>,
+    /// After answering a request, one FUSE worker keeps polling for the
+    /// next one for this many microseconds before it sleeps (0: never, at
+    /// most 10000). A request that comes within the window is taken without
+    /// waking a sleeping thread, which on machines where waking an idle CPU
+    /// is slow (virtual machines) shortens every round trip of a busy
+    /// reader; the price is up to one CPU kept busy while requests keep
+    /// coming. See BENCHMARKS.md, "What a round trip costs".
+    #[arg(long, value_name = "US", default_value_t = 0, value_parser = parse_poll_us)]
+    pub poll_us: u64,
     /// Capacity of the dentry cache, in entries.
     #[arg(long, value_name = "N", default_value_t = default_dcache_entries(), value_parser = parse_positive)]
     pub dcache_entries: usize,
@@ -332,6 +341,19 @@ pub fn parse_secs(s: &str) -> Result<Duration, String> {
         return Err(format!("`{s}`: seconds must be a finite number, zero or more"));
     }
     Duration::try_from_secs_f64(secs).map_err(|e| format!("`{s}`: {e}"))
+}
+
+/// The largest `--poll-us`: 10 ms (a longer window saves nothing more and
+/// only keeps a CPU busy longer after the last request).
+pub const MAX_POLL_US: u64 = 10_000;
+
+/// Parses `--poll-us`: whole microseconds, 0 to [`MAX_POLL_US`].
+pub fn parse_poll_us(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if n <= MAX_POLL_US => Ok(n),
+        Ok(_) => Err(format!("at most {MAX_POLL_US} microseconds")),
+        Err(_) => Err(format!("`{s}` is not a whole number of microseconds")),
+    }
 }
 
 fn parse_positive(s: &str) -> Result<usize, String> {

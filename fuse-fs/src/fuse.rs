@@ -899,9 +899,10 @@ pub mod session {
         "dirsync",
     ];
 
-    /// Mounts `adapter` at `mountpoint` with `threads` workers and the given
-    /// `-o` options (already validated), and sets the notifier for the
-    /// invalidation worker.
+    /// Mounts `adapter` at `mountpoint` with `threads` workers, one of which
+    /// polls for `poll` after each request (fuser's `Config::spin`, an
+    /// addition of the vendored fuser), and the given `-o` options (already
+    /// validated), and sets the notifier for the invalidation worker.
     ///
     /// As root, rcufs calls mount(2) itself with the filesystem type
     /// `fuse.rcufs` (fuser's own mount always says `fuse`) and `source` as
@@ -915,6 +916,7 @@ pub mod session {
         source: &Path,
         mountpoint: &Path,
         threads: usize,
+        poll: std::time::Duration,
         options: &[String],
         notifier: &OnceLock<Notifier>,
     ) -> std::io::Result<Running> {
@@ -922,6 +924,9 @@ pub mod session {
         let mut cfg = Config::default();
         cfg.n_threads = Some(threads.max(1));
         cfg.clone_fd = true;
+        // Each worker has a descriptor of its own (`clone_fd`), which the
+        // polling needs: it switches its descriptor's `O_NONBLOCK`.
+        cfg.spin = (!poll.is_zero()).then_some(poll);
         let mut opts = vec![
             MountOption::FSName("rcufs".into()),
             MountOption::Subtype("rcufs".into()),

@@ -31,6 +31,9 @@ pub struct MountOptions {
     /// FUSE worker threads (`None`: available parallelism, at least 2; more
     /// for a network or FUSE source, see `slow_source.rs`).
     pub threads: Option<usize>,
+    /// How long one FUSE worker polls for the next request after answering
+    /// one before it sleeps (`Duration::ZERO`: never; see `--poll-us`).
+    pub poll: Duration,
     /// dcache capacity (default 1,000,000).
     pub dcache_entries: usize,
     /// dcache negative-entry capacity (default `dcache_entries / 4`).
@@ -127,6 +130,7 @@ impl Default for MountOptions {
             source: PathBuf::new(),
             mountpoint: PathBuf::new(),
             threads: None,
+            poll: Duration::ZERO,
             dcache_entries: 1_000_000,
             dcache_negative: 250_000,
             page_cache_bytes: 512 << 20,
@@ -373,7 +377,15 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         .collect();
     let adapter = FuseAdapter::new(fs.clone(), notifier.clone());
     let source = opts.source.canonicalize().unwrap_or_else(|_| opts.source.clone());
-    let running = match fuse::session::start(adapter, &source, &opts.mountpoint, threads, &options, &notifier) {
+    let running = match fuse::session::start(
+        adapter,
+        &source,
+        &opts.mountpoint,
+        threads,
+        opts.poll,
+        &options,
+        &notifier,
+    ) {
         Ok(r) => r,
         Err(e) => {
             // The adapter was dropped with the failed session, closing the

@@ -92,6 +92,7 @@ fn mount_defaults() {
     assert_eq!(m.mountpoint, PathBuf::from("/mnt"));
     // Chosen at mount time by the kind of source (`slow_source.rs`).
     assert_eq!(m.threads, None);
+    assert_eq!(m.poll_us, 0, "no polling unless asked for");
     assert!(default_threads() >= 2);
     assert_eq!(m.dcache_entries, 1_000_000);
     assert_eq!(m.dcache_negative, None);
@@ -121,6 +122,8 @@ fn mount_options_split_on_commas_and_repeat() {
         "0.5",
         "--dcache-entries",
         "1000",
+        "--poll-us",
+        "10000",
     ])
     .unwrap();
     let Command::Mount(m) = cli.command else {
@@ -132,6 +135,7 @@ fn mount_options_split_on_commas_and_repeat() {
     assert!(m.kernel_cache);
     assert_eq!(m.revalidate, Some(Duration::from_millis(500)));
     assert_eq!(m.dcache_entries, 1000);
+    assert_eq!(m.poll_us, 10_000);
 }
 
 #[test]
@@ -142,6 +146,9 @@ fn mount_rejects_bad_numbers() {
         &["--dcache-entries", "0"],
         &["--page-cache-size", "12Q"],
         &["--revalidate", "-3"],
+        &["--poll-us", "10001"],
+        &["--poll-us", "-1"],
+        &["--poll-us", "5.5"],
     ] {
         let mut argv = vec!["rcufs", "mount", "/s", "/m"];
         argv.extend_from_slice(bad);

@@ -9,6 +9,7 @@ use crate::cli::{Cli, Command, MountArgs};
 /// needs a line here: the identity test below checks every key.
 const SAMPLES: &[(&str, Option<&str>)] = &[
     ("threads", Some("3")),
+    ("poll_us", Some("50")),
     ("dcache_entries", Some("1000")),
     ("dcache_negative", Some("17")),
     ("page_cache_size", Some("1.5G")),

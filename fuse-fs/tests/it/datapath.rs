@@ -7,7 +7,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -454,3 +454,90 @@ fn a_read_after_a_write_returns_it_while_readahead_races_the_writes() {
         stop.store(true, Ordering::Relaxed);
     });
 }
+
+/// The CPU time, in clock ticks (`utime + stime`), of the daemon's FUSE
+/// worker threads (named `fuser-N`).
+fn workers_ticks(pid: i32) -> u64 {
+    let mut ticks = 0;
+    for task in fs::read_dir(format!("/proc/{pid}/task")).expect("tasks") {
+        let dir = task.expect("task").path();
+        let comm = fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if !comm.starts_with("fuser-") {
+            continue;
+        }
+        let stat = fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        // After the `(comm)`: field 3 (state) comes first; utime is 14, stime 15.
+        let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        ticks += f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime");
+    }
+    ticks
+}
+
+/// `--poll-us`: after a request, one worker keeps polling for the next one
+/// for the window instead of sleeping at once. So requests 2 ms apart keep
+/// a worker with a 10 ms window busy (it never gets to sleep), while without
+/// polling the same requests cost the workers almost nothing; once the
+/// requests stop, the polling worker sleeps (an idle mount costs no CPU).
+/// The bytes read are exact either way, in both modes.
+#[test]
+fn a_polling_worker_stays_busy_between_requests_and_sleeps_when_they_stop() {
+    let data = content(7, LEN);
+    let mut busy_without = None;
+    for (poll, mode) in [("0", MODES[0]), ("10000", MODES[0]), ("10000", MODES[1])] {
+        let mut args = vec!["--poll-us", poll];
+        args.extend_from_slice(mode);
+        let Some(m) = Mount::with(&args, |src| fs::write(src.join("f"), &data).unwrap()) else {
+            return;
+        };
+        let f = File::open(m.at("f")).unwrap();
+        for &(off, len) in RANGES {
+            assert_eq!(
+                pread(&f, off, len),
+                expect(&data, off, len),
+                "{args:?}: {len} bytes at {off}"
+            );
+        }
+        // O_DIRECT: every read is a READ request, with --kernel-cache too.
+        let direct = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(m.at("f"))
+            .unwrap();
+        let mut buf = AlignedPage([0; 4096]);
+        let (t0, start) = (workers_ticks(m.pid()), Instant::now());
+        for i in 0..300u64 {
+            let off = (i * 7919 % 256) * 4096;
+            let n = direct.read_at(&mut buf.0, off).expect("pread");
+            assert_eq!(&buf.0[..n], expect(&data, off, 4096), "{args:?}: page at {off}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let busy = workers_ticks(m.pid()) - t0;
+        let wall_ticks = start.elapsed().as_millis() as u64 / 10;
+        if poll == "0" {
+            busy_without = Some(busy);
+            assert!(
+                busy * 4 < wall_ticks,
+                "without polling, requests 2 ms apart kept the workers busy {busy} of {wall_ticks} ticks"
+            );
+        } else {
+            let without = busy_without.expect("the control ran first");
+            assert!(
+                busy * 10 >= wall_ticks * 3 && busy >= 3 * without + 10,
+                "{args:?}: a worker polling 10 ms after each request was busy only {busy} of {wall_ticks} ticks \
+                 (without polling: {without})"
+            );
+        }
+        // Idle: once the window has passed, the worker sleeps.
+        std::thread::sleep(Duration::from_millis(200));
+        let t0 = workers_ticks(m.pid());
+        std::thread::sleep(Duration::from_secs(1));
+        let idle = workers_ticks(m.pid()) - t0;
+        assert!(idle <= 10, "{args:?}: idle workers used {idle} ticks of CPU in 1 s");
+        drop((f, direct));
+    }
+}
+
+/// A page-aligned buffer for `O_DIRECT`.
+#[repr(align(4096))]
+struct AlignedPage([u8; 4096]);

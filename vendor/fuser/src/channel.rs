@@ -47,6 +47,62 @@ impl Channel {
         }
     }
 
+    /// Like `receive_retrying`, but first polls with non-blocking reads
+    /// until `deadline` while `spinner` is held by this thread (taking it if
+    /// free), then sleeps in a blocking read. `nonblocking` tracks this
+    /// descriptor's `O_NONBLOCK` flag; `holding` whether this thread holds
+    /// `spinner` (kept across calls while requests keep arriving in time).
+    pub(crate) fn receive_spinning(
+        &self,
+        buffer: &mut [u8],
+        spin: std::time::Duration,
+        spinner: &std::sync::atomic::AtomicBool,
+        holding: &mut bool,
+        nonblocking: &mut bool,
+    ) -> nix::Result<usize> {
+        use std::sync::atomic::Ordering;
+        if !*holding {
+            // Acquire pairs with the Release store that gave the token back:
+            // nothing is published through it, it only elects one spinner.
+            *holding = spinner
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok();
+        }
+        if *holding {
+            if !*nonblocking {
+                self.set_nonblocking(true)?;
+                *nonblocking = true;
+            }
+            let deadline = std::time::Instant::now() + spin;
+            loop {
+                match self.receive(buffer) {
+                    Ok(size) => return Ok(size),
+                    Err(Errno::EAGAIN | Errno::ENOENT | Errno::EINTR) => {}
+                    Err(err) => return Err(err),
+                }
+                if std::time::Instant::now() >= deadline {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+            // Release pairs with the Acquire exchange above.
+            spinner.store(false, Ordering::Release);
+            *holding = false;
+        }
+        if *nonblocking {
+            self.set_nonblocking(false)?;
+            *nonblocking = false;
+        }
+        self.receive_retrying(buffer)
+    }
+
+    fn set_nonblocking(&self, on: bool) -> nix::Result<()> {
+        use nix::fcntl::{FcntlArg, OFlag, fcntl};
+        let flags = OFlag::from_bits_truncate(fcntl(&self.0, FcntlArg::F_GETFL)?);
+        let flags = if on { flags | OFlag::O_NONBLOCK } else { flags - OFlag::O_NONBLOCK };
+        fcntl(&self.0, FcntlArg::F_SETFL(flags)).map(drop)
+    }
+
     /// Returns a sender object for this channel. The sender object can be
     /// used to send to the channel. Multiple sender objects can be used
     /// and they can safely be sent to other threads.

@@ -289,6 +289,12 @@ impl<FS: Filesystem> Session<FS> {
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
+        // Polling toggles `O_NONBLOCK`, a flag of the open file: only with a
+        // descriptor of its own per worker (or a single worker).
+        let spin = config
+            .spin
+            .filter(|s| !s.is_zero() && (config.clone_fd || n_threads == 1));
+        let spinner = Arc::new(std::sync::atomic::AtomicBool::new(false));
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -298,6 +304,8 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                spin,
+                spinner: spinner.clone(),
             };
             threads.push(
                 thread::Builder::new()
@@ -518,6 +526,10 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// The polling window after a request (`Config::spin`), if any.
+    pub(crate) spin: Option<std::time::Duration>,
+    /// Held by the one worker polling at a time.
+    pub(crate) spinner: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -526,10 +538,21 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();
         let buf = buf.as_mut();
+        let (mut holding, mut nonblocking) = (false, false);
         loop {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
-            match self.ch.receive_retrying(buf) {
+            let received = match self.spin {
+                Some(spin) => self.ch.receive_spinning(
+                    buf,
+                    spin,
+                    &self.spinner,
+                    &mut holding,
+                    &mut nonblocking,
+                ),
+                None => self.ch.receive_retrying(buf),
+            };
+            match received {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {

@@ -18,6 +18,12 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// After answering a request, one worker at a time keeps polling its
+    /// descriptor (non-blocking reads) for this long before it sleeps in a
+    /// blocking read: a request that arrives within the window is taken
+    /// without waking a sleeping thread. `None` or zero: never poll.
+    /// Needs `clone_fd` (each worker's descriptor has its own flags).
+    pub spin: Option<std::time::Duration>,
 }
 
 /// Mount options accepted by the FUSE filesystem type
