@@ -356,6 +356,12 @@ impl Inode {
         true
     }
 
+    /// Directories: the listing index of the child opened last, if any
+    /// since the listing was set.
+    pub fn walked_to(&self) -> Option<usize> {
+        self.dir.lock().as_ref().and_then(|d| d.walked_to)
+    }
+
     /// Directories: a child at listing index `index` was opened. Returns
     /// the first index to list ahead from if this looks like a walk (a
     /// child after the last one opened, or the first child opened of a

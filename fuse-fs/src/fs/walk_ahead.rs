@@ -64,6 +64,18 @@ pub const LIST_THREADS: usize = 4;
 /// looking its names up.
 pub const MAX_NAMES: usize = 4096;
 
+/// The index of `name` in `entries`, looked for from `from` to the end and
+/// then from the start.
+fn find_from(entries: &[crate::sys::RawDirent], from: usize, name: &[u8]) -> Option<usize> {
+    let from = from.min(entries.len());
+    let is = |e: &crate::sys::RawDirent| e.name == name;
+    entries[from..]
+        .iter()
+        .position(is)
+        .map(|i| i + from)
+        .or_else(|| entries[..from].iter().position(is))
+}
+
 impl Fs {
     /// OPENDIR of `dir`: queues the subdirectories that follow it under its
     /// parent if a walk moves forward there (see the module docs).
@@ -76,7 +88,11 @@ impl Fs {
         let Some(l) = self.listings.servable(&parent, self.cfg.revalidate) else {
             return;
         };
-        let Some(index) = l.entries.iter().position(|e| *e.name == *name) else {
+        // A walk opens the children in listing order: look from the last
+        // one opened on, so a walk through n subdirectories compares about
+        // n names in all, not n^2/2.
+        let from = parent.walked_to().map_or(0, |w| w + 1);
+        let Some(index) = find_from(&l.entries, from, &name) else {
             return;
         };
         let Some(start) = parent.walk_progress(index) else {
@@ -161,5 +177,34 @@ impl Fs {
                 .collect();
             self.look_up_later(&dir, names);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find_from;
+    use crate::sys::RawDirent;
+
+    fn entries(names: &[&str]) -> Vec<RawDirent> {
+        names
+            .iter()
+            .map(|n| RawDirent {
+                ino: 1,
+                next_off: 0,
+                dtype: libc::DT_DIR,
+                name: n.as_bytes().to_vec(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_name_is_found_after_the_start_or_before_it() {
+        let e = entries(&["a", "b", "c", "d"]);
+        assert_eq!(find_from(&e, 0, b"c"), Some(2));
+        assert_eq!(find_from(&e, 3, b"d"), Some(3));
+        assert_eq!(find_from(&e, 3, b"a"), Some(0), "wraps to the start");
+        assert_eq!(find_from(&e, 9, b"b"), Some(1), "a start past the end");
+        assert_eq!(find_from(&e, 2, b"x"), None);
+        assert_eq!(find_from(&[], 0, b"a"), None);
     }
 }
