@@ -47,9 +47,9 @@ impl Channel {
         }
     }
 
-    /// Like `receive_retrying`, but first polls with non-blocking reads
-    /// until `deadline` while `spinner` is held by this thread (taking it if
-    /// free), then sleeps in a blocking read. `nonblocking` tracks this
+    /// Like `receive_retrying`, but first polls with non-blocking reads for
+    /// up to `spin` if this thread holds `spinner` (taking it if free), and
+    /// only then sleeps in a blocking read (giving `spinner` back). `nonblocking` tracks this
     /// descriptor's `O_NONBLOCK` flag; `holding` whether this thread holds
     /// `spinner` (kept across calls while requests keep arriving in time).
     pub(crate) fn receive_spinning(
