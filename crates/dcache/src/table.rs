@@ -199,8 +199,12 @@ fn mix(h: u64, w: u64) -> u64 {
 #[inline]
 pub(crate) fn hash(seed: u64, parent: u64, probe: &Probe<'_>) -> u64 {
     let mut h = seed;
-    for &w in probe.words() {
-        h = mix(h, w);
+    // Constant indexes keep the words in registers (see `name_words`).
+    let (words, used) = probe.words();
+    for (i, &w) in words.iter().enumerate() {
+        if i < used {
+            h = mix(h, w);
+        }
     }
     let name = probe.bytes;
     if name.len() > INLINE_NAME {
