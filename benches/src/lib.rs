@@ -556,3 +556,62 @@ pub mod churn {
         (dc, dir)
     }
 }
+
+/// The `walk` bench's tree and paths, shared with the `walkprof` example so
+/// that both walk exactly the same paths in the same order.
+pub mod walk {
+    use dcache::{Config, Dcache, Dentry};
+
+    /// Components per path.
+    pub const DEPTH: usize = 8;
+    /// Children of every directory.
+    pub const FANOUT: usize = 4;
+
+    /// The names of the tree's components (level `l` uses names
+    /// `l * FANOUT .. (l + 1) * FANOUT`, so components differ by level).
+    pub fn names() -> Vec<Box<[u8]>> {
+        super::names(DEPTH * FANOUT, 11)
+    }
+
+    /// The cache with the whole tree cached (fan-out `FANOUT` at each of
+    /// `DEPTH` levels) and the leaf paths as component indexes into `names`.
+    pub fn build(names: &[Box<[u8]>]) -> (Dcache<u64>, Vec<[u8; DEPTH]>) {
+        fn rec(
+            dc: &Dcache<u64>,
+            names: &[Box<[u8]>],
+            at: &Dentry<u64>,
+            path: &mut Vec<u8>,
+            out: &mut Vec<[u8; DEPTH]>,
+        ) {
+            if path.len() == DEPTH {
+                out.push(path.as_slice().try_into().expect("DEPTH components"));
+                return;
+            }
+            for i in 0..FANOUT {
+                let comp = (path.len() * FANOUT + i) as u8;
+                let child = dc.insert(at, &names[comp as usize], Some(comp as u64 + 1));
+                path.push(comp);
+                rec(dc, names, &child, path, out);
+                path.pop();
+            }
+        }
+        let dc = Dcache::new(
+            Config {
+                max_entries: 1 << 20,
+                ..Config::default()
+            },
+            0,
+        );
+        let mut out = Vec::new();
+        rec(&dc, names, &dc.root(), &mut Vec::new(), &mut out);
+        (dc, out)
+    }
+
+    /// The paths in the order the bench walks them.
+    pub fn paths<'a>(names: &'a [Box<[u8]>], leaves: &[[u8; DEPTH]]) -> Vec<[&'a [u8]; DEPTH]> {
+        super::permutation(leaves.len(), 12)
+            .iter()
+            .map(|&l| leaves[l as usize].map(|comp| &*names[comp as usize]))
+            .collect()
+    }
+}

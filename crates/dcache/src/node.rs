@@ -107,7 +107,7 @@ pub(crate) const INLINE_NAME: usize = NAME_WORDS * 8;
 /// The 1 to 7 bytes of `b` as a little-endian word, zero padded, read with
 /// at most two loads and no copy loop (overlapping loads for 4 to 7 bytes;
 /// the first, middle and last byte for 1 to 3).
-#[inline]
+#[inline(always)]
 pub(crate) fn tail_word(b: &[u8]) -> u64 {
     let n = b.len();
     debug_assert!((1..8).contains(&n));
@@ -121,24 +121,33 @@ pub(crate) fn tail_word(b: &[u8]) -> u64 {
     }
 }
 
+/// The 1 to 8 bytes of `b` as a little-endian word, zero padded.
+#[inline(always)]
+fn last_word(b: &[u8]) -> u64 {
+    match b.try_into() {
+        Ok(w) => u64::from_le_bytes(w),
+        Err(_) => tail_word(b),
+    }
+}
+
 /// The first `INLINE_NAME` bytes of `name` as little-endian words, zero
 /// padded, and how many of the words the name uses.
-#[inline]
+///
+/// One branch on the length and straight-line loads, so that a lookup keeps
+/// the words in registers (a loop over the name's chunks stored them to the
+/// stack and read them back for the hash and for every comparison).
+/// Always inlined: out of line, it returns the words through memory.
+#[inline(always)]
 fn name_words(name: &[u8]) -> ([u64; NAME_WORDS], usize) {
-    let mut words = [0u64; NAME_WORDS];
-    let inline = &name[..name.len().min(INLINE_NAME)];
-    let mut chunks = inline.chunks_exact(8);
-    let mut i = 0;
-    for c in &mut chunks {
-        words[i] = u64::from_le_bytes(c.try_into().expect("an 8-byte chunk"));
-        i += 1;
+    let word = |i: usize| u64::from_le_bytes(name[i * 8..i * 8 + 8].try_into().expect("an 8-byte chunk"));
+    match name.len() {
+        0 => ([0; NAME_WORDS], 0),
+        1..=8 => ([last_word(name), 0, 0, 0], 1),
+        9..=16 => ([word(0), last_word(&name[8..]), 0, 0], 2),
+        17..=24 => ([word(0), word(1), last_word(&name[16..]), 0], 3),
+        25..=32 => ([word(0), word(1), word(2), last_word(&name[24..])], 4),
+        _ => ([word(0), word(1), word(2), word(3)], 4),
     }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        words[i] = tail_word(rest);
-        i += 1;
-    }
-    (words, i)
 }
 
 /// A looked-up name prepared once for comparison with many nodes: its
@@ -156,10 +165,11 @@ impl<'a> Probe<'a> {
         Self { bytes, words, used }
     }
 
-    /// The inline words the name uses.
+    /// The inline words (zero beyond the ones the name uses) and how many
+    /// the name uses.
     #[inline]
-    pub(crate) fn words(&self) -> &[u64] {
-        &self.words[..self.used]
+    pub(crate) fn words(&self) -> (&[u64; NAME_WORDS], usize) {
+        (&self.words, self.used)
     }
 }
 
@@ -369,8 +379,15 @@ impl<T> Node<T> {
         {
             return false;
         }
-        for i in 0..probe.used {
-            if self.name[i].load(Ordering::Relaxed) != probe.words[i] {
+        // Word by word with constant indexes, so that the probe's words stay
+        // in registers. The first word is compared even for an empty name:
+        // with the lengths equal, the words a name does not use are zero in
+        // the node and in the probe.
+        if self.name[0].load(Ordering::Relaxed) != probe.words[0] {
+            return false;
+        }
+        for i in 1..NAME_WORDS {
+            if i < probe.used && self.name[i].load(Ordering::Relaxed) != probe.words[i] {
                 return false;
             }
         }

@@ -199,8 +199,12 @@ fn mix(h: u64, w: u64) -> u64 {
 #[inline]
 pub(crate) fn hash(seed: u64, parent: u64, probe: &Probe<'_>) -> u64 {
     let mut h = seed;
-    for &w in probe.words() {
-        h = mix(h, w);
+    // Constant indexes keep the words in registers (see `name_words`).
+    let (words, used) = probe.words();
+    for (i, &w) in words.iter().enumerate() {
+        if i < used {
+            h = mix(h, w);
+        }
     }
     let name = probe.bytes;
     if name.len() > INLINE_NAME {
@@ -284,8 +288,25 @@ impl<T> Table<T> {
     /// whether the pass skipped an unhashed node with this key: a replacer
     /// links the new node before it unhashes the old one, so a rescan then
     /// finds the replacement (see `Dcache::find_live`).
-    #[inline]
+    ///
+    /// Out of line, as the compiler chose for every caller while the walk
+    /// called it too (left to the compiler, it inlines `scan` into the
+    /// lookups now that the walk uses `scan_inlined`).
+    #[inline(never)]
     pub(crate) fn scan<'g>(
+        &self,
+        index: usize,
+        hash: u64,
+        parent: u64,
+        probe: &Probe<'_>,
+        guard: &'g Guard,
+    ) -> (Option<&'g Node<T>>, bool) {
+        self.scan_inlined(index, hash, parent, probe, guard)
+    }
+
+    /// `scan`, always inlined (the walk's form).
+    #[inline(always)]
+    pub(crate) fn scan_inlined<'g>(
         &self,
         index: usize,
         hash: u64,

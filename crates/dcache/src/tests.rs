@@ -691,3 +691,42 @@ fn chains_stay_consistent_through_every_operation() {
     c.drop_subtree(&d, |_| true);
     c.assert_consistent();
 }
+
+/// Names of every length up to past the inline words, each cached beside
+/// names that differ from it in one byte, with every key in one chain: a
+/// lookup and a walk find exactly the name asked for, whichever of the
+/// name's words holds the difference.
+#[test]
+fn names_differing_in_one_byte_are_told_apart_at_every_length() {
+    let c: Dcache<u32> = Dcache::with_colliding_hashes(Config::default(), 0);
+    let root = c.root();
+    let base: Vec<u8> = (0..48u8).map(|i| b'a' + i % 26).collect();
+    for len in 1..base.len() {
+        let name = &base[..len];
+        let dir = c.insert(&root, format!("dir{len}").as_bytes(), Some(len as u32));
+        for at in 0..len {
+            let mut other = name.to_vec();
+            other[at] = b'0';
+            drop(c.insert(&dir, &other, Some(1000 + at as u32)));
+        }
+        drop(c.insert(&dir, name, Some(1)));
+        for at in 0..len {
+            let mut other = name.to_vec();
+            other[at] = b'0';
+            match c.lookup(&dir, &other) {
+                Lookup::Positive(d) => assert_eq!(d.payload(), Some(&(1000 + at as u32)), "length {len}, byte {at}"),
+                _ => panic!("length {len}, byte {at}: missed"),
+            }
+        }
+        match c.walk(&root, [format!("dir{len}").as_bytes(), name]) {
+            Walk::Found(d) => assert_eq!(d.payload(), Some(&1), "length {len}"),
+            _ => panic!("length {len}: the walk missed"),
+        }
+        let mut longer = name.to_vec();
+        longer.push(0);
+        assert!(
+            matches!(c.lookup(&dir, &longer), Lookup::Miss),
+            "length {len} + a zero byte"
+        );
+    }
+}
