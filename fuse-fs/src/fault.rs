@@ -15,9 +15,10 @@
 //! milliseconds between reading the source and caching what it read;
 //! `RCUFS_FAULT=cache-jitter:US` makes every WRITE wait a pseudo-random
 //! 0 to US microseconds between its source write and its cache update, and
-//! every readahead between its source read and caching what it read, so
+//! every folio fill between its source read and publishing what it read, so
 //! that a test of concurrent writers and readers meets the reorderings the
-//! range locks (`range_lock.rs`) and the change count (`data.rs`) handle;
+//! range locks (`range_lock.rs`) and the page cache's generation check
+//! (`data.rs`) handle;
 //! `RCUFS_FAULT=source-delay:MS` makes every lookup in the source take MS
 //! milliseconds more (a slow source, for the test that parallel lookups
 //! of one directory are in flight together);

@@ -549,9 +549,10 @@ impl Filesystem for FuseAdapter {
     ) {
         handler!("read", req, ino.0, {
             match self.fs.read(fh.0, offset, size) {
-                // The pinned pages go to the kernel as they are, in one
-                // writev with the reply header; they stay pinned until it
-                // returns.
+                // One writev with the reply header: of the pinned folio
+                // ranges themselves for a small reply, of a per-thread copy
+                // of them for a large one (`pinned.rs`); the folios stay
+                // pinned until it returns.
                 Ok(d) => d.with_io_slices(|s| reply.data_vectored(s)),
                 Err(e) => reply.error(errno(e)),
             }

@@ -405,6 +405,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         source = %opts.source.display(),
         mountpoint = %opts.mountpoint.display(),
         threads,
+        poll_us = opts.poll.as_micros() as u64,
         source_fstype = %profile.fstype,
         source_kind = profile.kind(),
         dcache_entries = opts.dcache_entries,

@@ -2,14 +2,15 @@
 //!
 //! # What
 //! [`PinnedRead`] is a list of (pinned unit, byte range) items, in file
-//! order: each unit is a page-cache reference (`PageRef`, a speculative
-//! reference of seed 002 §3.1.2) that keeps the unit's bytes fixed and its
-//! memory alive while the list exists. The FUSE adapter hands the ranges to
-//! the kernel as one vectored write (`writev` of the reply header and the
-//! ranges, fuser's `ReplyData::data_vectored`), so a cached READ of a few
-//! units, or of large ones, is answered without copying the bytes in user
-//! space: the kernel copies them once, from the cached units into the
-//! reader's buffer (see "Algorithm" for many small units).
+//! order: each unit is a counted page-cache reference (a READ's
+//! `FolioSlice`, one per folio; or a `PageRef`; speculative references of
+//! seed 002 §3.1.2) that keeps the unit's bytes fixed and its memory alive
+//! while the list exists. The FUSE adapter hands a small answer to the
+//! kernel as one vectored write (`writev` of the reply header and the
+//! ranges, fuser's `ReplyData::data_vectored`), so it is answered without
+//! copying the bytes in user space: the kernel copies them once, from the
+//! cached units into the reader's buffer; a large answer is copied into a
+//! per-thread buffer first (see "Algorithm").
 //!
 //! # Invariants
 //! - Every range lies inside its unit's filled bytes (`push` checks it).

@@ -402,9 +402,10 @@ fn a_read_after_a_write_returns_it_while_readahead_races_the_writes() {
     // publishes each version once its write has returned; sequential
     // readers (filling with readahead, the cache small enough to evict)
     // check that every page shows at least the version published before
-    // their read started. A readahead that read a page before a write and
-    // cached it after would show an older one: the change count (`data.rs`)
-    // makes it drop what it cached. Each readahead and write waits 0-300 µs
+    // their read started. A fill that read a page before a write and
+    // cached it after would show an older one: the page cache's generation
+    // check (the folio is in the cache while it is filled) makes it drop
+    // what it read. Each fill and write waits 0-300 µs
     // between the source and the cache (a debug-build fault), to widen the
     // window.
     const PAGES: usize = 256;

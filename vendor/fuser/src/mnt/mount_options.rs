@@ -22,7 +22,8 @@ pub struct Config {
     /// descriptor (non-blocking reads) for this long before it sleeps in a
     /// blocking read: a request that arrives within the window is taken
     /// without waking a sleeping thread. `None` or zero: never poll.
-    /// Needs `clone_fd` (each worker's descriptor has its own flags).
+    /// Needs `clone_fd` (each worker's descriptor has its own flags) or a
+    /// single worker; otherwise ignored.
     pub spin: Option<std::time::Duration>,
 }
 
