@@ -534,11 +534,26 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
     fn event_loop(&self) -> io::Result<()> {
+        let mut holding = false;
+        let res = self.serve(&mut holding);
+        if holding {
+            // A worker leaving its loop (an error, or the end of the
+            // session) gives the polling token back, so another may poll.
+            // Release pairs with the Acquire exchange in `receive_spinning`.
+            self.spinner
+                .store(false, std::sync::atomic::Ordering::Release);
+        }
+        res
+    }
+
+    /// The loop of `event_loop`; `holding` says whether this worker holds
+    /// the polling token when it returns.
+    fn serve(&self, holding: &mut bool) -> io::Result<()> {
         // Buffer for receiving requests from the kernel. Only one is allocated and
         // it is reused immediately after dispatching to conserve memory and allocations.
         let mut buf = FuseReadBuf::new();
         let buf = buf.as_mut();
-        let (mut holding, mut nonblocking) = (false, false);
+        let mut nonblocking = false;
         loop {
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
@@ -547,7 +562,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                     buf,
                     spin,
                     &self.spinner,
-                    &mut holding,
+                    holding,
                     &mut nonblocking,
                 ),
                 None => self.ch.receive_retrying(buf),
