@@ -36,7 +36,7 @@
 //! reads, against 5.2-5.6 GB/s for one copy in user space (streaming, into
 //! a buffer that stays in L2) followed by the kernel's copy out of it. The
 //! vectored form is kept where it measured level or better: small replies.
-//!
+
 use std::io::IoSlice;
 use std::ops::Range;
 
