@@ -65,6 +65,12 @@ pub struct Dropped {
     pub bytes: u64,
 }
 
+thread_local! {
+    /// The folio slices one READ collects, before they move into its
+    /// answer (kept per worker, so that a READ allocates only the answer).
+    static SLICES: std::cell::RefCell<Vec<pagecache::FolioSlice>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// The page cache of the mount.
 pub struct Data {
     cache: PageCache,
@@ -103,23 +109,27 @@ impl Data {
     /// readahead, not the read).
     pub fn read(&self, id: u64, fd: BorrowedFd<'_>, offset: u64, size: u32, file_size: u64) -> FsResult<PinnedRead> {
         let ps = self.ps();
-        let mut slices = Vec::new();
-        self.cache.read_refs(
-            id,
-            offset,
-            size as usize,
-            FillOrder::ReadaheadWithin {
-                end: file_size.div_ceil(ps),
-            },
-            &mut slices,
-            |first, buf: &mut [u8]| {
-                let n = sys::pread_full(fd, buf, first * ps)?;
-                // A slow fill widens its race with writes (fault tests).
-                crate::fault::cache_jitter();
-                Ok::<usize, crate::error::FsError>(n)
-            },
-        )?;
-        Ok(PinnedRead::from_folios(slices))
+        SLICES.with_borrow_mut(|slices| {
+            slices.clear();
+            let read = self.cache.read_refs(
+                id,
+                offset,
+                size as usize,
+                FillOrder::ReadaheadWithin {
+                    end: file_size.div_ceil(ps),
+                },
+                slices,
+                |first, buf: &mut [u8]| {
+                    let n = sys::pread_full(fd, buf, first * ps)?;
+                    // A slow fill widens its race with writes (fault tests).
+                    crate::fault::cache_jitter();
+                    Ok::<usize, crate::error::FsError>(n)
+                },
+            );
+            // On an error too, so that no pin outlives the call.
+            let out = PinnedRead::from_folios(slices.drain(..));
+            read.map(|_| out)
+        })
     }
 
     /// The pages a write of `len` bytes at `offset` must hold in the range

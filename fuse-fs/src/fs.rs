@@ -802,7 +802,7 @@ impl Fs {
         }
         let _held = set.size.map(|_| self.writes.lock_all(ino));
         if let Some(size) = set.size {
-            let old = inode.attr().st.st_size.max(0) as u64;
+            let old = inode.size();
             match &file {
                 Some(f) => sys::ftruncate(f.fd.as_fd(), size)?,
                 None => sys::truncate(&proc, size)?,
@@ -1084,8 +1084,8 @@ impl Fs {
     /// returns (see `pinned.rs`).
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<PinnedRead> {
         let file = self.files.get(fh)?;
-        let file_size = file.inode.attr().st.st_size.max(0) as u64;
-        self.data.read(file.inode.ino, file.fd.as_fd(), offset, size, file_size)
+        self.data
+            .read(file.inode.ino, file.fd.as_fd(), offset, size, file.inode.size())
     }
 
     /// WRITE: to the source first, then to the cached pages.
@@ -1108,14 +1108,11 @@ impl Fs {
     pub fn write(&self, fh: u64, offset: u64, data: &[u8], caller: Caller, kill_suidgid: bool) -> FsResult<u32> {
         let file = self.files.get(fh)?;
         let inode = &file.inode;
-        let pages = self.data.write_pages(
-            offset,
-            data.len() as u64,
-            inode.attr().st.st_size.max(0) as u64,
-            file.append,
-        );
+        let pages = self
+            .data
+            .write_pages(offset, data.len() as u64, inode.size(), file.append);
         let _held = self.writes.lock(inode.ino, pages.first, pages.last);
-        let old_size = inode.attr().st.st_size.max(0) as u64;
+        let old_size = inode.size();
         let seq = self.source_seq();
         let as_writer =
             (self.creds.takes_uid(caller) || kill_suidgid) && may_lose_suidgid(sys::fstat(file.fd.as_fd())?.st_mode);
@@ -1455,7 +1452,7 @@ impl Fs {
             let _g = self.creds.act_as(caller)?;
             sys::fallocate(file.fd.as_fd(), mode, offset, len)?;
         }
-        let old = file.inode.attr().st.st_size.max(0) as u64;
+        let old = file.inode.size();
         self.data.invalidate_range(file.inode.ino, offset, len);
         self.data.invalidate_from(file.inode.ino, old.min(offset));
         let before = self.source_seq();
@@ -1512,7 +1509,7 @@ impl Fs {
             let _g = self.creds.act_as(caller)?;
             sys::copy_file_range(src.fd.as_fd(), off_in, dst.fd.as_fd(), off_out, len, flags)?
         };
-        let old = dst.inode.attr().st.st_size.max(0) as u64;
+        let old = dst.inode.size();
         self.data.invalidate_range(dst.inode.ino, off_out, n as u64);
         if off_out > old {
             self.data.invalidate_from(dst.inode.ino, old);

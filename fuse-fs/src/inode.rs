@@ -255,6 +255,11 @@ impl Inode {
         *self.attr.lock()
     }
 
+    /// The size in the cached attributes (without copying the rest).
+    pub fn size(&self) -> u64 {
+        self.attr.lock().st.st_size.max(0) as u64
+    }
+
     /// Replaces the cached attributes with a fresh `stat`, unless the cached
     /// ones are newer (a later ctime): two threads can take `stat`s in one
     /// order and store them in the other, and an older `stat` stored last

@@ -2,9 +2,9 @@
 //!
 //! # What
 //! [`PinnedRead`] is a list of (pinned unit, byte range) items, in file
-//! order: each unit is a counted page-cache reference (a READ's
-//! `FolioSlice`, one per folio; or a `PageRef`; speculative references of
-//! seed 002 §3.1.2) that keeps the unit's bytes fixed and its memory alive
+//! order: each unit is a counted page-cache reference (a `FolioSlice`, one
+//! per folio a READ covers; a speculative reference of seed 002 §3.1.2)
+//! that keeps the unit's bytes fixed and its memory alive
 //! while the list exists. The FUSE adapter hands a small answer to the
 //! kernel as one vectored write (`writev` of the reply header and the
 //! ranges, fuser's `ReplyData::data_vectored`), so it is answered without
@@ -40,38 +40,9 @@
 use std::io::IoSlice;
 use std::ops::Range;
 
-/// A pinned cache unit: its bytes stay as they are while it is held. A
-/// page (`PageRef`) or the part of a folio a read covers (`FolioSlice`).
-#[derive(Debug)]
-pub enum Unit {
-    /// One cached page.
-    Page(pagecache::PageRef),
-    /// The bytes of a folio a read covers.
-    Folio(pagecache::FolioSlice),
-}
-
-impl std::ops::Deref for Unit {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        match self {
-            Unit::Page(p) => p,
-            Unit::Folio(f) => f,
-        }
-    }
-}
-
-impl From<pagecache::PageRef> for Unit {
-    fn from(p: pagecache::PageRef) -> Self {
-        Unit::Page(p)
-    }
-}
-
-impl From<pagecache::FolioSlice> for Unit {
-    fn from(f: pagecache::FolioSlice) -> Self {
-        Unit::Folio(f)
-    }
-}
+/// A pinned cache unit: the bytes of a cached folio a read covers, fixed
+/// while the reference is held.
+pub type Unit = pagecache::FolioSlice;
 
 /// A reply of at most this many items, and at most [`VECTORED_MAX`]
 /// bytes, goes vectored (its slices on the stack); see the module docs.
@@ -113,8 +84,7 @@ impl PinnedRead {
     ///
     /// # Panics
     /// If `range` is not inside the unit's bytes.
-    pub fn push(&mut self, unit: impl Into<Unit>, range: Range<usize>) {
-        let unit = unit.into();
+    pub fn push(&mut self, unit: Unit, range: Range<usize>) {
         assert!(
             range.start <= range.end && range.end <= unit.len(),
             "range {range:?} outside a unit of {} bytes",
@@ -132,7 +102,7 @@ impl PinnedRead {
     }
 
     /// Each slice whole, in order (what `PageCache::read_refs` returns).
-    pub fn from_folios(slices: Vec<pagecache::FolioSlice>) -> Self {
+    pub fn from_folios(slices: impl ExactSizeIterator<Item = Unit>) -> Self {
         let mut r = Self::with_capacity(slices.len());
         for s in slices {
             let n = s.len();

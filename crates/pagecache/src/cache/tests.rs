@@ -418,59 +418,36 @@ fn readahead_grows_folios_for_sequential_reads() {
 #[test]
 fn readahead_within_the_file_stops_at_its_end() {
     use crate::FillOrder;
+    /// Reads `len` bytes at `off` of `file` through `c`, appended to `out`.
+    fn read(c: &PageCache, off: u64, len: usize, order: FillOrder, file: &[u8], out: &mut Vec<u8>) {
+        c.read_range_into(1, off, len, out, order, from_file(file, 16)).unwrap();
+    }
+    let within = |end| FillOrder::ReadaheadWithin { end };
     let small: Vec<u8> = (0..16 * 3 - 5).map(|i| i as u8).collect();
     let c = cache(Mode::Optimistic, 4096);
     let mut out = Vec::new();
-    c.read_range_into(
-        1,
-        0,
-        64,
-        &mut out,
-        FillOrder::ReadaheadWithin { end: 3 },
-        from_file(&small, 16),
-    )
-    .unwrap();
+    read(&c, 0, 64, within(3), &small, &mut out);
     assert_eq!(out, small);
     assert_eq!(c.stats().pages, 3, "the file's 3 pages, nothing past them");
     let c2 = cache(Mode::Optimistic, 4096);
-    let mut out = Vec::new();
-    c2.read_range_into(1, 0, 64, &mut out, FillOrder::Readahead, from_file(&small, 16))
-        .unwrap();
+    read(&c2, 0, 64, FillOrder::Readahead, &small, &mut Vec::new());
     assert!(c2.stats().pages > 3, "without the end the first window is larger");
 
     let file: Vec<u8> = (0..16 * 256).map(|i| (i / 16) as u8).collect();
-    let within = cache(Mode::Optimistic, 4096);
+    let seq = cache(Mode::Optimistic, 4096);
     let mut out = Vec::new();
     for i in 0..64u64 {
-        within
-            .read_range_into(
-                1,
-                i * 64,
-                64,
-                &mut out,
-                FillOrder::ReadaheadWithin { end: 256 },
-                from_file(&file, 16),
-            )
-            .unwrap();
+        read(&seq, i * 64, 64, within(256), &file, &mut out);
     }
     assert_eq!(out, file);
-    assert_eq!(within.stats().pages, 256);
-    assert!(within.stats().fills <= 8, "{} fills", within.stats().fills);
+    assert_eq!(seq.stats().pages, 256);
+    assert!(seq.stats().fills <= 8, "{} fills", seq.stats().fills);
     // A stale end (the file grew) limits readahead, not the bytes read.
     let stale = cache(Mode::Optimistic, 4096);
     let mut out = Vec::new();
-    stale
-        .read_range_into(
-            1,
-            0,
-            16 * 256,
-            &mut out,
-            FillOrder::ReadaheadWithin { end: 2 },
-            from_file(&file, 16),
-        )
-        .unwrap();
+    read(&stale, 0, 16 * 256, within(2), &file, &mut out);
     assert_eq!(out, file);
-    within.check_invariants().unwrap();
+    seq.check_invariants().unwrap();
     stale.check_invariants().unwrap();
 }
 
