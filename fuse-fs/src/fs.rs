@@ -490,9 +490,9 @@ impl Fs {
         let names = Names::new(cfg.dcache_entries, cfg.dcache_negative, &root);
         let data = Data::new(cfg.page_cache_bytes);
         let gate = FdGate::new(cfg.fd_limit, cfg.fd_pool as u64);
-        // Listings are forgotten by time, drops and changes through the
-        // mount, not by the watcher: kept only with `ttl`.
-        let listings = Listings::new(cfg.coherence == Coherence::Ttl, cfg.dcache_entries);
+        // Listings are forgotten by time, drops, changes through the mount
+        // and, with the watch, by the watcher (`listing.rs`).
+        let listings = Listings::new(true, cfg.dcache_entries);
         Ok(Self {
             cfg,
             table,
@@ -1172,6 +1172,12 @@ impl Fs {
     pub fn opendir(&self, ino: u64, caller: Caller) -> FsResult<u64> {
         let inode = self.dir(ino)?;
         self.walk_ahead(&inode);
+        if self.cfg.coherence == Coherence::Watch && inode.listing().is_some() {
+            // With the watch a kept listing has no interval: compare its
+            // stamp with the source's now (one `fstat`), so that a change
+            // the watcher has not applied yet is not listed stale.
+            let _ = self.refresh(&inode);
+        }
         if let Some(l) = self.listings.fresh(&inode, self.cfg.revalidate) {
             return Ok(self.dirs.insert(OpenDir {
                 inode,
@@ -1187,7 +1193,7 @@ impl Fs {
             let before = self.source_seq();
             let st = sys::fstat(fd.as_fd())?;
             self.store_attr(&inode, st, before);
-            if let listing::Read::Whole(l) = self.listings.read(fd.as_fd(), &inode, &st)? {
+            if let listing::Read::Whole(l) = self.read_listing(fd.as_fd(), &inode, &st, before)? {
                 listing = Some(l);
             }
         }

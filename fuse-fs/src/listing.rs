@@ -1,14 +1,16 @@
-//! Cached directory listings, for sources where a listing costs round trips
-//! (`--coherence ttl`: network and FUSE sources, and any source that is not
-//! watched).
+//! Kept directory listings: a listing costs an open, reads and a close in
+//! the source (three round trips over sshfs; on a local source, system
+//! calls, and with `--kernel-cache` the READDIRPLUS and READDIR round trips
+//! that the kernel's own copy of a kept listing saves).
 //!
 //! # What
 //! OPENDIR reads the whole listing of a directory from the source at once
 //! (`getdents64` until the end) and keeps it on the directory's inode with
-//! the time it was read. Another OPENDIR of the same directory within the
-//! revalidation interval *R* is served from that listing without touching
-//! the source: no open, no read (over sshfs an OPENDIR, READDIR and CLOSE
-//! are three round trips). READDIR and READDIRPLUS of an open handle read
+//! the time it was read. Another OPENDIR of the same directory is served
+//! from that listing without reading the source: with `--coherence ttl`
+//! within the revalidation interval *R*; with `watch` while the source's
+//! stamp of the directory (one `fstat` at the OPENDIR) is the one it was
+//! read under and no event for a name in it has arrived. READDIR and READDIRPLUS of an open handle read
 //! the snapshot the handle was opened with, at offsets of its own (the
 //! entry's index + 1), as a directory stream keeps reading its own
 //! snapshot. READDIRPLUS answers each entry through LOOKUP, so the names
@@ -36,8 +38,12 @@
 //!   not kept (its handles read the source as before), and all kept
 //!   listings together hold at most the budget given to [`Listings::new`]
 //!   (entries); past it, listings are read for their handle only.
-//! - Only in `ttl` coherence: the source watcher (`watch`) does not forget
-//!   listings, so with it every OPENDIR reads the source, as before.
+//! - With `watch` the interval is the watch's hour, the stamp compared is
+//!   the one the source shows at the OPENDIR (`Fs::opendir` refreshes the
+//!   directory's attributes first), the watcher forgets the listing of a
+//!   directory on an event for a name in it, and a listing read while a
+//!   change was applied is forgotten at once (`Fs::read_listing`, the
+//!   change sequence of `fs/watched.rs`).
 
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;

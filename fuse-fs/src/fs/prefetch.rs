@@ -287,7 +287,7 @@ impl Fs {
             return false;
         };
         self.store_attr(dir, st, before);
-        match self.listings.read(std::os::fd::AsFd::as_fd(&fd), dir, &st) {
+        match self.read_listing(std::os::fd::AsFd::as_fd(&fd), dir, &st, before) {
             Ok(crate::listing::Read::Whole(l)) => {
                 self.refreshes.fetch_add(1, Ordering::Relaxed);
                 self.refresh_names(dir, &l.entries);

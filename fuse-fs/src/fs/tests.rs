@@ -1116,3 +1116,51 @@ fn a_partial_page_write_that_does_not_end_the_file_is_not_cached() {
     want[100..103].copy_from_slice(b"abc");
     assert_eq!(read_all(&t.fs, f.ino), want);
 }
+
+/// With the watch, listings are kept (`listing.rs`): a second OPENDIR of an
+/// unchanged directory reads nothing from the source, and the watcher's
+/// event for a name in the directory forgets its kept listing (the
+/// OPENDIR's own stamp check is not what removes it here: no OPENDIR runs
+/// between the event and the check).
+#[test]
+fn with_the_watch_a_kept_listing_is_forgotten_by_a_name_event() {
+    if !sys::is_root() {
+        eprintln!("SKIPPED: file handles for the watch need root");
+        return;
+    }
+    let t = setup(FsConfig {
+        coherence: Coherence::Watch,
+        use_handles: true,
+        ..default_cfg()
+    });
+    let d = walk(&t.fs, "d").expect("lookup d");
+    let inode = t.fs.table.get(d.ino).expect("d's inode");
+    let reads = || t.fs.listings.stats_json()["reads"].as_u64().expect("reads");
+    let fh = t.fs.opendir(d.ino, ME).expect("opendir");
+    t.fs.releasedir(fh).expect("releasedir");
+    assert!(inode.listing().is_some(), "the first OPENDIR keeps the listing");
+    let after_first = reads();
+    let fh = t.fs.opendir(d.ino, ME).expect("opendir");
+    t.fs.releasedir(fh).expect("releasedir");
+    assert_eq!(reads(), after_first, "an unchanged directory's listing was read again");
+
+    let fd = sys::open_path(
+        &sys::cstr(std::os::unix::ffi::OsStrExt::as_bytes(t.src.join("d").as_os_str())).expect("path"),
+        libc::O_PATH,
+    )
+    .expect("open d");
+    let (handle, _) = sys::name_to_handle_at(fd.as_fd(), sys::EMPTY, libc::AT_EMPTY_PATH).expect("handle");
+    let (fsid, _) = sys::fs_ids(fd.as_fd()).expect("fsid");
+    let dir = crate::watch::Handle {
+        fsid,
+        handle_type: handle.handle_type(),
+        bytes: handle.bytes(),
+    };
+    t.fs.apply_source_events(&[crate::watch::Event::Name { dir, name: b"new" }]);
+    assert!(inode.listing().is_none(), "the name event left the kept listing");
+    // The next OPENDIR reads the source, and keeps that listing.
+    let fh = t.fs.opendir(d.ino, ME).expect("opendir");
+    t.fs.releasedir(fh).expect("releasedir");
+    assert_eq!(reads(), after_first + 1);
+    assert!(inode.listing().is_some());
+}

@@ -151,7 +151,7 @@ impl Fs {
         let before = self.source_seq();
         let Ok(st) = crate::sys::fstat(fd.as_fd()) else { return };
         self.store_attr(&dir, st, before);
-        let Ok(crate::listing::Read::Whole(l)) = self.listings.read(fd.as_fd(), &dir, &st) else {
+        let Ok(crate::listing::Read::Whole(l)) = self.read_listing(fd.as_fd(), &dir, &st, before) else {
             return;
         };
         drop(fd);

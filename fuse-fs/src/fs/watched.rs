@@ -8,8 +8,10 @@
 //! the event costs that one hash lookup). For a known object:
 //! - a name created, deleted or moved in a directory: the dcache entry under
 //!   it (positive or negative, and everything below it) is removed, the
-//!   directory's attributes expire; with `--kernel-cache`, the kernel's
-//!   entry and the directory's attributes are invalidated;
+//!   directory's attributes expire and its kept listing is forgotten (the
+//!   next OPENDIR reads the source and answers without `FOPEN_KEEP_CACHE`,
+//!   so the kernel drops its copy of the listing); with `--kernel-cache`,
+//!   the kernel's entry and the directory's attributes are invalidated;
 //! - attributes changed: the cached attributes expire (kernel: attributes);
 //! - data changed: the cached pages are dropped and the attributes expire
 //!   (kernel: attributes and pages).
@@ -177,6 +179,26 @@ impl Fs {
         }
     }
 
+    /// Reads `dir`'s whole listing from `fd` (attributes `st`, both read
+    /// after `before` was taken) and keeps it (`listing.rs`), unless a
+    /// source change was applied since `before`: then the kept listing is
+    /// forgotten again (the watcher may have forgotten the directory's
+    /// listing before this one was kept). The listing read still serves
+    /// the handle it was read for, as a snapshot.
+    pub(super) fn read_listing(
+        &self,
+        fd: BorrowedFd<'_>,
+        dir: &Inode,
+        st: &libc::stat,
+        before: u64,
+    ) -> crate::error::FsResult<crate::listing::Read> {
+        let read = self.listings.read(fd, dir, st)?;
+        if self.source_changed_since(before) {
+            dir.set_listing(None);
+        }
+        Ok(read)
+    }
+
     /// Lets the filesystem mark filesystems mounted under the source later
     /// (`devs`: the devices the watch marked at the start).
     pub fn set_watch_marker(&self, marker: Marker, devs: impl IntoIterator<Item = u64>) {
@@ -289,6 +311,7 @@ impl Fs {
                     tracing::trace!(dir = dir.ino, name = %String::from_utf8_lossy(name), "source: name changed");
                     self.names.remove(dir, name);
                     dir.expire_attr();
+                    dir.set_listing(None);
                     if kc && known(dir) {
                         inval.push(Inval::Entry {
                             parent: dir.ino,

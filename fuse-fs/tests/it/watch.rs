@@ -208,6 +208,75 @@ fn every_kind_of_source_change_is_seen_with_kernel_cache() {
     sees_every_kind_of_change(KERNEL);
 }
 
+/// With the watch, listings are kept as with `ttl` (`listing.rs`), and with
+/// `--kernel-cache` the kernel caches them too: listing an unchanged
+/// directory again reads nothing from the source. A name created, renamed
+/// or removed directly in the source is listed at once (the OPENDIR
+/// compares the kept listing's stamp with the source's, so it does not
+/// wait for the watcher), and the listing after that is served from the
+/// cache again.
+fn listings_follow_the_source(args: &[&str]) {
+    let Some(m) = Mount::with(args, tree) else { return };
+    let list = || {
+        let mut v: Vec<String> = fs::read_dir(m.at("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let reads = || m.stats()["listings"]["reads"].as_u64().unwrap();
+    let first = list();
+    assert_eq!(first, ["a", "keep", "sub"]);
+    let (r, hits) = (reads(), m.stats()["listings"]["hits"].as_u64().unwrap());
+    assert_eq!(list(), first);
+    assert_eq!(
+        reads(),
+        r,
+        "{args:?}: an unchanged listing was read again: {}",
+        m.stats()
+    );
+    assert!(m.stats()["listings"]["hits"].as_u64().unwrap() > hits);
+
+    fs::write(m.src_at("d/new"), b"new").unwrap();
+    assert_eq!(list(), ["a", "keep", "new", "sub"], "{args:?}: a create in the source");
+    fs::rename(m.src_at("d/new"), m.src_at("d/moved")).unwrap();
+    assert_eq!(
+        list(),
+        ["a", "keep", "moved", "sub"],
+        "{args:?}: a rename in the source"
+    );
+    fs::remove_file(m.src_at("d/moved")).unwrap();
+    fs::rename(m.src_at("d/sub/x"), m.src_at("d/x")).unwrap();
+    assert_eq!(
+        list(),
+        ["a", "keep", "sub", "x"],
+        "{args:?}: a rename into the directory"
+    );
+    // Once the watcher has caught up, unchanged listings are cached again,
+    // and they are the source's.
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(list(), ["a", "keep", "sub", "x"]);
+    let r = reads();
+    assert_eq!(list(), ["a", "keep", "sub", "x"]);
+    assert_eq!(
+        reads(),
+        r,
+        "{args:?}: the listing after the changes is not kept: {}",
+        m.stats()
+    );
+}
+
+#[test]
+fn listings_are_kept_and_follow_source_changes() {
+    listings_follow_the_source(DEFAULT);
+}
+
+#[test]
+fn listings_are_kept_and_follow_source_changes_with_kernel_cache() {
+    listings_follow_the_source(KERNEL);
+}
+
 /// `--kernel-cache`: a file changed in the source and then opened through
 /// the mount reads exactly its new bytes, even when the watcher applies the
 /// change after the open found it (`watch-apply-delay`) while the reader's
