@@ -258,6 +258,8 @@ pub struct Opened {
     pub direct_io: bool,
     /// Keep the kernel's page cache from the previous open.
     pub keep_cache: bool,
+    /// The kernel need not send a FLUSH at each close (`fs/flush.rs`).
+    pub no_flush: bool,
     /// No stamp vouched for what the caches hold of the file (it changed in
     /// the source since the cache last saw it, or a drop cleared the stamp):
     /// its cached pages were dropped, and the kernel's attributes may be
@@ -386,6 +388,8 @@ pub struct Fs {
     lists_ahead: prefetch::NameQueue,
     /// Directories whose stale names a lookup refreshed at once.
     refreshes: AtomicU64,
+    /// FLUSHes answered (`fs/flush.rs`).
+    flushes: AtomicU64,
 }
 
 fn name_ok(name: &[u8]) -> FsResult<()> {
@@ -527,6 +531,7 @@ impl Fs {
                 "dirs_ahead_waiting",
             ]),
             refreshes: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
         })
     }
 
@@ -1071,11 +1076,13 @@ impl Fs {
             same
         };
         let append = flags & libc::O_APPEND != 0;
+        let no_flush = !flush::needs_flush(flags);
         let fh = self.files.insert(OpenFile { inode, fd, append });
         Ok(Opened {
             fh,
             direct_io: !self.cfg.kernel_cache,
             keep_cache: self.cfg.kernel_cache && same,
+            no_flush,
             changed: !same,
         })
     }
@@ -1146,12 +1153,6 @@ impl Fs {
         self.store_attr(inode, st, before);
         self.note_own_change(inode, &st);
         Ok(n as u32)
-    }
-
-    /// FLUSH.
-    pub fn flush(&self, fh: u64) -> FsResult<()> {
-        let file = self.files.get(fh)?;
-        sys::flush(file.fd.as_fd())
     }
 
     /// RELEASE.
@@ -1545,6 +1546,7 @@ impl Fs {
 }
 
 mod drop;
+mod flush;
 pub mod prefetch;
 mod stats;
 pub mod walk_ahead;

@@ -274,6 +274,10 @@ fn fopen(o: &Opened) -> FopenFlags {
     if o.keep_cache {
         f |= FopenFlags::FOPEN_KEEP_CACHE;
     }
+    if o.no_flush {
+        // No FLUSH at each close of this handle (`fs/flush.rs`).
+        f |= FopenFlags::FOPEN_NOFLUSH;
+    }
     f
 }
 

@@ -214,6 +214,11 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
         Kind::Gauge,
         "Duration of the last daemon-side warm",
     ),
+    (
+        "source.flushes",
+        Kind::Counter,
+        "FLUSHes (closes that reach the source) answered",
+    ),
 ];
 
 /// Last words of a key that make an unlisted leaf a counter.

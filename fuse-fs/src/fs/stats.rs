@@ -23,6 +23,7 @@ impl Fs {
             "lookups_in_flight_max": self.source_lookups.max_in_flight(),
             "refreshed_names": self.prefetched.load(Ordering::Relaxed),
             "dir_refreshes": self.refreshes.load(Ordering::Relaxed),
+            "flushes": self.flushes(),
         });
         for (k, v) in self.unlisted.stats().into_iter().chain(self.lists_ahead.stats()) {
             source[k] = v.into();

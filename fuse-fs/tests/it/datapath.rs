@@ -221,6 +221,33 @@ fn first_difference(a: &[u8], b: &[u8]) -> String {
     }
 }
 
+/// What a process writes through a shared mapping of a file on the mount
+/// is in the source once it has closed the file, without an `msync` and
+/// while the mapping lives on: the close of a descriptor open for writing
+/// still flushes (the kernel writes the mapping's dirty pages back first;
+/// `fs/flush.rs`), in both modes. A read-only descriptor of the same file,
+/// opened and closed meanwhile, changes nothing.
+#[test]
+fn data_written_through_a_mapping_is_in_the_source_after_the_close() {
+    for extra in [&[][..], &["--kernel-cache"][..]] {
+        let Some(m) = Mount::with(extra, |src| write_tree(src, &[("f", &content(1, 3 * 4096))])) else {
+            return;
+        };
+        let f = OpenOptions::new().read(true).write(true).open(m.at("f")).unwrap();
+        let map = Mapping::new(&f, 3 * 4096);
+        map.write(5000, b"through the mapping");
+        drop(File::open(m.at("f")).unwrap());
+        drop(f);
+        let mut want = content(1, 3 * 4096);
+        want[5000..5000 + 19].copy_from_slice(b"through the mapping");
+        assert!(
+            fs::read(m.src_at("f")).unwrap() == want,
+            "{extra:?}: the mapping's write is not in the source after the close"
+        );
+        drop(map);
+    }
+}
+
 #[test]
 fn concurrent_writers_readers_truncates_and_mmap_writers_leave_no_stale_bytes() {
     const SIZE: usize = 256 << 10;

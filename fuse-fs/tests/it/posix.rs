@@ -719,3 +719,55 @@ fn names_and_attributes_changed_in_the_source_are_seen_within_revalidate() {
     );
     assert_eq!(fs::read(m.at("a/born")).unwrap(), b"new");
 }
+
+/// A close of a file opened for reading only costs no FLUSH round trip
+/// (`FOPEN_NOFLUSH`, `fs/flush.rs`); a close of a file opened for writing
+/// still reaches the source, on a local source and on a FUSE one (rcufs
+/// over rcufs), in both modes.
+#[test]
+fn only_closes_of_files_opened_for_writing_reach_the_source() {
+    for extra in [&[][..], &["--kernel-cache"][..]] {
+        let Some(lower) = Mount::with(extra, tree) else { return };
+        let flushes = |m: &Mount| m.stats()["source"]["flushes"].as_u64().unwrap();
+        let mut read = String::new();
+        File::open(lower.at("a/one"))
+            .unwrap()
+            .read_to_string(&mut read)
+            .unwrap();
+        assert_eq!(read, "first file\n");
+        assert_eq!(flushes(&lower), 0, "{extra:?}: a read-only close sent a FLUSH");
+        OpenOptions::new()
+            .append(true)
+            .open(lower.at("top"))
+            .unwrap()
+            .write_all(b"!")
+            .unwrap();
+        assert_eq!(flushes(&lower), 1, "{extra:?}: a write close sent no FLUSH");
+        assert_eq!(fs::read(lower.src_at("top")).unwrap(), b"top level!");
+        let Some(upper) = Mount::over(&lower.mnt, extra) else {
+            return;
+        };
+        File::open(upper.at("a/b/two"))
+            .unwrap()
+            .read_to_string(&mut String::new())
+            .unwrap();
+        assert_eq!(
+            flushes(&upper),
+            0,
+            "{extra:?}: a read-only close over FUSE sent a FLUSH"
+        );
+        let before = flushes(&lower);
+        let mut f = OpenOptions::new().append(true).open(upper.at("top")).unwrap();
+        f.write_all(b"?").unwrap();
+        drop(f);
+        assert_eq!(flushes(&upper), 1, "{extra:?}: a write close over FUSE sent no FLUSH");
+        // The upper daemon's FLUSH closes a duplicate of its descriptor on
+        // the lower mount, which flushes there in turn (its open may close
+        // descriptors of its own there too).
+        assert!(
+            flushes(&lower) > before,
+            "{extra:?}: the FLUSH did not reach the lower mount"
+        );
+        assert_eq!(fs::read(lower.src_at("top")).unwrap(), b"top level!?");
+    }
+}
