@@ -1173,17 +1173,13 @@ impl Fs {
     pub fn opendir(&self, ino: u64, caller: Caller) -> FsResult<u64> {
         let inode = self.dir(ino)?;
         self.walk_ahead(&inode);
-        if self.cfg.coherence == Coherence::Watch && inode.listing().is_some() {
-            // With the watch a kept listing has no interval: compare its
-            // stamp with the source's now (one `fstat`), so that a change
-            // the watcher has not applied yet is not listed stale.
-            let _ = self.refresh(&inode);
-        }
-        if let Some(l) = self.listings.fresh(&inode, self.cfg.revalidate) {
+        if self.stamp_checked(&inode)
+            && let Some(l) = self.listings.fresh(&inode, self.cfg.revalidate)
+        {
             return Ok(self.dirs.insert(OpenDir {
                 inode,
                 fd: Mutex::new(None),
-                listing: Some(l),
+                listing: Mutex::new(Some(l)),
                 kept: true,
             }));
         }
@@ -1202,9 +1198,52 @@ impl Fs {
             inode,
             // A handle that reads a listing needs no descriptor.
             fd: Mutex::new(if listing.is_some() { None } else { Some(fd) }),
-            listing,
+            listing: Mutex::new(listing),
             kept: false,
         }))
+    }
+
+    /// Whether `dir`'s kept listing may be compared with its cached stamp:
+    /// with the watch a kept listing has no interval, so the stamp is the
+    /// source's of now (one `fstat`), and a change the watcher has not
+    /// applied yet is not listed stale; false if that `fstat` failed (the
+    /// caller then reads the source, which gives the error).
+    fn stamp_checked(&self, dir: &Inode) -> bool {
+        self.cfg.coherence != Coherence::Watch || dir.listing().is_none() || self.refresh(dir).is_ok()
+    }
+
+    /// Before a READDIR from offset 0 of a handle that reads a listing:
+    /// makes the handle read the directory's listing of now, not the one
+    /// it was opened with, if that one has since been replaced or
+    /// forgotten (a handle kept open or rewound across a change). With
+    /// `--kernel-cache` such a READDIR may start the kernel's copy of the
+    /// listing, which the kernel stamps with the directory's attributes of
+    /// now and keeps for every later OPENDIR answered with
+    /// `FOPEN_KEEP_CACHE`: an old snapshot there would outlive the change.
+    /// (It is also what POSIX asks of `rewinddir`.) The source is read as
+    /// the daemon: the handle's OPENDIR checked the caller's access.
+    fn renew_listing(&self, dir: &OpenDir) -> FsResult<()> {
+        let Some(held) = dir.listing.lock().clone() else {
+            return Ok(());
+        };
+        if self.stamp_checked(&dir.inode)
+            && self
+                .listings
+                .servable(&dir.inode, self.cfg.revalidate)
+                .is_some_and(|now| Arc::ptr_eq(&now, &held))
+        {
+            return Ok(());
+        }
+        let fd = self.table.open(&dir.inode, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let before = self.source_seq();
+        let st = sys::fstat(fd.as_fd())?;
+        self.store_attr(&dir.inode, st, before);
+        if let listing::Read::Whole(l) = self.read_listing(fd.as_fd(), &dir.inode, &st, before)? {
+            self.listings.renewed();
+            *dir.listing.lock() = Some(l);
+        }
+        // Grown past `listing::MAX_ENTRIES`: the handle keeps its snapshot.
+        Ok(())
     }
 
     /// Kernel-cache mode: whether the kernel may cache what it reads of the
@@ -1217,7 +1256,7 @@ impl Fs {
         let Ok(dir) = self.dirs.get(fh) else {
             return (false, false);
         };
-        let cache = self.cfg.kernel_cache && dir.listing.is_some();
+        let cache = self.cfg.kernel_cache && dir.listing.lock().is_some();
         (cache, cache && dir.kept)
     }
 
@@ -1242,10 +1281,14 @@ impl Fs {
         sink: &mut impl FnMut(&DirItem) -> bool,
         later: &mut Vec<Vec<u8>>,
     ) -> FsResult<()> {
+        if offset == 0 {
+            self.renew_listing(dir)?;
+        }
+        let listing = dir.listing.lock().clone();
         let mut buf = vec![0u8; 16 * 1024];
         let mut offset = offset as i64;
         loop {
-            let batch = match (&dir.listing, &*dir.fd.lock()) {
+            let batch = match (&listing, &*dir.fd.lock()) {
                 (Some(l), _) => listing::batch(l, offset as u64, 256),
                 (None, Some(fd)) => sys::read_dir_batch(fd.as_fd(), offset, &mut buf)?,
                 (None, None) => return Err(FsError::BADF),

@@ -10,17 +10,26 @@
 //! from that listing without reading the source: with `--coherence ttl`
 //! within the revalidation interval *R*; with `watch` while the source's
 //! stamp of the directory (one `fstat` at the OPENDIR) is the one it was
-//! read under and no event for a name in it has arrived. READDIR and READDIRPLUS of an open handle read
-//! the snapshot the handle was opened with, at offsets of its own (the
-//! entry's index + 1), as a directory stream keeps reading its own
-//! snapshot. READDIRPLUS answers each entry through LOOKUP, so the names
-//! and attributes it returns are those of the name cache, fresh within *R*.
+//! read under and no event for a name in it has arrived.
+//!
+//! READDIR and READDIRPLUS of an open handle read the snapshot the handle
+//! was opened with, at offsets of its own (the entry's index + 1), as a
+//! directory stream keeps reading its own snapshot; a READDIR from offset
+//! 0 first makes the handle read the directory's listing of now if its
+//! snapshot has been replaced or forgotten since (`Fs::readdir`; POSIX's
+//! `rewinddir`). READDIRPLUS answers each entry through LOOKUP, so the
+//! names and attributes it returns are those of the name cache.
 //!
 //! With `--kernel-cache` the kernel is told to cache what it reads of a
 //! handle that reads a listing (`FOPEN_CACHE_DIR`), and to keep that copy
 //! (`FOPEN_KEEP_CACHE`) only when a kept listing served the OPENDIR: an
 //! OPENDIR that read the source answers without it, and the kernel drops
-//! its copy. So the kernel's copy is never older than rcufs's listing.
+//! its copy. The kernel fills its copy from a READDIR at offset 0 of any
+//! handle that reads a listing, and stamps it with the directory's
+//! attributes at that moment; since such a READDIR reads the directory's
+//! listing of that moment (above), not an older snapshot of a handle kept
+//! open across a change, the kernel's copy is never older than rcufs's
+//! listing.
 //! (A change through the mount moves the directory's version in the
 //! kernel, which drops its copy too.)
 //!
@@ -91,6 +100,8 @@ pub struct Listings {
     budget: usize,
     hits: AtomicU64,
     reads: AtomicU64,
+    /// Handles made to read a newer listing at a READDIR from offset 0.
+    renewed: AtomicU64,
     too_big: AtomicU64,
 }
 
@@ -112,6 +123,7 @@ impl Listings {
             budget,
             hits: AtomicU64::new(0),
             reads: AtomicU64::new(0),
+            renewed: AtomicU64::new(0),
             too_big: AtomicU64::new(0),
         }
     }
@@ -178,6 +190,11 @@ impl Listings {
         Ok(Read::Whole(listing))
     }
 
+    /// Counts a handle made to read a newer listing (`Fs::readdir`).
+    pub fn renewed(&self) {
+        self.renewed.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Forgets every kept listing (a drop): they stay allocated until their
     /// directory's next OPENDIR replaces them or the inode is freed, but
     /// none is served again.
@@ -191,6 +208,7 @@ impl Listings {
             "enabled": self.enabled,
             "hits": self.hits.load(Ordering::Relaxed),
             "reads": self.reads.load(Ordering::Relaxed),
+            "renewed": self.renewed.load(Ordering::Relaxed),
             "too_big": self.too_big.load(Ordering::Relaxed),
             "entries": self.held.load(Ordering::Relaxed) as u64,
             "budget_entries": self.budget as u64,

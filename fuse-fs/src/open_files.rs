@@ -80,8 +80,9 @@ pub struct OpenDir {
     /// none.
     pub fd: Mutex<Option<OwnedFd>>,
     /// The listing this handle reads, if the whole directory was read at
-    /// OPENDIR (or a kept listing served it).
-    pub listing: Option<Arc<crate::listing::Listing>>,
+    /// OPENDIR (or a kept listing served it); renewed by a READDIR from
+    /// offset 0 if the directory's listing changed since (`Fs::readdir`).
+    pub listing: Mutex<Option<Arc<crate::listing::Listing>>>,
     /// Whether a kept listing served the OPENDIR (the same listing as the
     /// previous OPENDIR's, so the kernel may keep what it cached of it).
     pub kept: bool,

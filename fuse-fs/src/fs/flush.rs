@@ -11,12 +11,17 @@
 //! would: on NFS, CIFS, overlayfs or a FUSE source such as sshfs, the
 //! write-back and the errors of data written through it (close-to-open).
 //!
-//! For an open for reading only, none of that carries anything: such a
-//! descriptor has written nothing, through `write` or a mapping (a shared
-//! writable mapping needs a descriptor open for writing, whose own close
-//! still flushes), and the daemon holds no POSIX locks on source files for
-//! a close to drop (rcufs implements no lock requests: the kernel keeps
-//! the mount's locks itself). So read-only opens are answered with
+//! For an open for reading only, none of that carries anything of its
+//! own: such a descriptor has written nothing, through `write` or a
+//! mapping (a shared writable mapping needs a descriptor open for writing,
+//! whose own close still flushes), and the daemon holds no POSIX locks on
+//! source files for a close to drop (rcufs implements no lock requests:
+//! the kernel keeps the mount's locks itself). What a read-only close no
+//! longer does is write back pages dirtied through a mapping made from
+//! *another* descriptor that was closed before the writes (map, close,
+//! write): those reach the source at the next `msync`, `fsync`, `munmap`,
+//! open of the file answered without `FOPEN_KEEP_CACHE`, or background
+//! write-back, as POSIX allows. So read-only opens are answered with
 //! `FOPEN_NOFLUSH` (FUSE 7.35): the kernel sends no FLUSH for their file
 //! handle, and their close costs no round trip. mergerfs makes the same
 //! choice by default (`flush-on-close=opened-for-write`).

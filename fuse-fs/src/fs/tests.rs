@@ -1164,3 +1164,60 @@ fn with_the_watch_a_kept_listing_is_forgotten_by_a_name_event() {
     assert_eq!(reads(), after_first + 1);
     assert!(inode.listing().is_some());
 }
+
+/// A handle that reads a listing and is read again from offset 0 (a
+/// `rewinddir`, or the kernel starting its copy of the listing from a
+/// handle opened before a change) reads the directory's listing of now,
+/// not its snapshot: with `--kernel-cache` the kernel would keep an old
+/// snapshot stamped with the new attributes. A read from a later offset
+/// goes on in the snapshot it started.
+#[test]
+fn a_listing_read_from_the_start_is_the_directorys_current_one() {
+    let t = setup(FsConfig {
+        coherence: Coherence::Ttl,
+        revalidate: Duration::from_secs(3600),
+        kernel_cache: true,
+        ..default_cfg()
+    });
+    let d = walk(&t.fs, "d").expect("lookup d");
+    let names = |fh: u64, offset: u64| {
+        let mut v = Vec::new();
+        t.fs.readdir(fh, offset, false, |item| {
+            v.push(String::from_utf8_lossy(&item.name).into_owned());
+            false
+        })
+        .expect("readdir");
+        v.sort();
+        v
+    };
+    let old = t.fs.opendir(d.ino, ME).expect("opendir");
+    assert_eq!(names(old, 0), [".", "..", "e"]);
+    let mut first = None;
+    t.fs.readdir(old, 0, false, |item| {
+        if first.is_some() {
+            return true;
+        }
+        first = Some(item.next_offset);
+        false
+    })
+    .expect("readdir");
+    // A change through the mount forgets the kept listing.
+    t.fs.create(d.ino, b"new", 0o644, libc::O_WRONLY, ME).expect("create");
+    // From a later offset: the snapshot the stream started in.
+    assert!(!names(old, first.expect("an entry")).contains(&"new".to_string()));
+    // From the start: the listing of now, and the kept one afterwards.
+    assert_eq!(names(old, 0), [".", "..", "e", "new"]);
+    assert_eq!(t.fs.listings.stats_json()["renewed"], 1);
+    let fresh = t.fs.opendir(d.ino, ME).expect("opendir");
+    assert_eq!(
+        t.fs.dir_cache_flags(fresh),
+        (true, true),
+        "the renewed listing is the kept one"
+    );
+    assert_eq!(names(fresh, 0), [".", "..", "e", "new"]);
+    assert_eq!(
+        t.fs.listings.stats_json()["renewed"],
+        1,
+        "a current snapshot is not read again"
+    );
+}

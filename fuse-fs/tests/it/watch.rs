@@ -211,12 +211,16 @@ fn every_kind_of_source_change_is_seen_with_kernel_cache() {
 /// With the watch, listings are kept as with `ttl` (`listing.rs`), and with
 /// `--kernel-cache` the kernel caches them too: listing an unchanged
 /// directory again reads nothing from the source. A name created, renamed
-/// or removed directly in the source is listed at once (the OPENDIR
-/// compares the kept listing's stamp with the source's, so it does not
-/// wait for the watcher), and the listing after that is served from the
+/// or removed directly in the source is listed at once: the watcher
+/// applies every batch 300 ms late here (`watch-apply-delay`), so only the
+/// OPENDIR's comparison of the kept listing's stamp with the source's can
+/// show it. Once the watcher has caught up, the listing is served from the
 /// cache again.
 fn listings_follow_the_source(args: &[&str]) {
-    let Some(m) = Mount::with(args, tree) else { return };
+    let env = [("RCUFS_FAULT", "watch-apply-delay:300")];
+    let Some(m) = Mount::with_env(args, &env, tree) else {
+        return;
+    };
     let list = || {
         let mut v: Vec<String> = fs::read_dir(m.at("d"))
             .unwrap()
@@ -253,17 +257,66 @@ fn listings_follow_the_source(args: &[&str]) {
         ["a", "keep", "sub", "x"],
         "{args:?}: a rename into the directory"
     );
-    // Once the watcher has caught up, unchanged listings are cached again,
-    // and they are the source's.
-    std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(list(), ["a", "keep", "sub", "x"]);
-    let r = reads();
-    assert_eq!(list(), ["a", "keep", "sub", "x"]);
-    assert_eq!(
-        reads(),
-        r,
-        "{args:?}: the listing after the changes is not kept: {}",
+    // Once the watcher has caught up (its late events forget the listing
+    // once more), an unchanged listing is served from the cache again.
+    let mut last = String::new();
+    let settled = eventually(SOON, || {
+        let r = reads();
+        let now = list();
+        last = format!("{now:?}, {} reads", reads() - r);
+        now == ["a", "keep", "sub", "x"] && reads() == r
+    });
+    assert!(
+        settled,
+        "{args:?}: the listing after the changes is not kept: {last}; {}",
         m.stats()
+    );
+}
+
+/// `--kernel-cache`: the kernel fills its copy of a listing from the first
+/// READDIR of any handle that reads one, and stamps it with the
+/// directory's attributes of that moment. A handle opened before a change
+/// and read only after it (and after another OPENDIR kept the new
+/// listing) must therefore read the new listing, or the kernel would serve
+/// the old one, stamped as new, to every later OPENDIR.
+#[test]
+fn a_handle_opened_before_a_change_does_not_leave_the_kernel_an_old_listing() {
+    let Some(m) = Mount::with(KERNEL, tree) else { return };
+    let list = || {
+        let mut v: Vec<String> = fs::read_dir(m.at("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(list(), ["a", "keep", "sub"]);
+    // OPENDIR now; its first READDIR comes later.
+    let early = fs::read_dir(m.at("d")).unwrap();
+    fs::write(m.src_at("d/late"), b"late").unwrap();
+    // The watcher has applied the change (the kernel's attributes of `d`
+    // are invalidated), and another OPENDIR has read and kept the new
+    // listing, answered without `FOPEN_KEEP_CACHE` (so the kernel has no
+    // copy), and not read yet either.
+    std::thread::sleep(Duration::from_millis(300));
+    let other = fs::read_dir(m.at("d")).unwrap();
+    let mut via_early: Vec<String> = early
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    via_early.sort();
+    drop(other);
+    for _ in 0..2 {
+        assert_eq!(
+            list(),
+            ["a", "keep", "late", "sub"],
+            "the kernel kept a listing older than the source's; {}",
+            m.stats()
+        );
+    }
+    assert_eq!(
+        via_early,
+        ["a", "keep", "late", "sub"],
+        "the early handle read its old snapshot"
     );
 }
 
