@@ -1281,8 +1281,12 @@ impl Fs {
         sink: &mut impl FnMut(&DirItem) -> bool,
         later: &mut Vec<Vec<u8>>,
     ) -> FsResult<()> {
-        if offset == 0 {
-            self.renew_listing(dir)?;
+        if offset == 0
+            && let Err(e) = self.renew_listing(dir)
+        {
+            // The source cannot be read now (a directory removed there,
+            // out of descriptors): the handle reads its snapshot, as before.
+            tracing::debug!(ino = dir.inode.ino, "READDIR from 0 keeps its listing: {e}");
         }
         let listing = dir.listing.lock().clone();
         let mut buf = vec![0u8; 16 * 1024];

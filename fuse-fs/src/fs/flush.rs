@@ -16,15 +16,15 @@
 //! mapping (a shared writable mapping needs a descriptor open for writing,
 //! whose own close still flushes), and the daemon holds no POSIX locks on
 //! source files for a close to drop (rcufs implements no lock requests:
-//! the kernel keeps the mount's locks itself). What a read-only close no
-//! longer does is write back pages dirtied through a mapping made from
-//! *another* descriptor that was closed before the writes (map, close,
-//! write): those reach the source at the next `msync`, `fsync`, `munmap`,
-//! open of the file answered without `FOPEN_KEEP_CACHE`, or background
-//! write-back, as POSIX allows. So read-only opens are answered with
-//! `FOPEN_NOFLUSH` (FUSE 7.35): the kernel sends no FLUSH for their file
-//! handle, and their close costs no round trip. mergerfs makes the same
-//! choice by default (`flush-on-close=opened-for-write`).
+//! the kernel keeps the mount's locks itself). So read-only opens are
+//! answered with `FOPEN_NOFLUSH` (FUSE 7.35): the kernel sends no FLUSH
+//! for their file handle, and their close costs no round trip. mergerfs
+//! makes the same choice by default (`flush-on-close=opened-for-write`).
+//! What a read-only close no longer does is write back pages dirtied
+//! through a mapping made from *another* descriptor that was closed
+//! before the writes (map, close, write): those reach the source at the
+//! next `msync`, `fsync`, `munmap`, open of the file answered without
+//! `FOPEN_KEEP_CACHE`, or background write-back, as POSIX allows.
 //!
 //! Opens for writing keep their FLUSH on every filesystem, local ones
 //! included: there the kernel's write-back of mapped pages at close is
