@@ -188,6 +188,11 @@ impl Mount {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if rcufs_mount_at(&m.mnt) {
+                // The mount is in the table before the daemon has answered
+                // the kernel's INIT; a `stat` of the root waits for that
+                // handshake, so a test that unmounts at once (or kills the
+                // daemon) does not cut it short.
+                let _ = std::fs::metadata(&m.mnt);
                 return Some(m);
             }
             if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
