@@ -1221,17 +1221,17 @@ impl Fs {
     /// now and keeps for every later OPENDIR answered with
     /// `FOPEN_KEEP_CACHE`: an old snapshot there would outlive the change.
     /// (It is also what POSIX asks of `rewinddir`.) The source is read as
-    /// the daemon: the handle's OPENDIR checked the caller's access.
+    /// the daemon: the handle's OPENDIR checked the caller's access. No
+    /// `fstat` here: the kernel stamps its copy with the attributes rcufs
+    /// last gave it, and whatever refreshed those past the listing's stamp
+    /// (the watcher's event, an OPENDIR's check, an expiry) also made the
+    /// listing unservable.
     fn renew_listing(&self, dir: &OpenDir) -> FsResult<()> {
         let Some(held) = dir.listing.lock().clone() else {
             return Ok(());
         };
-        if self.stamp_checked(&dir.inode)
-            && self
-                .listings
-                .servable(&dir.inode, self.cfg.revalidate)
-                .is_some_and(|now| Arc::ptr_eq(&now, &held))
-        {
+        let servable = self.listings.servable(&dir.inode, self.cfg.revalidate);
+        if servable.is_some_and(|now| Arc::ptr_eq(&now, &held)) {
             return Ok(());
         }
         let fd = self.table.open(&dir.inode, libc::O_RDONLY | libc::O_DIRECTORY)?;

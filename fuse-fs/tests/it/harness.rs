@@ -371,6 +371,15 @@ pub fn can_switch_users() -> bool {
 }
 
 /// Writes `files` (path relative to `root`, content) creating parent directories.
+/// The names a directory stream lists, sorted.
+pub fn listed(dir: std::fs::ReadDir) -> Vec<String> {
+    let mut v: Vec<String> = dir
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
 pub fn write_tree(root: &Path, files: &[(&str, &[u8])]) {
     for (rel, content) in files {
         let p = root.join(rel);

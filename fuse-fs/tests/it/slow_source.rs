@@ -9,7 +9,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Barrier;
 
-use crate::harness::Mount;
+use crate::harness::{Mount, listed};
 
 fn tree(src: &std::path::Path) {
     fs::create_dir(src.join("d")).unwrap();
@@ -97,14 +97,7 @@ fn listings_in(extra: &[&str]) {
     let Some(m) = Mount::with(&args, tree) else {
         return;
     };
-    let list = || {
-        let mut v: Vec<String> = fs::read_dir(m.at("d"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    };
+    let list = || listed(fs::read_dir(m.at("d")).unwrap());
     let first = list();
     assert_eq!(first.len(), 32);
     let reads = m.stats()["listings"]["reads"].as_u64().unwrap();

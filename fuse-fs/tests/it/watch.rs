@@ -8,7 +8,7 @@ use std::fs;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::time::{Duration, Instant};
 
-use crate::harness::{Mount, content, eventually, write_tree};
+use crate::harness::{Mount, content, eventually, listed, write_tree};
 use crate::sys::errno;
 
 const DEFAULT: &[&str] = &["--coherence", "watch"];
@@ -221,14 +221,7 @@ fn listings_follow_the_source(args: &[&str]) {
     let Some(m) = Mount::with_env(args, &env, tree) else {
         return;
     };
-    let list = || {
-        let mut v: Vec<String> = fs::read_dir(m.at("d"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    };
+    let list = || listed(fs::read_dir(m.at("d")).unwrap());
     let reads = || m.stats()["listings"]["reads"].as_u64().unwrap();
     let first = list();
     assert_eq!(first, ["a", "keep", "sub"]);
@@ -282,14 +275,7 @@ fn listings_follow_the_source(args: &[&str]) {
 #[test]
 fn a_handle_opened_before_a_change_does_not_leave_the_kernel_an_old_listing() {
     let Some(m) = Mount::with(KERNEL, tree) else { return };
-    let list = || {
-        let mut v: Vec<String> = fs::read_dir(m.at("d"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    };
+    let list = || listed(fs::read_dir(m.at("d")).unwrap());
     assert_eq!(list(), ["a", "keep", "sub"]);
     // OPENDIR now; its first READDIR comes later.
     let early = fs::read_dir(m.at("d")).unwrap();
@@ -300,10 +286,7 @@ fn a_handle_opened_before_a_change_does_not_leave_the_kernel_an_old_listing() {
     // copy), and not read yet either.
     std::thread::sleep(Duration::from_millis(300));
     let other = fs::read_dir(m.at("d")).unwrap();
-    let mut via_early: Vec<String> = early
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    via_early.sort();
+    let via_early = listed(early);
     drop(other);
     for _ in 0..2 {
         assert_eq!(
