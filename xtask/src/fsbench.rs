@@ -23,7 +23,9 @@
 //!   did.
 //!
 //! Each seed run also records the cache counters' change over its timed
-//! pass (hits, misses), so the table shows what the drop changed.
+//! pass (hits, misses), so the table shows what the drop changed, and the
+//! same pass on the source itself, cold and hot: the part of the speedup
+//! the source's disk accounts for (`fsbench/source_cost.rs`).
 //!
 //! The `coherence` section (`fsbench/coherence.rs`) compares `--coherence
 //! watch` with `ttl` in both modes: hot stat and missing names against
@@ -57,7 +59,9 @@ use crate::bench::out_dir;
 mod coherence;
 mod data;
 mod paper;
+mod source_cost;
 use crate::util::{Rng, cargo, ensure_programs, root, run};
+pub(crate) use paper::s001_budget;
 
 /// Sizes of the generated workloads.
 struct Scale {
@@ -266,7 +270,7 @@ fn is_rcufs_mount(mountpoint: &Path) -> bool {
 }
 
 /// Empties the kernel's page, dentry and inode caches (needs root).
-fn drop_kernel_caches() -> Result<()> {
+pub(crate) fn drop_kernel_caches() -> Result<()> {
     let _ = Command::new("sync").status();
     fs::write("/proc/sys/vm/drop_caches", "3").context("echo 3 > /proc/sys/vm/drop_caches (needs root)")
 }
@@ -314,7 +318,7 @@ fn write_file(path: &Path, bytes: usize, rng: &mut Rng) -> Result<()> {
 }
 
 /// Text files of `bytes` bytes whose lines sometimes contain "data" (seed 001 greps them).
-fn write_text(path: &Path, bytes: usize, rng: &mut Rng) -> Result<()> {
+pub(crate) fn write_text(path: &Path, bytes: usize, rng: &mut Rng) -> Result<()> {
     let mut s = String::with_capacity(bytes + 128);
     while s.len() < bytes {
         let r = rng.next();
@@ -630,7 +634,7 @@ fn suite(
 // -------------------------------------------------------------------- seeds
 
 /// lstat of every file of seed 004's directory `d`; returns the count.
-fn s004_pass(mnt: &Path, d: usize, files: usize) -> Result<u64> {
+pub(crate) fn s004_pass(mnt: &Path, d: usize, files: usize) -> Result<u64> {
     for f in 0..files {
         let p = mnt.join(format!("s004/{d}/f{f:06}"));
         fs::symlink_metadata(&p).with_context(|| format!("stat {}", p.display()))?;
@@ -662,10 +666,10 @@ fn stats_delta(before: &Value, after: &Value) -> Value {
 
 /// One run of a seed experiment: the timed seconds, the counters' change
 /// over the timed part, and the counters at the end.
-struct SeedRun {
-    secs: f64,
-    delta: Value,
-    after: Value,
+pub(crate) struct SeedRun {
+    pub secs: f64,
+    pub delta: Value,
+    pub after: Value,
 }
 
 /// Seed 004 ("VFS: Directory level cache cleaning"): with a dcache that holds
@@ -674,7 +678,7 @@ struct SeedRun {
 /// pass stats, which is what the dentry cache decides), optionally drop the
 /// dentries of 2 before 3, and time 1 again; the kernel's caches are emptied
 /// after every pass (see below).
-fn seed004(rcufs: &Path, src: &Path, mnt: &Path, files: usize, drop2: bool, log: &Path) -> Result<SeedRun> {
+pub(crate) fn seed004(rcufs: &Path, src: &Path, mnt: &Path, files: usize, drop2: bool, log: &Path) -> Result<SeedRun> {
     // Each file is one dentry; a little room for the directories themselves.
     let cap = files * 2 + files / 5;
     let m = Mount::new(
@@ -731,7 +735,7 @@ fn cp_r(from: &Path, to: &Path) -> Result<()> {
 /// `budget` bytes, optionally dropping the pages of 2 before the second
 /// copy; the kernel's caches are emptied before the grep, so what rcufs
 /// does not hold is read from the disk.
-fn seed001(
+pub(crate) fn seed001(
     rcufs: &Path,
     src: &Path,
     mnt: &Path,
@@ -762,10 +766,7 @@ fn seed001(
     }
     cp_r(&base.join("3"), &base.join("4"))?;
     drop_kernel_caches()?;
-    let mut files: Vec<PathBuf> = fs::read_dir(base.join("1"))?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    files.sort();
+    let files = sorted_files(&base.join("1"))?;
     let before = m.stats();
     let start = Instant::now();
     // Output to a pipe: GNU grep stops at the first match when its output is
@@ -919,14 +920,19 @@ pub fn fsbench(args: &[String]) -> Result<()> {
             let r = (|| -> Result<Value> {
                 let keep = seed004(rcufs, &src, &mnt, s.s004_files, false, &logs.join("seed004-keep.log"))?;
                 let with = seed004(rcufs, &src, &mnt, s.s004_files, true, &logs.join("seed004-drop.log"))?;
-                Ok(seed_record(
-                    format!(
-                        "seed 004: 2nd pass over dir 1 ({} files/dir, dcache for ~2 dirs), without vs with `drop --dentries 2`",
-                        s.s004_files
+                let cost = source_cost::s004(&src, s.s004_files)?;
+                Ok(with_source_cost(
+                    seed_record(
+                        format!(
+                            "seed 004: 2nd pass over dir 1 ({} files/dir, dcache for ~2 dirs), without vs with `drop --dentries 2`",
+                            s.s004_files
+                        ),
+                        &keep,
+                        &with,
+                        4.29,
                     ),
-                    &keep,
-                    &with,
-                    4.29,
+                    &cost,
+                    with.secs,
                 ))
             })();
             match r {
@@ -939,14 +945,19 @@ pub fn fsbench(args: &[String]) -> Result<()> {
                 let budget = s.s001_files as u64 * 2_000_000 * 16 / 5;
                 let keep = seed001(rcufs, &src, &mnt, "s001", budget, false, &logs.join("seed001-keep.log"))?;
                 let with = seed001(rcufs, &src, &mnt, "s001", budget, true, &logs.join("seed001-drop.log"))?;
-                Ok(seed_record(
-                    format!(
-                        "seed 001: `cp -r 1 2; cp -r 3 4; grep data 1/*` ({} files of 2 MB/dir, page cache for 3.2 dirs), without vs with `drop --pages 2`",
-                        s.s001_files
+                let cost = source_cost::s001(&sorted_files(&src.join("s001/1"))?)?;
+                Ok(with_source_cost(
+                    seed_record(
+                        format!(
+                            "seed 001: `cp -r 1 2; cp -r 3 4; grep data 1/*` ({} files of 2 MB/dir, page cache for 3.2 dirs), without vs with `drop --pages 2`",
+                            s.s001_files
+                        ),
+                        &keep,
+                        &with,
+                        6.888 / 2.197,
                     ),
-                    &keep,
-                    &with,
-                    6.888 / 2.197,
+                    &cost,
+                    with.secs,
                 ))
             })();
             match r {
@@ -1031,9 +1042,28 @@ pub fn fsbench(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The paths in `dir`, sorted (as the shell expands `dir/*`).
+fn sorted_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .with_context(|| format!("read {}", dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    files.sort();
+    Ok(files)
+}
+
+/// `record` with the source's own cold and hot pass and the speedup they
+/// account for when the all-hit pass took `hit_secs` (`fsbench/source_cost.rs`).
+fn with_source_cost(mut record: Value, cost: &source_cost::SourceCost, hit_secs: f64) -> Value {
+    if let (Some(r), Value::Object(extra)) = (record.as_object_mut(), cost.record(hit_secs)) {
+        r.extend(extra);
+    }
+    record
+}
+
 /// The record of a seed experiment: ours = with the drop, baseline =
 /// without, ratio = the speedup (seconds, lower is better).
-fn seed_record(name: String, without: &SeedRun, with: &SeedRun, paper: f64) -> Value {
+pub(crate) fn seed_record(name: String, without: &SeedRun, with: &SeedRun, paper: f64) -> Value {
     json!({
         "name": name,
         "ours": with.secs, "baseline": without.secs, "unit": "s (lower is better)",
@@ -1087,7 +1117,7 @@ fn table(measures: &[Measure], seeds: &[Value], errors: &[String], s: &Scale, qu
     if !seeds.is_empty() {
         let _ = writeln!(
             md,
-            "\n| seed experiment | without drop (s) | with drop (s) | speedup | paper | timed pass without: misses / hits | with: misses / hits |\n|---|---:|---:|---:|---:|---:|---:|"
+            "\n| seed experiment | without drop (s) | with drop (s) | speedup | paper | source disk allows | timed pass without: misses / hits | with: misses / hits |\n|---|---:|---:|---:|---:|---:|---:|---:|"
         );
         for v in seeds {
             // The counters of the cache the experiment is about.
@@ -1102,12 +1132,13 @@ fn table(measures: &[Measure], seeds: &[Value], errors: &[String], s: &Scale, qu
             };
             let _ = writeln!(
                 md,
-                "| {} | {:.3} | {:.3} | {:.2}x | {:.2}x | {} | {} |",
+                "| {} | {:.3} | {:.3} | {:.2}x | {:.2}x | {} | {} | {} |",
                 v["name"].as_str().unwrap_or("?"),
                 v["baseline"].as_f64().unwrap_or(f64::NAN),
                 v["ours"].as_f64().unwrap_or(f64::NAN),
                 v["ratio"].as_f64().unwrap_or(f64::NAN),
                 v["paper_ratio"].as_f64().unwrap_or(f64::NAN),
+                v["source_bound"].as_f64().map_or("-".into(), |c| format!("{c:.2}x")),
                 c("timed_pass_counters_without"),
                 c("timed_pass_counters_with")
             );

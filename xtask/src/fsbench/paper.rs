@@ -21,8 +21,9 @@
 //!
 //! Each point runs without and with the drop, one run each; the records
 //! carry the timed pass's cache counters, the table the paper's figure at
-//! the same X where the paper has one, and an SVG plots the speedup
-//! against the file count beside the paper's.
+//! the same X where the paper has one and the speedup the source's disk
+//! accounts for (`fsbench/source_cost.rs`), and an SVG plots the speedup
+//! against the file count beside both.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -32,7 +33,7 @@ use std::time::Instant;
 use anyhow::Result;
 use serde_json::Value;
 
-use super::{Scale, seed_record, seed001, seed004, write_text};
+use super::{Scale, seed_record, seed001, seed004, sorted_files, source_cost, with_source_cost, write_text};
 use crate::bench::{out_dir, svg};
 use crate::util::{Rng, root};
 
@@ -65,7 +66,7 @@ fn paper_ratio(table: &[(usize, f64, f64)], files: usize) -> Option<f64> {
 
 /// Seed 001's budget: three directories of 2 MB files at the largest X,
 /// and 2 %.
-fn s001_budget(files: &[usize]) -> u64 {
+pub(crate) fn s001_budget(files: &[usize]) -> u64 {
     files.iter().copied().max().unwrap_or(460) as u64 * 2_000_000 * 3 * 102 / 100
 }
 
@@ -122,6 +123,8 @@ struct Point {
     without: f64,
     with: f64,
     paper: Option<f64>,
+    /// The speedup the source's disk accounts for (`fsbench/source_cost.rs`).
+    source_bound: f64,
     counters: String,
 }
 
@@ -168,6 +171,7 @@ pub fn run(
                 true,
                 &logs.join(format!("paper001-{x}-drop.log")),
             )?;
+            let cost = source_cost::s001(&sorted_files(&src.join(&base).join("1"))?)?;
             let paper = paper_ratio(S001_PAPER, x);
             let mut r = seed_record(
                 format!(
@@ -178,6 +182,7 @@ pub fn run(
                 &with,
                 paper.unwrap_or(6.888 / 2.197),
             );
+            r = with_source_cost(r, &cost, with.secs);
             r["files_per_dir"] = x.into();
             records.push(r);
             points.push(Point {
@@ -185,6 +190,7 @@ pub fn run(
                 without: keep.secs,
                 with: with.secs,
                 paper,
+                source_bound: cost.bound(with.secs),
                 counters: format!(
                     "{} | {}",
                     counters(&keep.delta, "pagecache"),
@@ -212,6 +218,7 @@ pub fn run(
             eprintln!("xtask fsbench: paper seed 004 at {x} files per directory");
             let keep = seed004(rcufs, src, mnt, x, false, &logs.join(format!("paper004-{x}-keep.log")))?;
             let with = seed004(rcufs, src, mnt, x, true, &logs.join(format!("paper004-{x}-drop.log")))?;
+            let cost = source_cost::s004(src, x)?;
             let paper = paper_ratio(S004_PAPER, x);
             let mut r = seed_record(
                 format!(
@@ -221,6 +228,7 @@ pub fn run(
                 &with,
                 paper.unwrap_or(4.29),
             );
+            r = with_source_cost(r, &cost, with.secs);
             r["files_per_dir"] = x.into();
             records.push(r);
             points.push(Point {
@@ -228,6 +236,7 @@ pub fn run(
                 without: keep.secs,
                 with: with.secs,
                 paper,
+                source_bound: cost.bound(with.secs),
                 counters: format!(
                     "{} | {}",
                     counters(&keep.delta, "dcache"),
@@ -261,6 +270,10 @@ pub fn run(
                 label: "paper (where it has the file count)".into(),
                 values: points.iter().map(|p| p.paper.unwrap_or(0.0)).collect(),
             },
+            svg::Series {
+                label: "what the source's disk accounts for".into(),
+                values: points.iter().map(|p| p.source_bound).collect(),
+            },
         ];
         fs::write(out.join(file), svg::grouped_bars(title, "speedup (x)", &cats, &series))?;
         fs::copy(out.join(file), results.join(file))?;
@@ -272,17 +285,18 @@ pub fn run(
 fn table(md: &mut String, title: &str, points: &[Point]) {
     let _ = writeln!(
         md,
-        "\n### {title}\n\n| files per dir | without drop (s) | with drop (s) | speedup | paper | timed pass without \\| with |\n|---:|---:|---:|---:|---:|---|"
+        "\n### {title}\n\n| files per dir | without drop (s) | with drop (s) | speedup | paper | source disk allows | timed pass without \\| with |\n|---:|---:|---:|---:|---:|---:|---|"
     );
     for p in points {
         let _ = writeln!(
             md,
-            "| {} | {:.3} | {:.3} | {:.2}x | {} | {} |",
+            "| {} | {:.3} | {:.3} | {:.2}x | {} | {:.2}x | {} |",
             p.files,
             p.without,
             p.with,
             p.without / p.with,
             p.paper.map_or("-".into(), |r| format!("{r:.2}x")),
+            p.source_bound,
             p.counters
         );
     }
