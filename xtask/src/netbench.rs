@@ -48,7 +48,9 @@
 //! then a walk of 25,000 entries (250 directories) with the daemon's
 //! descriptor limit at 512, so a pool of 128 (`netbench/walk.rs`).
 //! `--walk N` runs only that walk, at `N` entries
-//! (the 1,000,000-entry run of BENCHMARKS.md).
+//! (the 1,000,000-entry run of BENCHMARKS.md). `--seed004 N[,N...]` and
+//! `--seed001 N[,N...]` run only the seeds' experiments over the link
+//! (`netbench/seeds.rs`).
 //!
 //! Writes `target/rcufs-bench/netbench.{json,md,svg}` and, for a full run,
 //! copies them to `benches/results/`.
@@ -65,6 +67,7 @@ use crate::bench::out_dir;
 use crate::util::{cargo, ensure_programs, root, run};
 
 mod link;
+mod seeds;
 mod sshfs;
 mod walk;
 mod work;
@@ -204,6 +207,8 @@ struct Options {
     find_only: bool,
     walk: Option<usize>,
     walk_source: walk::Source,
+    /// Only the seeds' experiments, at these file counts per directory.
+    seeds: Option<seeds::Counts>,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
@@ -216,6 +221,7 @@ fn parse(args: &[String]) -> Result<Options> {
         find_only: false,
         walk: None,
         walk_source: walk::Source::Rcufs,
+        seeds: None,
     };
     let mut it = args.iter();
     let mut rounds = None;
@@ -230,6 +236,29 @@ fn parse(args: &[String]) -> Result<Options> {
             "--delay-ms" => o.delay = Duration::from_secs_f64(value("milliseconds")?.parse::<f64>()? / 1000.0),
             "--ttl" => ttl = Some(value("whole seconds")?.parse()?),
             "--walk" => o.walk = Some(value("a number of entries")?.parse()?),
+            "--seed004" | "--seed001" => {
+                let list = value("file counts per directory, comma-separated")?;
+                let counts = list
+                    .split(',')
+                    .map(|x| {
+                        x.trim()
+                            .parse::<usize>()
+                            .with_context(|| format!("{a}: {x:?} is not a count"))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                if counts.contains(&0) {
+                    bail!("{a}: a file count must be at least 1");
+                }
+                let seeds = o.seeds.get_or_insert(seeds::Counts {
+                    seed004: Vec::new(),
+                    seed001: Vec::new(),
+                });
+                if a == "--seed004" {
+                    seeds.seed004 = counts;
+                } else {
+                    seeds.seed001 = counts;
+                }
+            }
             "--walk-source" => {
                 o.walk_source = match value("rcufs or sshfs")?.as_str() {
                     "rcufs" => walk::Source::Rcufs,
@@ -239,7 +268,7 @@ fn parse(args: &[String]) -> Result<Options> {
             }
             other => bail!(
                 "unknown argument {other}; usage: cargo xtask netbench [--ci] [--rounds N] [--delay-ms MS] \
-                 [--ttl SECS] [--keep] [--find-only] | --walk N [--walk-source rcufs|sshfs]"
+                 [--ttl SECS] [--keep] [--find-only] | --walk N [--walk-source rcufs|sshfs] | [--seed004 N[,N...]] [--seed001 N[,N...]] [--delay-ms MS]"
             ),
         }
     }
@@ -300,6 +329,9 @@ pub fn netbench(args: &[String]) -> Result<()> {
     if let Some(n) = o.walk {
         let r = walk::run(&rcufs, &work.path, n, None, o.walk_source, &logs)?;
         return write_walk(&r);
+    }
+    if let Some(counts) = &o.seeds {
+        return seeds::run(&rcufs, &work.path, counts, o.delay, &logs);
     }
     let s = if o.ci { Scale::ci() } else { Scale::full() };
     let served = work.path.join("served");
