@@ -1117,7 +1117,7 @@ fn table(measures: &[Measure], seeds: &[Value], errors: &[String], s: &Scale, qu
     if !seeds.is_empty() {
         let _ = writeln!(
             md,
-            "\n| seed experiment | without drop (s) | with drop (s) | speedup | paper | source disk allows | timed pass without: misses / hits | with: misses / hits |\n|---|---:|---:|---:|---:|---:|---:|---:|"
+            "\n| seed experiment | without drop (s) | with drop (s) | speedup | paper | from the source's disk | timed pass without: misses / hits | with: misses / hits |\n|---|---:|---:|---:|---:|---:|---:|---:|"
         );
         for v in seeds {
             // The counters of the cache the experiment is about.

@@ -285,7 +285,7 @@ pub fn run(
 fn table(md: &mut String, title: &str, points: &[Point]) {
     let _ = writeln!(
         md,
-        "\n### {title}\n\n| files per dir | without drop (s) | with drop (s) | speedup | paper | source disk allows | timed pass without \\| with |\n|---:|---:|---:|---:|---:|---:|---|"
+        "\n### {title}\n\n| files per dir | without drop (s) | with drop (s) | speedup | paper | from the source's disk | timed pass without \\| with |\n|---:|---:|---:|---:|---:|---:|---|"
     );
     for p in points {
         let _ = writeln!(
