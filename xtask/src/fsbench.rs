@@ -61,7 +61,7 @@ mod data;
 mod paper;
 mod source_cost;
 use crate::util::{Rng, cargo, ensure_programs, root, run};
-pub(crate) use paper::s001_budget;
+pub(crate) use paper::{S001_PAPER, S004_PAPER, paper_ratio, s001_budget};
 
 /// Sizes of the generated workloads.
 struct Scale {
@@ -920,7 +920,7 @@ pub fn fsbench(args: &[String]) -> Result<()> {
             let r = (|| -> Result<Value> {
                 let keep = seed004(rcufs, &src, &mnt, s.s004_files, false, &logs.join("seed004-keep.log"))?;
                 let with = seed004(rcufs, &src, &mnt, s.s004_files, true, &logs.join("seed004-drop.log"))?;
-                let cost = source_cost::s004(&src, s.s004_files)?;
+                let cost = source_cost::s004(&src, s.s004_files);
                 Ok(with_source_cost(
                     seed_record(
                         format!(
@@ -931,7 +931,7 @@ pub fn fsbench(args: &[String]) -> Result<()> {
                         &with,
                         4.29,
                     ),
-                    &cost,
+                    cost,
                     with.secs,
                 ))
             })();
@@ -945,7 +945,7 @@ pub fn fsbench(args: &[String]) -> Result<()> {
                 let budget = s.s001_files as u64 * 2_000_000 * 16 / 5;
                 let keep = seed001(rcufs, &src, &mnt, "s001", budget, false, &logs.join("seed001-keep.log"))?;
                 let with = seed001(rcufs, &src, &mnt, "s001", budget, true, &logs.join("seed001-drop.log"))?;
-                let cost = source_cost::s001(&sorted_files(&src.join("s001/1"))?)?;
+                let cost = sorted_files(&src.join("s001/1")).and_then(|f| source_cost::s001(&f));
                 Ok(with_source_cost(
                     seed_record(
                         format!(
@@ -956,7 +956,7 @@ pub fn fsbench(args: &[String]) -> Result<()> {
                         &with,
                         6.888 / 2.197,
                     ),
-                    &cost,
+                    cost,
                     with.secs,
                 ))
             })();
@@ -1054,9 +1054,16 @@ fn sorted_files(dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// `record` with the source's own cold and hot pass and the speedup they
 /// account for when the all-hit pass took `hit_secs` (`fsbench/source_cost.rs`).
-fn with_source_cost(mut record: Value, cost: &source_cost::SourceCost, hit_secs: f64) -> Value {
-    if let (Some(r), Value::Object(extra)) = (record.as_object_mut(), cost.record(hit_secs)) {
-        r.extend(extra);
+/// If the source's passes failed, the record keeps the seed's runs and
+/// says why the figure is missing.
+fn with_source_cost(mut record: Value, cost: Result<source_cost::SourceCost>, hit_secs: f64) -> Value {
+    if let Some(r) = record.as_object_mut() {
+        match cost {
+            Ok(c) => r.extend(c.record(hit_secs)),
+            Err(e) => {
+                r.insert("source_cost_error".into(), format!("{e:#}").into());
+            }
+        }
     }
     record
 }
@@ -1138,7 +1145,7 @@ fn table(measures: &[Measure], seeds: &[Value], errors: &[String], s: &Scale, qu
                 v["ours"].as_f64().unwrap_or(f64::NAN),
                 v["ratio"].as_f64().unwrap_or(f64::NAN),
                 v["paper_ratio"].as_f64().unwrap_or(f64::NAN),
-                v["source_bound"].as_f64().map_or("-".into(), |c| format!("{c:.2}x")),
+                v["disk_share"].as_f64().map_or("-".into(), |c| format!("{c:.2}x")),
                 c("timed_pass_counters_without"),
                 c("timed_pass_counters_with")
             );

@@ -238,7 +238,7 @@ fn parse(args: &[String]) -> Result<Options> {
             "--walk" => o.walk = Some(value("a number of entries")?.parse()?),
             "--seed004" | "--seed001" => {
                 let list = value("file counts per directory, comma-separated")?;
-                let counts = list
+                let mut counts = list
                     .split(',')
                     .map(|x| {
                         x.trim()
@@ -249,10 +249,9 @@ fn parse(args: &[String]) -> Result<Options> {
                 if counts.contains(&0) {
                     bail!("{a}: a file count must be at least 1");
                 }
-                let seeds = o.seeds.get_or_insert(seeds::Counts {
-                    seed004: Vec::new(),
-                    seed001: Vec::new(),
-                });
+                counts.sort_unstable();
+                counts.dedup();
+                let seeds = o.seeds.get_or_insert_with(seeds::Counts::default);
                 if a == "--seed004" {
                     seeds.seed004 = counts;
                 } else {
@@ -270,6 +269,18 @@ fn parse(args: &[String]) -> Result<Options> {
                 "unknown argument {other}; usage: cargo xtask netbench [--ci] [--rounds N] [--delay-ms MS] \
                  [--ttl SECS] [--keep] [--find-only] | --walk N [--walk-source rcufs|sshfs] | [--seed004 N[,N...]] [--seed001 N[,N...]] [--delay-ms MS]"
             ),
+        }
+    }
+    if o.seeds.is_some() {
+        let others = [
+            (o.walk.is_some(), "--walk"),
+            (o.ci, "--ci"),
+            (o.find_only, "--find-only"),
+            (rounds.is_some(), "--rounds"),
+            (ttl.is_some(), "--ttl"),
+        ];
+        if let Some((_, flag)) = others.iter().find(|(given, _)| *given) {
+            bail!("--seed004/--seed001 run only the seeds' experiments; {flag} does not apply to them");
         }
     }
     if o.ci {

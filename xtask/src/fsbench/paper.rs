@@ -44,7 +44,7 @@ pub const S001_FILES: &[usize] = &[360, 380, 400, 420, 440, 460];
 pub const S004_FILES: &[usize] = &[20_000, 60_000, 120_000, 180_000, 220_000, 260_000];
 
 /// The paper's seconds without and with cleaning, by file count.
-const S001_PAPER: &[(usize, f64, f64)] = &[
+pub(crate) const S001_PAPER: &[(usize, f64, f64)] = &[
     (360, 2.385, 1.361),
     (380, 3.159, 1.466),
     (400, 3.972, 1.558),
@@ -52,7 +52,7 @@ const S001_PAPER: &[(usize, f64, f64)] = &[
     (440, 5.798, 1.702),
     (460, 6.888, 2.197),
 ];
-const S004_PAPER: &[(usize, f64, f64)] = &[
+pub(crate) const S004_PAPER: &[(usize, f64, f64)] = &[
     (180_000, 2.165, 1.949),
     (200_000, 6.977, 1.906),
     (220_000, 10.032, 2.336),
@@ -60,7 +60,7 @@ const S004_PAPER: &[(usize, f64, f64)] = &[
     (260_000, 13.443, 3.651),
 ];
 
-fn paper_ratio(table: &[(usize, f64, f64)], files: usize) -> Option<f64> {
+pub(crate) fn paper_ratio(table: &[(usize, f64, f64)], files: usize) -> Option<f64> {
     table.iter().find(|t| t.0 == files).map(|t| t.1 / t.2)
 }
 
@@ -123,8 +123,9 @@ struct Point {
     without: f64,
     with: f64,
     paper: Option<f64>,
-    /// The speedup the source's disk accounts for (`fsbench/source_cost.rs`).
-    source_bound: f64,
+    /// The speedup the source's disk accounts for (`fsbench/source_cost.rs`);
+    /// `None` if the source's passes failed.
+    disk_share: Option<f64>,
     counters: String,
 }
 
@@ -171,7 +172,7 @@ pub fn run(
                 true,
                 &logs.join(format!("paper001-{x}-drop.log")),
             )?;
-            let cost = source_cost::s001(&sorted_files(&src.join(&base).join("1"))?)?;
+            let cost = sorted_files(&src.join(&base).join("1")).and_then(|f| source_cost::s001(&f));
             let paper = paper_ratio(S001_PAPER, x);
             let mut r = seed_record(
                 format!(
@@ -182,7 +183,8 @@ pub fn run(
                 &with,
                 paper.unwrap_or(6.888 / 2.197),
             );
-            r = with_source_cost(r, &cost, with.secs);
+            let disk_share = cost.as_ref().ok().map(|c| c.disk_share(with.secs));
+            r = with_source_cost(r, cost, with.secs);
             r["files_per_dir"] = x.into();
             records.push(r);
             points.push(Point {
@@ -190,7 +192,7 @@ pub fn run(
                 without: keep.secs,
                 with: with.secs,
                 paper,
-                source_bound: cost.bound(with.secs),
+                disk_share,
                 counters: format!(
                     "{} | {}",
                     counters(&keep.delta, "pagecache"),
@@ -218,7 +220,7 @@ pub fn run(
             eprintln!("xtask fsbench: paper seed 004 at {x} files per directory");
             let keep = seed004(rcufs, src, mnt, x, false, &logs.join(format!("paper004-{x}-keep.log")))?;
             let with = seed004(rcufs, src, mnt, x, true, &logs.join(format!("paper004-{x}-drop.log")))?;
-            let cost = source_cost::s004(src, x)?;
+            let cost = source_cost::s004(src, x);
             let paper = paper_ratio(S004_PAPER, x);
             let mut r = seed_record(
                 format!(
@@ -228,7 +230,8 @@ pub fn run(
                 &with,
                 paper.unwrap_or(4.29),
             );
-            r = with_source_cost(r, &cost, with.secs);
+            let disk_share = cost.as_ref().ok().map(|c| c.disk_share(with.secs));
+            r = with_source_cost(r, cost, with.secs);
             r["files_per_dir"] = x.into();
             records.push(r);
             points.push(Point {
@@ -236,7 +239,7 @@ pub fn run(
                 without: keep.secs,
                 with: with.secs,
                 paper,
-                source_bound: cost.bound(with.secs),
+                disk_share,
                 counters: format!(
                     "{} | {}",
                     counters(&keep.delta, "dcache"),
@@ -272,7 +275,7 @@ pub fn run(
             },
             svg::Series {
                 label: "what the source's disk accounts for".into(),
-                values: points.iter().map(|p| p.source_bound).collect(),
+                values: points.iter().map(|p| p.disk_share.unwrap_or(0.0)).collect(),
             },
         ];
         fs::write(out.join(file), svg::grouped_bars(title, "speedup (x)", &cats, &series))?;
@@ -290,13 +293,13 @@ fn table(md: &mut String, title: &str, points: &[Point]) {
     for p in points {
         let _ = writeln!(
             md,
-            "| {} | {:.3} | {:.3} | {:.2}x | {} | {:.2}x | {} |",
+            "| {} | {:.3} | {:.3} | {:.2}x | {} | {} | {} |",
             p.files,
             p.without,
             p.with,
             p.without / p.with,
             p.paper.map_or("-".into(), |r| format!("{r:.2}x")),
-            p.source_bound,
+            p.disk_share.map_or("-".into(), |d| format!("{d:.2}x")),
             p.counters
         );
     }
