@@ -105,6 +105,7 @@ fn over_sshfs(
     logs: &Path,
     seed: impl FnOnce(&Path) -> Result<SeedRun>,
 ) -> Result<SeedRun> {
+    let conn = link.connections();
     let sshfs = Sshfs::mount(
         link.addr().port(),
         served,
@@ -112,7 +113,6 @@ fn over_sshfs(
         SSHFS_OPTIONS,
         &logs.join(format!("seeds-sshfs-{tag}.log")),
     )?;
-    let conn = link.connections();
     fs::metadata(sshfs.path()).context("stat of the fresh sshfs mount")?;
     // The mount may answer before its connection is accepted (see
     // `mount_mode`): wait for it, so that the run goes through the link.
