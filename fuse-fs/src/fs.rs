@@ -1186,13 +1186,10 @@ impl Fs {
         let fd = self.open_inode(&inode, libc::O_RDONLY | libc::O_DIRECTORY, caller)?;
         self.gate.admit(fd.as_fd(), caller.uid)?;
         let mut listing = None;
-        if self.listings.enabled() {
-            let before = self.source_seq();
-            let st = sys::fstat(fd.as_fd())?;
-            self.store_attr(&inode, st, before);
-            if let listing::Read::Whole(l) = self.read_listing(fd.as_fd(), &inode, &st, before)? {
-                listing = Some(l);
-            }
+        if self.listings.enabled()
+            && let listing::Read::Whole(l) = self.read_listing(fd.as_fd(), &inode)?
+        {
+            listing = Some(l);
         }
         Ok(self.dirs.insert(OpenDir {
             inode,
@@ -1235,10 +1232,7 @@ impl Fs {
             return Ok(());
         }
         let fd = self.table.open(&dir.inode, libc::O_RDONLY | libc::O_DIRECTORY)?;
-        let before = self.source_seq();
-        let st = sys::fstat(fd.as_fd())?;
-        self.store_attr(&dir.inode, st, before);
-        if let listing::Read::Whole(l) = self.read_listing(fd.as_fd(), &dir.inode, &st, before)? {
+        if let listing::Read::Whole(l) = self.read_listing(fd.as_fd(), &dir.inode)? {
             self.listings.renewed();
             *dir.listing.lock() = Some(l);
         }

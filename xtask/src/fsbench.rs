@@ -61,7 +61,7 @@ mod data;
 mod paper;
 mod source_cost;
 use crate::util::{Rng, cargo, ensure_programs, root, run};
-pub(crate) use paper::{S001_PAPER, S004_PAPER, paper_ratio, s001_budget};
+pub(crate) use paper::{S001_PAPER, S004_PAPER, generate as generate_paper_sets, paper_ratio, s001_budget};
 
 /// Sizes of the generated workloads.
 struct Scale {

@@ -18,16 +18,10 @@ use std::time::{Duration, Instant};
 use pagecache::radix::Inline;
 use pagecache::{Mode, RadixTree, Tag};
 
-const OPS: [&str; 4] = ["insert", "tag", "untag", "remove"];
+mod common;
+use common::keys_of;
 
-fn keys_of(t: usize, threads: usize, n: u64, interleaved: bool) -> Vec<u64> {
-    if interleaved {
-        (0..n).filter(|i| *i as usize % threads == t).collect()
-    } else {
-        let per = n / threads as u64;
-        (t as u64 * per..if t + 1 == threads { n } else { (t as u64 + 1) * per }).collect()
-    }
-}
+const OPS: [&str; 4] = ["insert", "tag", "untag", "remove"];
 
 /// One run: the four phases, each timed from a barrier to the last thread's end.
 fn run(mode: Mode, n: u64, threads: usize, interleaved: bool) -> [Duration; 4] {

@@ -16,14 +16,8 @@ use std::time::{Duration, Instant};
 use pagecache::radix::Inline;
 use pagecache::{Mode, RadixTree, Tag};
 
-fn keys_of(t: usize, threads: usize, n: u64, interleaved: bool) -> Vec<u64> {
-    if interleaved {
-        (0..n).filter(|i| *i as usize % threads == t).collect()
-    } else {
-        let per = n / threads as u64;
-        (t as u64 * per..if t + 1 == threads { n } else { (t as u64 + 1) * per }).collect()
-    }
-}
+mod common;
+use common::keys_of;
 
 fn apply(tree: &RadixTree<u64, Inline>, phase: usize, k: u64) {
     let ok = match phase {

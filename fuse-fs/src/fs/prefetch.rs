@@ -282,12 +282,7 @@ impl Fs {
         let Ok(fd) = self.table.open(dir, libc::O_RDONLY | libc::O_DIRECTORY) else {
             return false;
         };
-        let before = self.source_seq();
-        let Ok(st) = crate::sys::fstat(std::os::fd::AsFd::as_fd(&fd)) else {
-            return false;
-        };
-        self.store_attr(dir, st, before);
-        match self.read_listing(std::os::fd::AsFd::as_fd(&fd), dir, &st, before) {
+        match self.read_listing(std::os::fd::AsFd::as_fd(&fd), dir) {
             Ok(crate::listing::Read::Whole(l)) => {
                 self.refreshes.fetch_add(1, Ordering::Relaxed);
                 self.refresh_names(dir, &l.entries);

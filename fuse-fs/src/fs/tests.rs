@@ -58,6 +58,21 @@ fn walk(fs: &Fs, path: &str) -> FsResult<Entry> {
     last.ok_or(FsError::INVAL)
 }
 
+/// The offset after the first entry of directory handle `fh`: a READDIR
+/// whose buffer filled after one entry.
+fn first_entry_end(fs: &Fs, fh: u64) -> u64 {
+    let mut first = None;
+    fs.readdir(fh, 0, false, |item| {
+        if first.is_some() {
+            return true;
+        }
+        first = Some(item.next_offset);
+        false
+    })
+    .expect("readdir");
+    first.expect("an entry")
+}
+
 fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
     let o = fs.open(ino, libc::O_RDONLY, ME).expect("open");
     let mut out = Vec::new();
@@ -217,17 +232,9 @@ fn readdirplus_lists_everything_and_takes_references() {
         .expect("a.txt entry");
     assert!(t.fs.getattr(a, None).is_ok(), "the entry's reference keeps the node id");
     // A full buffer after the first entry: resuming at its offset lists the rest once.
-    let mut first = None;
-    t.fs.readdir(fh, 0, false, |item| {
-        if first.is_some() {
-            return true;
-        }
-        first = Some(item.next_offset);
-        false
-    })
-    .expect("readdir");
+    let first = first_entry_end(&t.fs, fh);
     let mut rest = 0;
-    t.fs.readdir(fh, first.expect("one entry"), false, |_| {
+    t.fs.readdir(fh, first, false, |_| {
         rest += 1;
         false
     })
@@ -1192,19 +1199,11 @@ fn a_listing_read_from_the_start_is_the_directorys_current_one() {
     };
     let old = t.fs.opendir(d.ino, ME).expect("opendir");
     assert_eq!(names(old, 0), [".", "..", "e"]);
-    let mut first = None;
-    t.fs.readdir(old, 0, false, |item| {
-        if first.is_some() {
-            return true;
-        }
-        first = Some(item.next_offset);
-        false
-    })
-    .expect("readdir");
+    let first = first_entry_end(&t.fs, old);
     // A change through the mount forgets the kept listing.
     t.fs.create(d.ino, b"new", 0o644, libc::O_WRONLY, ME).expect("create");
     // From a later offset: the snapshot the stream started in.
-    assert!(!names(old, first.expect("an entry")).contains(&"new".to_string()));
+    assert!(!names(old, first).contains(&"new".to_string()));
     // From the start: the listing of now, and the kept one afterwards.
     assert_eq!(names(old, 0), [".", "..", "e", "new"]);
     assert_eq!(t.fs.listings.stats_json()["renewed"], 1);

@@ -148,10 +148,7 @@ impl Fs {
         let Ok(fd) = self.table.open(&dir, libc::O_RDONLY | libc::O_DIRECTORY) else {
             return;
         };
-        let before = self.source_seq();
-        let Ok(st) = crate::sys::fstat(fd.as_fd()) else { return };
-        self.store_attr(&dir, st, before);
-        let Ok(crate::listing::Read::Whole(l)) = self.read_listing(fd.as_fd(), &dir, &st, before) else {
+        let Ok(crate::listing::Read::Whole(l)) = self.read_listing(fd.as_fd(), &dir) else {
             return;
         };
         drop(fd);

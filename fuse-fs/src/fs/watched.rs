@@ -179,20 +179,17 @@ impl Fs {
         }
     }
 
-    /// Reads `dir`'s whole listing from `fd` (attributes `st`, both read
-    /// after `before` was taken) and keeps it (`listing.rs`), unless a
-    /// source change was applied since `before`: then the kept listing is
+    /// Reads `dir`'s attributes (stored) and whole listing from `fd` and
+    /// keeps the listing (`listing.rs`), unless a source change was applied
+    /// since before the attributes were read: then the kept listing is
     /// forgotten again (the watcher may have forgotten the directory's
     /// listing before this one was kept). The listing read still serves
     /// the handle it was read for, as a snapshot.
-    pub(super) fn read_listing(
-        &self,
-        fd: BorrowedFd<'_>,
-        dir: &Inode,
-        st: &libc::stat,
-        before: u64,
-    ) -> crate::error::FsResult<crate::listing::Read> {
-        let read = self.listings.read(fd, dir, st)?;
+    pub(super) fn read_listing(&self, fd: BorrowedFd<'_>, dir: &Inode) -> crate::error::FsResult<crate::listing::Read> {
+        let before = self.source_seq();
+        let st = crate::sys::fstat(fd)?;
+        self.store_attr(dir, st, before);
+        let read = self.listings.read(fd, dir, &st)?;
         if self.source_changed_since(before) {
             dir.set_listing(None);
         }

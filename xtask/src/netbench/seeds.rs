@@ -36,7 +36,6 @@ use serde_json::Value;
 use super::link::{DelayLink, SftpServer};
 use super::sshfs::Sshfs;
 use crate::fsbench::{self, S001_PAPER, S004_PAPER, SeedRun, paper_ratio};
-use crate::util::Rng;
 
 /// sshfs's options: what it keeps from a listing for 1 s, nothing kept by
 /// the kernel, its inode numbers kept (see `Mode::sshfs_options`).
@@ -58,42 +57,6 @@ struct Point {
     /// The paper's speedup at the same count, where its table has one.
     paper: Option<f64>,
     record: Value,
-}
-
-/// Generates the sets: seed 004's three directories of empty files and
-/// seed 001's directories 1 and 3 of 2 MB text files, each at its largest
-/// count (a run at a smaller count uses `x<count>` views of hard links).
-fn generate(served: &Path, c: &Counts) -> Result<()> {
-    if let Some(&max) = c.seed004.iter().max() {
-        for d in 1..=3 {
-            let dir = served.join(format!("s004/{d}"));
-            fs::create_dir_all(&dir)?;
-            for f in 0..max {
-                fs::File::create(dir.join(format!("f{f:06}")))?;
-            }
-        }
-    }
-    if let Some(&max) = c.seed001.iter().max() {
-        let mut rng = Rng(0x5eed_0000_0001);
-        for d in ["1", "3"] {
-            let all = served.join(format!("s001/all/{d}"));
-            fs::create_dir_all(&all)?;
-            for f in 0..max {
-                fsbench::write_text(&all.join(format!("f{f:04}.txt")), 2_000_000, &mut rng)?;
-            }
-            for &x in &c.seed001 {
-                let view = served.join(format!("s001/x{x}/{d}"));
-                fs::create_dir_all(&view)?;
-                for f in 0..x {
-                    let name = format!("f{f:04}.txt");
-                    fs::hard_link(all.join(&name), view.join(&name))
-                        .with_context(|| format!("link {}", view.join(&name).display()))?;
-                }
-            }
-        }
-    }
-    let _ = std::process::Command::new("sync").status();
-    Ok(())
 }
 
 /// One of fsbench's seed runs with a fresh sshfs mount as the source.
@@ -136,23 +99,27 @@ fn over_sshfs(
 /// `delay`; writes and prints the table.
 pub(crate) fn run(rcufs: &Path, work: &Path, c: &Counts, delay: Duration, logs: &Path) -> Result<()> {
     let served = work.join("seeds-served");
-    generate(&served, c)?;
+    // `fsbench --paper`'s sets: `paper001/x<count>/{1,3}` and `s004/{1,2,3}`.
+    fsbench::generate_paper_sets(&served, &c.seed001, &c.seed004, &[])?;
     let server = SftpServer::start()?;
     let link = DelayLink::start(server.addr(), delay)?;
     let mnt = work.join("seeds-mnt");
     let delay_ms = delay.as_secs_f64() * 1e3;
+    // One count's two runs, without and with the drop; `seed` is fsbench's
+    // run given the sshfs source, whether to drop and the rcufs log.
+    let pair = |name: &str, x: usize, seed: &dyn Fn(&Path, bool, &Path) -> Result<SeedRun>| {
+        let run = |drop2: bool| {
+            let tag = format!("{name}-{x}-{}", if drop2 { "drop" } else { "keep" });
+            let log = logs.join(format!("seeds-rcufs-{tag}.log"));
+            over_sshfs(&served, work, &link, &tag, logs, |src| seed(src, drop2, &log))
+        };
+        Ok::<_, anyhow::Error>((run(false)?, run(true)?))
+    };
     let mut points = Vec::new();
     for &x in &c.seed004 {
-        let mut runs = Vec::new();
-        for drop2 in [false, true] {
-            let tag = format!("seed004-{x}-{}", if drop2 { "drop" } else { "keep" });
-            let log = logs.join(format!("seeds-rcufs-{tag}.log"));
-            runs.push(over_sshfs(&served, work, &link, &tag, logs, |src| {
-                fsbench::seed004(rcufs, src, &mnt, x, drop2, &log)
-            })?);
-        }
-        let with = runs.pop().expect("two runs");
-        let without = runs.pop().expect("two runs");
+        let (without, with) = pair("seed004", x, &|src, drop2, log| {
+            fsbench::seed004(rcufs, src, &mnt, x, drop2, log)
+        })?;
         let paper = paper_ratio(S004_PAPER, x);
         let record = fsbench::seed_record(
             format!(
@@ -173,17 +140,10 @@ pub(crate) fn run(rcufs: &Path, work: &Path, c: &Counts, delay: Duration, logs: 
     }
     for &x in &c.seed001 {
         let budget = fsbench::s001_budget(&[x]);
-        let base = format!("s001/x{x}");
-        let mut runs = Vec::new();
-        for drop2 in [false, true] {
-            let tag = format!("seed001-{x}-{}", if drop2 { "drop" } else { "keep" });
-            let log = logs.join(format!("seeds-rcufs-{tag}.log"));
-            runs.push(over_sshfs(&served, work, &link, &tag, logs, |src| {
-                fsbench::seed001(rcufs, src, &mnt, &base, budget, drop2, &log)
-            })?);
-        }
-        let with = runs.pop().expect("two runs");
-        let without = runs.pop().expect("two runs");
+        let base = format!("paper001/x{x}");
+        let (without, with) = pair("seed001", x, &|src, drop2, log| {
+            fsbench::seed001(rcufs, src, &mnt, &base, budget, drop2, log)
+        })?;
         let paper = paper_ratio(S001_PAPER, x);
         let record = fsbench::seed_record(
             format!(
