@@ -587,6 +587,11 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                     }
                 },
                 Err(nix::errno::Errno::ENODEV) => return Ok(()),
+                // The connection was torn down while this read was taking a
+                // request off the queue (`fuse_dev_do_read` finds its
+                // processing queue disconnected): the same end as ENODEV,
+                // seen by a worker that raced the unmount.
+                Err(nix::errno::Errno::ECONNABORTED) => return Ok(()),
                 Err(err) => return Err(err.into()),
             }
         }
