@@ -41,7 +41,9 @@
 //! Prints one table (rates: higher is better; ratio = mode / native) and
 //! writes `target/rcufs-bench/fsbench.json` (one record per comparison:
 //! `name`, `ours`, `baseline`, `unit`, `ratio`) and `fsbench.md`, both copied
-//! to `benches/results/`.
+//! to `benches/results/`. A partial run (`--quick`, `--skip` or `--modes`)
+//! writes `fsbench_partial.{json,md}` instead, so that it never replaces a
+//! full run's files; `--name NAME` names the files `NAME.{json,md}`.
 
 use std::fmt::Write as _;
 use std::fs::{self, File};
@@ -798,6 +800,7 @@ pub fn fsbench(args: &[String]) -> Result<()> {
     let mut paper = false;
     let mut paper_s001: Vec<usize> = paper::S001_FILES.to_vec();
     let mut paper_s004: Vec<usize> = paper::S004_FILES.to_vec();
+    let mut name: Option<String> = None;
     let list = |v: Option<&String>, what: &str| -> Result<Vec<usize>> {
         v.with_context(|| format!("{what} needs a list of file counts"))?
             .split(',')
@@ -812,6 +815,15 @@ pub fn fsbench(args: &[String]) -> Result<()> {
             "--paper-s001" => paper_s001 = list(it.next(), "--paper-s001")?,
             "--paper-s004" => paper_s004 = list(it.next(), "--paper-s004")?,
             "--keep" => keep = true,
+            "--name" => {
+                let n = it
+                    .next()
+                    .context("--name needs a file name (letters, digits, _ and -)")?;
+                if n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                    bail!("--name {n:?}: use letters, digits, _ and - only (it names NAME.md and NAME.json)");
+                }
+                name = Some(n.clone());
+            }
             "--modes" => {
                 let list = it.next().context("--modes needs a list: native,rcufs,rcufs-kc")?;
                 modes = list
@@ -833,12 +845,15 @@ pub fn fsbench(args: &[String]) -> Result<()> {
                 );
             }
             other => bail!(
-                "unknown argument {other}; usage: cargo xtask fsbench [--quick] [--keep] [--modes native,rcufs,rcufs-kc] \
+                "unknown argument {other}; usage: cargo xtask fsbench [--quick] [--keep] [--name NAME] [--modes native,rcufs,rcufs-kc] \
                  [--skip metadata,data,fio,dbench,seed004,seed001,coherence,paper-s001,paper-s004] \
                  [--paper [--paper-s001 N,N,...] [--paper-s004 N,N,...]]"
             ),
         }
     }
+    // A partial run never replaces the full run's files unless told to.
+    let full = !quick && skip.is_empty() && modes.len() == 3;
+    let name = name.unwrap_or_else(|| if full { "fsbench" } else { "fsbench_partial" }.to_string());
     let s = Scale::new(quick);
     ensure_programs(&[("fio", "fio"), ("dbench", "dbench")])?;
 
@@ -1024,16 +1039,17 @@ pub fn fsbench(args: &[String]) -> Result<()> {
     });
     let out = out_dir();
     fs::create_dir_all(&out)?;
-    fs::write(out.join("fsbench.json"), serde_json::to_string_pretty(&doc)?)?;
-    fs::write(out.join("fsbench.md"), &md)?;
+    let (json_file, md_file) = (format!("{name}.json"), format!("{name}.md"));
+    fs::write(out.join(&json_file), serde_json::to_string_pretty(&doc)?)?;
+    fs::write(out.join(&md_file), &md)?;
     let results = root().join("benches/results");
     fs::create_dir_all(&results)?;
-    for f in ["fsbench.json", "fsbench.md"] {
+    for f in [&json_file, &md_file] {
         fs::copy(out.join(f), results.join(f))?;
     }
     eprintln!(
-        "xtask fsbench: wrote {} (copied to benches/results/)",
-        out.join("fsbench.json").display()
+        "xtask fsbench: wrote {} and {md_file} (copied to benches/results/)",
+        out.join(&json_file).display()
     );
     drop(work);
     if !errors.is_empty() {

@@ -30,9 +30,10 @@ Tasks:
   bench [--quick] [--paper] [BENCH...]
                   criterion benches of the cache crates against their peers,
                   and seed 002's table (--paper: at 16,777,216 indexes)
-  fsbench [--quick] [--keep] [--paper]
+  fsbench [--quick] [--keep] [--paper] [--skip PART,...] [--modes MODE,...] [--name NAME]
                   the mount against the native source filesystem (--paper:
-                  also seeds 001 and 004 at the papers' scales, as curves)
+                  also seeds 001 and 004 at the papers' scales, as curves);
+                  a partial run writes fsbench_partial.{md,json}, --name NAME.{md,json}
   fsx [--ops N] [--mode default|kernel-cache|both] [--seed S] [--release]
       [--size BYTES]
                   fsx-style random reads, writes, mapped reads and writes,
