@@ -21,6 +21,11 @@
 //! - a worker that exits non-zero (a miscompare, an unexpected errno) fails
 //!   the run with the worker's message, which names the file, the offset,
 //!   the expected and the read bytes and the worker's last operations;
+//!   when the mount said a name the model has does not exist (`ENOENT`), it
+//!   also says what the mount and the source show for each component of the
+//!   path, at once, 20 ms later and after a dentry drop of the deepest
+//!   directory the mount still shows (a stale dcache entry, a passing
+//!   miss, or a name the source lacks too);
 //! - at the end (also after a failure, if the mount still answers) it drops
 //!   everything (mode 3 on the mount root) and fails if the page cache still
 //!   holds pages: pages no drop reaches are memory never given back.

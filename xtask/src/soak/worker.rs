@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 
 use crate::util::Rng;
 
@@ -310,12 +310,36 @@ fn join(dir: &str, name: &str) -> String {
 }
 
 fn io_err(op: &str, path: &Path, e: std::io::Error) -> anyhow::Error {
-    anyhow!(
-        "UNEXPECTED ERROR: {op} {}: {e} (errno {})",
-        path.display(),
-        e.raw_os_error().unwrap_or(0)
-    )
+    IoFailure {
+        op: op.to_string(),
+        path: path.to_path_buf(),
+        error: e,
+    }
+    .into()
 }
+
+/// A system call that failed where the model said it must succeed.
+#[derive(Debug)]
+struct IoFailure {
+    op: String,
+    path: PathBuf,
+    error: std::io::Error,
+}
+
+impl std::fmt::Display for IoFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "UNEXPECTED ERROR: {} {}: {} (errno {})",
+            self.op,
+            self.path.display(),
+            self.error,
+            self.error.raw_os_error().unwrap_or(0)
+        )
+    }
+}
+
+impl std::error::Error for IoFailure {}
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" ")
@@ -459,7 +483,7 @@ impl Worker {
         while done < a.max_ops && now_ms() < a.until_ms {
             let k = self.below(self.enabled.len());
             let kind = self.enabled[k];
-            self.step(kind)?;
+            self.step(kind).map_err(|e| self.diagnose(e))?;
             done += 1;
             if now_ms() >= next_stats {
                 // A snapshot, so that a worker killed after another one
@@ -469,6 +493,59 @@ impl Worker {
             }
         }
         Ok(())
+    }
+
+    /// Adds to a failure what the mount and the source say of each
+    /// component of a path that the mount said does not exist (`ENOENT`),
+    /// at once and again after a drop of the dentries under the deepest
+    /// directory the mount still shows: whether the name is missing in the
+    /// source too (a fault of the model or of an earlier operation), missing
+    /// only through the mount for a moment, or until a drop (a stale entry
+    /// in the dcache).
+    fn diagnose(&self, e: anyhow::Error) -> anyhow::Error {
+        let Some(f) = e.downcast_ref::<IoFailure>() else {
+            return e;
+        };
+        if f.error.raw_os_error() != Some(libc::ENOENT) {
+            return e;
+        }
+        let Ok(rel) = f.path.strip_prefix(&self.mnt_root) else {
+            return e;
+        };
+        let rel = rel.to_path_buf();
+        let show = |p: &Path| match fs::symlink_metadata(p) {
+            Ok(m) if m.is_dir() => "a directory".to_string(),
+            Ok(_) => "present".to_string(),
+            Err(e) => format!("errno {}", e.raw_os_error().unwrap_or(0)),
+        };
+        let mut report = format!("what each component of w{}/{} is:", self.id, rel.display());
+        let walk = |when: &str, report: &mut String| -> PathBuf {
+            let mut deepest = PathBuf::new();
+            let mut at = PathBuf::new();
+            for c in rel.components() {
+                at.push(c);
+                let (mnt, src) = (show(&self.mnt_root.join(&at)), show(&self.src_root.join(&at)));
+                report.push_str(&format!("\n  {when}: {}: mount {mnt}, source {src}", at.display()));
+                if mnt == "a directory" {
+                    deepest = at.clone();
+                }
+            }
+            deepest
+        };
+        let deepest = walk("at once", &mut report);
+        std::thread::sleep(Duration::from_millis(20));
+        walk("20 ms later", &mut report);
+        let dir = self.mp(&deepest.to_string_lossy());
+        match drop_dir(&dir, 2, false) {
+            Ok(()) => {
+                walk(
+                    &format!("after a dentry drop of w{}/{}", self.id, deepest.display()),
+                    &mut report,
+                );
+            }
+            Err(d) => report.push_str(&format!("\n  the dentry drop of {} failed: {d:#}", dir.display())),
+        }
+        anyhow::anyhow!("{f}\n{report}")
     }
 
     fn step(&mut self, kind: &'static str) -> Result<()> {
