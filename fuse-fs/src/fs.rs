@@ -60,7 +60,7 @@ use crate::sys::{self, cstr};
 
 mod watched;
 use watched::Watched;
-pub use watched::{Coherence, WATCH_REVALIDATE};
+pub use watched::{Coherence, LENT_ATTR_TTL, WATCH_REVALIDATE};
 
 /// The filesystem's configuration.
 #[derive(Clone, Debug)]
@@ -265,6 +265,10 @@ pub struct Opened {
     /// its cached pages were dropped, and the kernel's attributes may be
     /// stale too.
     pub changed: bool,
+    /// The source's attributes differ from those rcufs had before the open
+    /// (size, times: any change moves the ctime), which a LOOKUP may have
+    /// lent the kernel (`fs/watched.rs`, "Attributes lent to the kernel").
+    pub attrs_changed: bool,
 }
 
 /// One directory entry for READDIR/READDIRPLUS.
@@ -565,9 +569,23 @@ impl Fs {
         }
     }
 
-    /// How long the kernel may keep attributes (0 unless kernel-cache mode).
+    /// How long the kernel may keep attributes: the revalidation interval
+    /// in kernel-cache mode; in the default mode with the watch, a
+    /// millisecond ([`LENT_ATTR_TTL`], `fs/watched.rs`); otherwise 0.
     pub fn attr_ttl(&self) -> Duration {
-        self.entry_ttl()
+        if self.cfg.kernel_cache {
+            self.cfg.revalidate
+        } else if self.lends_attrs() {
+            LENT_ATTR_TTL
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// Whether the kernel may hold attributes of the mount's inodes, which
+    /// changes must then invalidate.
+    pub(crate) fn kernel_keeps_attrs(&self) -> bool {
+        self.cfg.kernel_cache || self.lends_attrs()
     }
 
     fn fresh(&self, at: Instant) -> bool {
@@ -1050,6 +1068,7 @@ impl Fs {
     fn opened(&self, inode: Arc<Inode>, fd: Arc<SharedFd>, flags: i32) -> FsResult<Opened> {
         let before = self.source_seq();
         let st = sys::fstat(fd.as_fd())?;
+        let had = Stamp::of(&inode.attr().st);
         self.store_attr(&inode, st, before);
         let now = Stamp::of(&st);
         if self.cfg.kernel_cache && *inode.data_stamp.lock() != Some(now) {
@@ -1084,6 +1103,7 @@ impl Fs {
             keep_cache: self.cfg.kernel_cache && same,
             no_flush,
             changed: !same,
+            attrs_changed: had != now,
         })
     }
 

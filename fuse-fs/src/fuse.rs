@@ -364,7 +364,9 @@ impl Filesystem for FuseAdapter {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         handler!("lookup", req, parent.0, {
             match self.fs.lookup(parent.0, name.as_bytes()) {
-                Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
+                Ok(e) => {
+                    reply.entry_with_ttls(&self.fs.attr_ttl(), &self.fs.entry_ttl(), &attr(&e.attr), Generation(0))
+                }
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -435,7 +437,9 @@ impl Filesystem for FuseAdapter {
                 .fs
                 .mknod(parent.0, name.as_bytes(), mode, rdev as u64, creator(req, umask))
             {
-                Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
+                Ok(e) => {
+                    reply.entry_with_ttls(&self.fs.attr_ttl(), &self.fs.entry_ttl(), &attr(&e.attr), Generation(0))
+                }
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -444,7 +448,9 @@ impl Filesystem for FuseAdapter {
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         handler!("mkdir", req, parent.0, {
             match self.fs.mkdir(parent.0, name.as_bytes(), mode, creator(req, umask)) {
-                Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
+                Ok(e) => {
+                    reply.entry_with_ttls(&self.fs.attr_ttl(), &self.fs.entry_ttl(), &attr(&e.attr), Generation(0))
+                }
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -470,7 +476,9 @@ impl Filesystem for FuseAdapter {
                 target.as_os_str().as_bytes(),
                 caller(req),
             ) {
-                Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
+                Ok(e) => {
+                    reply.entry_with_ttls(&self.fs.attr_ttl(), &self.fs.entry_ttl(), &attr(&e.attr), Generation(0))
+                }
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -504,7 +512,9 @@ impl Filesystem for FuseAdapter {
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         handler!("link", req, ino.0, {
             match self.fs.link(ino.0, newparent.0, newname.as_bytes(), caller(req)) {
-                Ok(e) => reply.entry(&self.fs.entry_ttl(), &attr(&e.attr), Generation(0)),
+                Ok(e) => {
+                    reply.entry_with_ttls(&self.fs.attr_ttl(), &self.fs.entry_ttl(), &attr(&e.attr), Generation(0))
+                }
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -514,6 +524,12 @@ impl Filesystem for FuseAdapter {
         handler!("open", req, ino.0, {
             match self.fs.open(ino.0, flags.0, caller(req)) {
                 Ok(o) => {
+                    if o.attrs_changed && self.fs.lends_attrs() {
+                        // The LOOKUP of this open may have lent the kernel
+                        // the attributes the open found outdated: they go
+                        // before the answer (`fs/watched.rs`).
+                        self.forget_kernel_attr(ino.0);
+                    }
                     if o.changed && self.fs.config().kernel_cache {
                         self.forget_kernel_attr(ino.0);
                         // An invalidation of this file still queued (the

@@ -49,7 +49,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-/// A kernel cache invalidation to send after the reply (kernel-cache mode).
+/// A kernel cache invalidation to send after the reply (kernel-cache mode,
+/// and attributes lent in the default mode with the watch).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Inval {
     /// `inval_entry(parent, name)`.
@@ -284,6 +285,12 @@ impl InvalQueue {
             self.ready.notify_all();
         }
         ticket
+    }
+
+    /// Whether any invalidation was ever dropped for want of room: the
+    /// kernel may then keep a copy nothing will invalidate.
+    pub fn has_overflowed(&self) -> bool {
+        self.overflows.load(Ordering::Relaxed) > 0
     }
 
     /// Queues `items` one by one, waiting (up to `max_wait` in all) for

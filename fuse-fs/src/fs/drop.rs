@@ -186,7 +186,26 @@ impl Fs {
         d.busy.fetch_add(out.args.busy, Ordering::Relaxed);
         d.visited.fetch_add(visited, Ordering::Relaxed);
         if !self.cfg.kernel_cache {
-            out.inval.clear();
+            if self.lends_attrs() {
+                // The default mode lent the kernel attributes only
+                // (`fs/watched.rs`, "Attributes lent to the kernel"): the
+                // directory's and those of every inode under it it knows.
+                out.inval.retain_mut(|i| match i {
+                    Inval::Inode { offset, .. } => {
+                        *offset = -1;
+                        true
+                    }
+                    Inval::Entry { .. } => false,
+                });
+                if dir.ino == ROOT_INO || dir.nlookup() > 0 {
+                    out.inval.push(Inval::Inode {
+                        ino: dir.ino,
+                        offset: -1,
+                    });
+                }
+            } else {
+                out.inval.clear();
+            }
         }
         drop(list);
         self.reap();

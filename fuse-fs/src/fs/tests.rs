@@ -1220,3 +1220,91 @@ fn a_listing_read_from_the_start_is_the_directorys_current_one() {
         "a current snapshot is not read again"
     );
 }
+
+/// The watch's file handle of `rel` under the source.
+fn handle_of(t: &T, rel: &str) -> (Vec<u8>, i32, u64) {
+    let fd = sys::open_path(
+        &sys::cstr(std::os::unix::ffi::OsStrExt::as_bytes(t.src.join(rel).as_os_str())).expect("path"),
+        libc::O_PATH,
+    )
+    .expect("open");
+    let (handle, _) = sys::name_to_handle_at(fd.as_fd(), sys::EMPTY, libc::AT_EMPTY_PATH).expect("handle");
+    let (fsid, _) = sys::fs_ids(fd.as_fd()).expect("fsid");
+    (handle.bytes().to_vec(), handle.handle_type(), fsid)
+}
+
+/// The default mode lends the kernel a reply's attributes for a
+/// millisecond only with the watch (`fs/watched.rs`, "Attributes lent to
+/// the kernel"), and then every applied event and every drop queues the
+/// invalidation of the attributes the kernel may hold; once the
+/// invalidation queue has dropped one, nothing more is lent.
+#[test]
+fn attributes_are_lent_with_the_watch_until_an_invalidation_is_lost() {
+    if !sys::is_root() {
+        eprintln!("SKIPPED: file handles for the watch need root");
+        return;
+    }
+    let ttl = setup(default_cfg());
+    assert_eq!(ttl.fs.attr_ttl(), Duration::ZERO, "ttl coherence lends nothing");
+    let t = setup(FsConfig {
+        coherence: Coherence::Watch,
+        use_handles: true,
+        ..default_cfg()
+    });
+    assert_eq!(t.fs.attr_ttl(), LENT_ATTR_TTL);
+    assert_eq!(
+        t.fs.entry_ttl(),
+        Duration::ZERO,
+        "every lookup still reaches the dcache"
+    );
+
+    // An applied attribute event of an inode the kernel knows.
+    let a = walk(&t.fs, "a.txt").expect("a");
+    let queued = || t.fs.inval_queue().stats().queued;
+    assert_eq!(queued(), 0);
+    let (bytes, handle_type, fsid) = handle_of(&t, "a.txt");
+    let h = crate::watch::Handle {
+        fsid,
+        handle_type,
+        bytes: &bytes,
+    };
+    t.fs.apply_source_events(&[crate::watch::Event::Attrib(h)]);
+    assert_eq!(queued(), 1, "the event queued no invalidation");
+    assert_eq!(
+        t.fs.inval_queue().pop(crate::inval::Lane::Inodes),
+        Some(Inval::Inode { ino: a.ino, offset: -1 }),
+        "attributes only: the default mode lends nothing else"
+    );
+
+    // A drop: the attributes of what the kernel knows under the directory,
+    // and the directory's own; no entries (the kernel keeps none).
+    let d = walk(&t.fs, "d/e/f").expect("d/e/f");
+    let out = t.fs.drop_dir(ROOT_INO, DropMode::Dentries, ME).expect("drop");
+    for ino in [a.ino, d.ino, ROOT_INO] {
+        assert!(
+            out.inval.contains(&Inval::Inode { ino, offset: -1 }),
+            "no attribute invalidation of {ino} in {:?}",
+            out.inval
+        );
+    }
+    assert!(
+        out.inval.iter().all(|i| matches!(i, Inval::Inode { offset: -1, .. })),
+        "{:?}",
+        out.inval
+    );
+
+    // A full queue drops an invalidation: lending stops for good.
+    let extra = (crate::inval::DEFAULT_BOUND + 1) as u64;
+    t.fs.inval_queue().push((1..=extra).map(|ino| Inval::Inode {
+        ino: ino + 1000,
+        offset: -1,
+    }));
+    assert!(t.fs.inval_queue().has_overflowed());
+    assert_eq!(
+        t.fs.attr_ttl(),
+        Duration::ZERO,
+        "still lending after a lost invalidation"
+    );
+    let out = t.fs.drop_dir(ROOT_INO, DropMode::Dentries, ME).expect("drop");
+    assert!(out.inval.is_empty(), "a drop still invalidates: {:?}", out.inval);
+}

@@ -62,11 +62,43 @@
 //! What is left is a read through a descriptor opened before the change,
 //! overlapping the change's own invalidation: it may still see the old
 //! size once (SEMANTICS.md, "Limits").
+//!
+//! # Attributes lent to the kernel (the default mode)
+//! In the default mode the kernel keeps no entries, and without the watch
+//! no attributes: every LOOKUP reply's attributes are stale on arrival, so
+//! a `stat` of `d/f` is five round trips (the root's attributes, LOOKUP
+//! and GETATTR of `d`, LOOKUP and GETATTR of `f`). With the watch, replies
+//! lend the kernel their attributes for [`LENT_ATTR_TTL`] (a jiffy once
+//! rounded), so the permission check or `stat` that follows a LOOKUP uses
+//! its reply: two round trips. Entries stay at 0, so every lookup still
+//! reaches the dcache. The kernel then holds attributes for a millisecond,
+//! and they are invalidated as `--kernel-cache`'s copies are:
+//! - an applied event invalidates the kernel's attributes of the object
+//!   (and of the directory, for a name), as in kernel-cache mode;
+//! - a drop invalidates the attributes of every inode under the directory
+//!   the kernel knows, and answers once they are sent;
+//! - an open that finds the file's attributes changed since rcufs last had
+//!   them makes the kernel forget its copy before the open is answered
+//!   (the LOOKUP of the same `open` may have lent the old ones).
+//!
+//! Without them a lent copy would be stale for at most a jiffy, except for
+//! POSIX ACLs: the kernel keeps a cached ACL until it forgets it, which it
+//! does when a LOOKUP revalidates a dentry, when a permission check finds
+//! the attributes stale, or on an invalidation, and lent attributes skip
+//! the second. (This machine's kernel, 6.18, asks for the ACLs at every
+//! walk anyway: reading `d/f` 1,000 times as a non-owner sent 3,000
+//! GETXATTRs and 64 GETATTRs. Nothing in the protocol promises that.) The
+//! invalidation of an applied attribute event, which a `setfacl` in the
+//! source is, bounds it on a kernel that keeps them. So lending stops for
+//! good, logged, the first time the invalidation queue drops anything
+//! (`inval.rs`: a full queue): from then on replies lend nothing, and the
+//! kernel's next check of each inode asks again and forgets the ACL. With
+//! `ttl` coherence nothing reports changes, and nothing is lent.
 
 use std::collections::HashSet;
 use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -106,6 +138,11 @@ pub const WATCH_REVALIDATE: Duration = Duration::from_secs(3600);
 /// How long the watcher waits for room in the kernel-invalidation queue.
 const INVAL_WAIT: Duration = Duration::from_secs(5);
 
+/// How long the default mode with the watch lends the kernel the
+/// attributes of a reply (the kernel rounds it up to a jiffy: 4 ms at
+/// `HZ=250`); see the module docs.
+pub const LENT_ATTR_TTL: Duration = Duration::from_millis(1);
+
 /// How long a request waits for the watcher to catch up (a round takes
 /// well under a millisecond unless the watcher is waiting for room in the
 /// invalidation queue, or stalled).
@@ -136,6 +173,9 @@ pub struct Watched {
     /// Catch-ups asked for, and those that timed out.
     syncs: AtomicU64,
     sync_timeouts: AtomicU64,
+    /// Set once the invalidation queue dropped something: the default mode
+    /// lends no more attributes (see the module docs).
+    lending_stopped: AtomicBool,
 }
 
 /// What one event does.
@@ -148,6 +188,25 @@ enum Action<'a> {
 impl Fs {
     fn watching(&self) -> bool {
         self.cfg.coherence == Coherence::Watch
+    }
+
+    /// Whether replies lend the kernel their attributes (the default mode
+    /// with the watch, until the invalidation queue first drops something;
+    /// see the module docs).
+    pub(crate) fn lends_attrs(&self) -> bool {
+        if self.cfg.kernel_cache || !self.watching() || self.watched.lending_stopped.load(Ordering::Relaxed) {
+            return false;
+        }
+        if self.inval.has_overflowed() {
+            if !self.watched.lending_stopped.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "a kernel invalidation was dropped (its queue was full): the kernel is no longer lent \
+                     attributes, so that its copies are all asked for again"
+                );
+            }
+            return false;
+        }
+        true
     }
 
     /// The change sequence, taken before reading the source.
@@ -300,6 +359,8 @@ impl Fs {
         // cached entry; pairs with the fence in `source_changed_since`.
         fence(Ordering::SeqCst);
         let kc = self.cfg.kernel_cache;
+        // Attributes the kernel may hold: kernel-cache mode's, or lent ones.
+        let attrs = self.kernel_keeps_attrs();
         let known = |i: &Inode| i.ino == ROOT_INO || i.nlookup() > 0;
         let mut inval = Vec::new();
         for a in &actions {
@@ -314,6 +375,8 @@ impl Fs {
                             parent: dir.ino,
                             name: name.to_vec(),
                         });
+                    }
+                    if attrs && known(dir) {
                         inval.push(Inval::Inode {
                             ino: dir.ino,
                             offset: -1,
@@ -323,7 +386,7 @@ impl Fs {
                 Action::Attrib(i) => {
                     tracing::trace!(ino = i.ino, "source: attributes changed");
                     i.expire_attr();
-                    if kc && known(i) {
+                    if attrs && known(i) {
                         inval.push(Inval::Inode { ino: i.ino, offset: -1 });
                     }
                 }
@@ -332,8 +395,11 @@ impl Fs {
                     i.expire_attr();
                     self.data.drop_inode(i.ino);
                     *i.data_stamp.lock() = None;
-                    if kc && known(i) {
-                        inval.push(Inval::Inode { ino: i.ino, offset: 0 });
+                    if attrs && known(i) {
+                        // Pages too in kernel-cache mode; the default mode
+                        // lends only attributes.
+                        let offset = if kc { 0 } else { -1 };
+                        inval.push(Inval::Inode { ino: i.ino, offset });
                     }
                 }
             }
@@ -353,7 +419,7 @@ impl Fs {
                 Err(e) => tracing::error!("dropping the caches after a watch overflow: {e}"),
             }
         }
-        if kc && !inval.is_empty() {
+        if attrs && !inval.is_empty() {
             let dropped = self.inval.push_waiting(inval, INVAL_WAIT);
             if dropped > 0 {
                 w.inval_dropped.fetch_add(dropped, Ordering::Relaxed);

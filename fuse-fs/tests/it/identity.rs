@@ -311,6 +311,85 @@ for p in sys.argv[1:]:
     );
 }
 
+/// `CLOCK_MONOTONIC` in seconds: Python's `time.monotonic()` in the child.
+fn monotonic() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// The default mode with the watch lends the kernel the attributes of a
+/// reply for a millisecond (`fs/watched.rs`, "Attributes lent to the
+/// kernel"), and the kernel then trusts the ACL it cached with them. nobody
+/// reads a file in a directory that only an ACL entry lets it into, over
+/// and over (each walk rebuilds the directory's dentry and reaches its
+/// cached inode); the entry is then revoked in the source. The walks must
+/// stop within the watcher's delay: its attribute invalidation makes a
+/// kernel that cached the ACL read it again. (This machine's kernel asks
+/// for the ACL at every walk, so here they stop at once even without the
+/// invalidation; the test holds the bound for kernels that keep ACLs.)
+#[test]
+fn an_acl_revoked_in_the_source_stops_walks_through_the_mount() {
+    let grant = |perm: u16| {
+        acl(&[
+            (ACL_USER_OBJ, 7, NO_ID),
+            (ACL_USER, perm, NOBODY),
+            (ACL_GROUP_OBJ, 0, NO_ID),
+            (ACL_MASK, 7, NO_ID),
+            (ACL_OTHER, 0, NO_ID),
+        ])
+    };
+    let Some(m) = mount(&[], |src| {
+        let d = src.join("locked");
+        fs::create_dir(&d).unwrap();
+        chmod(&d, 0o700);
+        fs::write(d.join("f"), b"inside").unwrap();
+        chmod(&d.join("f"), 0o644);
+        sys::setxattr(&d, "system.posix_acl_access", &grant(5), 0).expect("the source must support POSIX ACLs");
+    }) else {
+        return;
+    };
+    assert_eq!(m.stats()["coherence"]["mode"], "watch", "{}", m.stats());
+    let script = r#"
+import sys, time
+p, ok, deadline = sys.argv[1], 0, time.monotonic() + 10
+while time.monotonic() < deadline:
+    try:
+        with open(p, "rb") as f:
+            f.read()
+        ok += 1
+        if ok == 300:
+            print("ready", flush=True)
+    except PermissionError:
+        print("refused", ok, time.monotonic(), flush=True)
+        sys.exit(0)
+print("never refused", ok, flush=True)
+sys.exit(1)
+"#;
+    let mut child = spawn(py_cmd(script, &[&m.at("locked/f")]));
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "nobody could not read through the ACL's grant");
+    sys::setxattr(&m.src_at("locked"), "system.posix_acl_access", &grant(0), 0).unwrap();
+    let revoked = monotonic();
+    let done = watch(child, Duration::from_secs(20));
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(done.code, Some(0), "{line} (stderr: {})", done.stderr);
+    let refused_at: f64 = line
+        .split_whitespace()
+        .nth(2)
+        .and_then(|t| t.parse().ok())
+        .expect(&line);
+    let late = refused_at - revoked;
+    assert!(
+        late < 2.0,
+        "nobody still walked through the directory {late:.3} s after the ACL was revoked ({line})"
+    );
+}
+
 // New files in a directory with a default ACL get what a local process gets
 // (the umask is ignored there), and the umask applies elsewhere.
 #[test]

@@ -355,6 +355,31 @@ fn a_fresh_open_after_a_source_change_reads_the_new_size_however_late_the_watche
     assert_eq!(m.stat("coherence", "sync_timeouts"), 0, "{}", m.stats());
 }
 
+/// Default mode: a LOOKUP lends the kernel the attributes rcufs has for a
+/// millisecond (`fs/watched.rs`, "Attributes lent to the kernel"). When the
+/// source changed and the watcher has not applied it yet (here held back
+/// 50 ms), the LOOKUP of an `open` lends the old size; the open itself
+/// finds the new one and makes the kernel forget the lent attributes before
+/// it answers, so `fstat` of the new descriptor gives the new size.
+#[test]
+fn fstat_after_an_open_gives_the_size_the_open_found_however_late_the_watcher() {
+    let env = [("RCUFS_FAULT", "watch-apply-delay:50")];
+    let Some(m) = Mount::with_env(DEFAULT, &env, |src| write_tree(src, &[("f", &content(1, 5000))])) else {
+        return;
+    };
+    assert_eq!(fs::metadata(m.at("f")).unwrap().len(), 5000);
+    for (round, len) in [20_000usize, 3000, 70_000, 10, 4096].into_iter().enumerate() {
+        fs::write(m.src_at("f"), content(10 + round, len)).unwrap();
+        let f = fs::File::open(m.at("f")).unwrap();
+        assert_eq!(
+            f.metadata().unwrap().len(),
+            len as u64,
+            "round {round}: fstat after the open; stats: {}",
+            m.stats()
+        );
+    }
+}
+
 #[test]
 fn the_daemons_own_changes_are_not_applied_again() {
     let Some(m) = Mount::with(DEFAULT, tree) else { return };
