@@ -558,6 +558,30 @@ fn cow_write_vs_copy() {
     });
 }
 
+/// Two copy-on-write writes to the two pages of one folio at once (the
+/// filesystem's range locks are per page, so its writers of different
+/// pages of a folio do not exclude each other): afterwards the cache holds
+/// both writes. A write whose replacement lost to the other's copy writes
+/// into that copy; when it gave up instead, the cache kept the other's copy,
+/// with the old bytes where it wrote (stale bytes read back through the
+/// mount, found by a mount test of concurrent writers and truncates).
+#[test]
+fn cow_write_vs_cow_write_same_folio() {
+    model(|| {
+        let c = folio_cache();
+        let c2 = c.clone();
+        let h = thread::spawn(move || c2.write(1, 16, &[5; 8]));
+        c.write(1, 24, &[6; 8]);
+        h.join().unwrap();
+        let (a, b) = (c.get(1, 2), c.get(1, 3));
+        assert_eq!(a.is_some(), b.is_some(), "half of a folio cached");
+        if let (Some(a), Some(b)) = (a, b) {
+            assert_eq!((&*a, &*b), (&[5u8; 8][..], &[6u8; 8][..]), "a write lost in the cache");
+        }
+        c.check_invariants().unwrap();
+    });
+}
+
 /// A write over a folio a reader holds (a folio slice, as a zero-copy
 /// reply keeps until its write returns): the folio is dropped, and the
 /// slice keeps its bytes.

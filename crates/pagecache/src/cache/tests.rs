@@ -813,3 +813,48 @@ mod model {
         }
     }
 }
+
+/// Two writes to different pages of one folio, whose callers hold only
+/// their own pages (the filesystem's range locks are per page) and so run
+/// at once. Each replaces the folio by an updated copy; the second found
+/// the folio before the first replaced it. It must then write into the
+/// first one's copy rather than give up: giving up left the first one's
+/// copy, which holds the old bytes where the second wrote, in the cache
+/// (stale bytes read back through the mount). The interleaving is made by
+/// hand: the second write's lookup, then the whole first write, then the
+/// rest of the second.
+#[test]
+fn a_write_that_meets_another_writes_copy_of_its_folio_writes_into_it() {
+    for mode in Mode::ALL {
+        let c = cache(mode, 64);
+        let mut file: Vec<u8> = (0..16 * 8).map(|i| i as u8).collect();
+        let f = file.clone();
+        c.get_or_fill_folio(1, 0, 3, move |first, b| from_file(&f, 16)(first, b))
+            .unwrap();
+        let inode = c.inode(1).expect("inode");
+        let guard = c.domain.pin();
+        // The second writer (page 6) finds the folio...
+        let &(_, found) = inode.pages.gang_runs(6, 1, None, &guard).first().expect("folio");
+        // ...the first (page 1) replaces it meanwhile...
+        c.write(1, 16 + 3, &[0xa1, 0xa2]);
+        file[16 + 3..16 + 5].copy_from_slice(&[0xa1, 0xa2]);
+        // ...and the second goes on with the folio it found.
+        file[16 * 6 + 7..16 * 6 + 9].copy_from_slice(&[0xb1, 0xb2]);
+        inode.invalidate();
+        assert_eq!(
+            c.write_folio(&inode, found, 16 * 6 + 7, &[0xb1, 0xb2]),
+            super::write::Written::Raced,
+            "{mode:?}: a replacement of a folio another write replaced first"
+        );
+        drop(guard);
+        // What `update_cached` does then: looks the pages up again and
+        // writes into what it finds.
+        c.write(1, 16 * 6 + 7, &[0xb1, 0xb2]);
+        for i in 0..8u64 {
+            if let Some(p) = c.get(1, i) {
+                assert_eq!(&p[..], &file[i as usize * 16..][..16], "{mode:?}: page {i}");
+            }
+        }
+        c.check_invariants().unwrap();
+    }
+}

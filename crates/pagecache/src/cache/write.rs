@@ -14,7 +14,12 @@
 //! one's run under the leaf lock, only if the slot still holds the old one
 //! and no remover has claimed it (`NONEWREFS` clear): a drop or an
 //! eviction that claimed the folio first wins, and a drop that finds its
-//! folio replaced removes the replacement (`remove_at`). A folio that
+//! folio replaced removes the replacement (`remove_at`). Two writes to
+//! different pages of one folio may run at once (the ordering contract
+//! below is per byte, and the filesystem locks pages, not folios): the one
+//! whose replacement finds the other's copy in the slot looks the folio up
+//! again and writes into that copy, so neither write is lost (loom model
+//! `cow_write_vs_cow_write_same_folio`). A folio that
 //! someone holds (a `PageRef`, a `FolioSlice`), one still `FILLING` (its
 //! fill is stale by the generation check) and one being removed are
 //! removed instead, as the cache always did with pages it could not change
@@ -26,8 +31,9 @@
 //! # Ordering contract
 //! For one inode, the caller makes its `write`, `write_through` and
 //! `truncate` calls in the order of the backing-file changes they describe
-//! (for example by holding a per-inode lock across the backing write and
-//! this call). The cache cannot see the backing order: if two overlapping
+//! (for example by holding a lock on the written bytes, or on the whole
+//! file for a truncation, across the backing write and this call); writes
+//! of different bytes need no order between them. The cache cannot see the backing order: if two overlapping
 //! writes reach the file as A then B but the cache as B then A, the cache
 //! keeps A's bytes while the file has B's. Fills need no such care: each of
 //! these calls bumps the inode's generation before touching a folio, and a
@@ -43,6 +49,15 @@
 //! source after the bump, so after the write) or finds the pages cached.
 
 use super::{Inode, PageCache};
+
+/// What [`PageCache::write_folio`] did with the folio it was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Written {
+    /// Replaced by the updated copy, or removed (held, filling, claimed).
+    Done,
+    /// Not in its slot any more, or claimed by a remover: look again.
+    Raced,
+}
 use crate::folio::{FILLING, Folio, NONEWREFS, ready_item};
 use crate::radix::Tag;
 
@@ -58,8 +73,9 @@ impl PageCache {
     ///
     /// Ordering contract: for one inode, the caller must make its `write`,
     /// `write_through` and `truncate` calls in the order of the
-    /// backing-file changes they describe (for example by holding a
-    /// per-inode lock across the backing write and this call). The cache
+    /// backing-file changes they describe (for example by holding a lock on
+    /// the written bytes across the backing write and this call; writes of
+    /// different bytes may come in any order, also at once). The cache
     /// cannot see the backing order: if two overlapping writes reach the
     /// file as A then B but the cache as B then A, the cache keeps A's
     /// bytes while the file has B's. Fills need no such care (the
@@ -173,7 +189,12 @@ impl PageCache {
             if folio.index() > last {
                 return;
             }
-            self.write_folio(inode, folio, offset, data);
+            if self.write_folio(inode, folio, offset, data) == Written::Raced {
+                // Another write replaced the folio first (one of other
+                // pages of it: the caller's lock covers only this write's
+                // pages), or it was removed: write into what is there now.
+                continue;
+            }
             next = folio.end();
             if next == 0 {
                 return; // The folio ended the index space.
@@ -183,13 +204,15 @@ impl PageCache {
 
     /// Replaces `folio` (found under a guard the caller holds) by a copy
     /// with `data` at `offset` written into it; removes it instead if it is
-    /// held, still filling or being removed.
-    fn write_folio(&self, inode: &Inode, folio: &Folio, offset: u64, data: &[u8]) {
+    /// held, still filling or being removed. [`Written::Raced`] if the
+    /// folio was no longer in its slot (replaced by another write's copy,
+    /// or removed) or a remover claimed it: the caller looks again.
+    pub(super) fn write_folio(&self, inode: &Inode, folio: &Folio, offset: u64, data: &[u8]) -> Written {
         // Acquire: pairs with the filler's Release, for the copy below.
         let state = folio.state();
         if state & (FILLING | NONEWREFS) != 0 || !folio.is_ready() || folio.is_held() {
             self.remove_at(inode, folio.index());
-            return;
+            return Written::Done;
         }
         let ps = self.ps();
         let start = folio.index() * ps;
@@ -202,18 +225,22 @@ impl PageCache {
         // keeps the folio alive.
         let old = unsafe { folio.bytes() };
         let len = old.len().max(at + src.len());
-        self.replace_folio(inode, folio, len, |buf| {
+        let replaced = self.replace_folio(inode, folio, len, |buf| {
             buf[..old.len()].copy_from_slice(old);
             buf[at..at + src.len()].copy_from_slice(src);
         });
+        if replaced { Written::Done } else { Written::Raced }
     }
 
     /// Replaces `folio` by a new folio of the same pages with valid length
     /// `len`, whose bytes `build` writes into a zeroed buffer; keeps the
-    /// PARTIAL tag right. If the folio was removed, replaced or claimed by a
-    /// remover meanwhile, nothing changes (a remover wins; the ordering
-    /// contract rules out a concurrent writer).
-    fn replace_folio(&self, inode: &Inode, folio: &Folio, len: usize, build: impl FnOnce(&mut [u8])) {
+    /// PARTIAL tag right. Returns false, changing nothing, if the folio was
+    /// removed, replaced or claimed by a remover meanwhile: a remover wins;
+    /// a write whose folio another write replaced first (writes to
+    /// different pages of one folio may run at once: the ordering contract
+    /// is per byte) writes into the replacement instead (`update_cached`);
+    /// a truncation runs alone (the contract), so only a remover beats it.
+    fn replace_folio(&self, inode: &Inode, folio: &Folio, len: usize, build: impl FnOnce(&mut [u8])) -> bool {
         let new = Folio::new_unpublished(folio.index(), folio.order(), self.cfg.page_size);
         // SAFETY: we built `new` and have not published it.
         unsafe {
@@ -229,13 +256,14 @@ impl PageCache {
         {
             // SAFETY: the replacement failed, so no other thread saw `new`.
             unsafe { Folio::free_unshared(new) };
-            return;
+            return false;
         }
         if len < folio.capacity() {
             inode.pages.set_tag(folio.index(), Tag::PARTIAL);
         } else {
             inode.pages.clear_tag(folio.index(), Tag::PARTIAL);
         }
+        true
     }
 
     /// Drops cached pages past `new_size` and shortens (or, for a file that
@@ -271,7 +299,8 @@ impl PageCache {
         // SAFETY: the fill is over (checked above) and `guard` keeps it.
         let old = unsafe { folio.bytes() };
         let kept = len.min(old.len());
-        self.replace_folio(&inode, folio, len, |buf| buf[..kept].copy_from_slice(&old[..kept]));
+        // A remover that beat it leaves nothing to shorten.
+        let _ = self.replace_folio(&inode, folio, len, |buf| buf[..kept].copy_from_slice(&old[..kept]));
     }
 
     /// Drops every folio that starts at or after page `keep` (a folio that
