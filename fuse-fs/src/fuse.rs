@@ -141,6 +141,13 @@ impl FuseAdapter {
     /// size (the reply without `FOPEN_KEEP_CACHE` drops its pages).
     /// Attribute invalidation takes no inode lock in the kernel, so it is
     /// safe from inside the handler.
+    /// Answers an entry: the node, its attributes for [`Fs::attr_ttl`]
+    /// (lent for a millisecond in the default mode with the watch) and the
+    /// name for [`Fs::entry_ttl`].
+    fn entry(&self, reply: ReplyEntry, e: &crate::fs::Entry) {
+        reply.entry_with_ttls(&self.fs.attr_ttl(), &self.fs.entry_ttl(), &attr(&e.attr), Generation(0));
+    }
+
     fn forget_kernel_attr(&self, ino: u64) {
         if let Some(n) = self.notifier.get()
             && let Err(e) = n.inval_inode(INodeNo(ino), -1, 0)
@@ -364,9 +371,7 @@ impl Filesystem for FuseAdapter {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         handler!("lookup", req, parent.0, {
             match self.fs.lookup(parent.0, name.as_bytes()) {
-                Ok(e) => {
-                    reply.entry_with_ttls(&self.fs.attr_ttl(), &self.fs.entry_ttl(), &attr(&e.attr), Generation(0))
-                }
+                Ok(e) => self.entry(reply, &e),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -437,9 +442,7 @@ impl Filesystem for FuseAdapter {
                 .fs
                 .mknod(parent.0, name.as_bytes(), mode, rdev as u64, creator(req, umask))
             {
-                Ok(e) => {
-                    reply.entry_with_ttls(&self.fs.attr_ttl(), &self.fs.entry_ttl(), &attr(&e.attr), Generation(0))
-                }
+                Ok(e) => self.entry(reply, &e),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -448,9 +451,7 @@ impl Filesystem for FuseAdapter {
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         handler!("mkdir", req, parent.0, {
             match self.fs.mkdir(parent.0, name.as_bytes(), mode, creator(req, umask)) {
-                Ok(e) => {
-                    reply.entry_with_ttls(&self.fs.attr_ttl(), &self.fs.entry_ttl(), &attr(&e.attr), Generation(0))
-                }
+                Ok(e) => self.entry(reply, &e),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -476,9 +477,7 @@ impl Filesystem for FuseAdapter {
                 target.as_os_str().as_bytes(),
                 caller(req),
             ) {
-                Ok(e) => {
-                    reply.entry_with_ttls(&self.fs.attr_ttl(), &self.fs.entry_ttl(), &attr(&e.attr), Generation(0))
-                }
+                Ok(e) => self.entry(reply, &e),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -512,9 +511,7 @@ impl Filesystem for FuseAdapter {
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         handler!("link", req, ino.0, {
             match self.fs.link(ino.0, newparent.0, newname.as_bytes(), caller(req)) {
-                Ok(e) => {
-                    reply.entry_with_ttls(&self.fs.attr_ttl(), &self.fs.entry_ttl(), &attr(&e.attr), Generation(0))
-                }
+                Ok(e) => self.entry(reply, &e),
                 Err(e) => reply.error(errno(e)),
             }
         });
