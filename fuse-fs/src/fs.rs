@@ -250,7 +250,7 @@ pub struct Entry {
 }
 
 /// An OPEN/CREATE answer.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub struct Opened {
     /// The file handle.
     pub fh: u64,
@@ -265,10 +265,15 @@ pub struct Opened {
     /// its cached pages were dropped, and the kernel's attributes may be
     /// stale too.
     pub changed: bool,
-    /// The source's attributes differ from those rcufs had before the open
-    /// (size, times: any change moves the ctime), which a LOOKUP may have
-    /// lent the kernel (`fs/watched.rs`, "Attributes lent to the kernel").
+    /// Default mode with attributes lent to the kernel (`fs/watched.rs`):
+    /// the kernel may hold attributes older than the source's (this open
+    /// found them changed since rcufs last had them, any change moves the
+    /// ctime, or another open that did has not told the kernel yet), so it
+    /// must forget them before the open is answered.
     pub attrs_changed: bool,
+    /// Held while this open's invalidation is pending: drop it once the
+    /// kernel was told (`inode.rs`, [`crate::inode::PendingAttrInval`]).
+    pub attr_inval: Option<crate::inode::PendingAttrInval>,
 }
 
 /// One directory entry for READDIR/READDIRPLUS.
@@ -1069,8 +1074,11 @@ impl Fs {
         let before = self.source_seq();
         let st = sys::fstat(fd.as_fd())?;
         let had = Stamp::of(&inode.attr().st);
-        self.store_attr(&inode, st, before);
         let now = Stamp::of(&st);
+        let lending = self.lends_attrs();
+        let attr_inval = (lending && had != now).then(|| inode.pending_attr_inval());
+        self.store_attr(&inode, st, before);
+        let attrs_changed = attr_inval.is_some() || (lending && inode.attr_inval_pending());
         if self.cfg.kernel_cache && *inode.data_stamp.lock() != Some(now) {
             // A change the watcher may not have applied yet: let it, so that
             // its kernel invalidations go before this open is answered
@@ -1103,7 +1111,8 @@ impl Fs {
             keep_cache: self.cfg.kernel_cache && same,
             no_flush,
             changed: !same,
-            attrs_changed: had != now,
+            attrs_changed,
+            attr_inval,
         })
     }
 

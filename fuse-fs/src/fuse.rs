@@ -27,7 +27,8 @@
 //! uid, gid and pid, and the umask of the creating requests, are passed to
 //! [`Fs`] as a [`Caller`].
 //!
-//! Kernel cache invalidations (kernel-cache mode, after a drop) go onto the
+//! Kernel cache invalidations (kernel-cache mode, and attributes lent in
+//! the default mode with the watch; after a drop) go onto the
 //! filesystem's bounded queue (`inval.rs`) and two dedicated threads send
 //! them (entries and inodes, so that an entry waiting for a directory lock
 //! never delays a page invalidation); the push never blocks, and the queue
@@ -135,12 +136,6 @@ impl FuseAdapter {
         );
     }
 
-    /// Kernel-cache mode: an open that found the file changed in the source
-    /// makes the kernel forget the file's attributes before the open is
-    /// answered, so that a read past the old end of file asks for the new
-    /// size (the reply without `FOPEN_KEEP_CACHE` drops its pages).
-    /// Attribute invalidation takes no inode lock in the kernel, so it is
-    /// safe from inside the handler.
     /// Answers an entry: the node, its attributes for [`Fs::attr_ttl`]
     /// (lent for a millisecond in the default mode with the watch) and the
     /// name for [`Fs::entry_ttl`].
@@ -148,6 +143,14 @@ impl FuseAdapter {
         reply.entry_with_ttls(&self.fs.attr_ttl(), &self.fs.entry_ttl(), &attr(&e.attr), Generation(0));
     }
 
+    /// An open that found the file changed in the source makes the kernel
+    /// forget the file's attributes before the open is answered: in
+    /// kernel-cache mode, so that a read past the old end of file asks for
+    /// the new size (the reply without `FOPEN_KEEP_CACHE` drops its pages);
+    /// with attributes lent in the default mode, so that `fstat` of the new
+    /// descriptor does not answer the ones its LOOKUP was lent. Attribute
+    /// invalidation takes no inode lock in the kernel, so it is safe from
+    /// inside the handler.
     fn forget_kernel_attr(&self, ino: u64) {
         if let Some(n) = self.notifier.get()
             && let Err(e) = n.inval_inode(INodeNo(ino), -1, 0)
@@ -520,13 +523,14 @@ impl Filesystem for FuseAdapter {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         handler!("open", req, ino.0, {
             match self.fs.open(ino.0, flags.0, caller(req)) {
-                Ok(o) => {
-                    if o.attrs_changed && self.fs.lends_attrs() {
+                Ok(mut o) => {
+                    if o.attrs_changed {
                         // The LOOKUP of this open may have lent the kernel
-                        // the attributes the open found outdated: they go
+                        // attributes the open found outdated: they go
                         // before the answer (`fs/watched.rs`).
                         self.forget_kernel_attr(ino.0);
                     }
+                    drop(o.attr_inval.take());
                     if o.changed && self.fs.config().kernel_cache {
                         self.forget_kernel_attr(ino.0);
                         // An invalidation of this file still queued (the

@@ -53,7 +53,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
@@ -182,6 +182,10 @@ pub struct Inode {
     pub attr: Mutex<AttrState>,
     /// What the page cache saw at the last open or write; `None` before the first open.
     pub data_stamp: Mutex<Option<Stamp>>,
+    /// Opens that found the attributes changed and have not yet made the
+    /// kernel forget the copy it may have been lent (see
+    /// [`PendingAttrInval`]).
+    attr_invals: AtomicU32,
     /// Directories only, allocated on first use (files do not pay for it).
     dir: Mutex<Option<Box<DirState>>>,
     /// The dentry this inode was last found under (the dcache's counted
@@ -197,6 +201,42 @@ pub struct Inode {
     /// Its entry in the handle index (see [`InodeTable::find_handle`]),
     /// when the table keeps one and this inode is the one listed.
     hkey: Mutex<Option<Box<[u8]>>>,
+}
+
+/// Held by an open that found an inode's attributes changed since rcufs
+/// last had them, in the default mode with attributes lent to the kernel
+/// (`fs/watched.rs`), from before it stores the new ones until the kernel
+/// was told to forget its copy (dropped after that). Meanwhile every other
+/// open of the inode tells the kernel too: it finds the new attributes
+/// already stored, but the kernel may still hold the old ones, lent by a
+/// LOOKUP that came before the store.
+#[derive(Debug)]
+pub struct PendingAttrInval(Arc<Inode>);
+
+impl Inode {
+    /// Marks an invalidation of the kernel's attributes as pending (see
+    /// [`PendingAttrInval`]). Call it before storing the new attributes.
+    pub fn pending_attr_inval(self: &Arc<Self>) -> PendingAttrInval {
+        // Relaxed: the attribute lock orders it before the store that
+        // follows, and so before any open that reads the new attributes.
+        self.attr_invals.fetch_add(1, Ordering::Relaxed);
+        PendingAttrInval(self.clone())
+    }
+
+    /// Whether an open that found the attributes changed has not yet told
+    /// the kernel (call it after reading the attributes).
+    pub fn attr_inval_pending(&self) -> bool {
+        // Acquire: pairs with the Release decrement in `PendingAttrInval`'s
+        // drop, so that seeing it done means the invalidation was sent.
+        self.attr_invals.load(Ordering::Acquire) > 0
+    }
+}
+
+impl Drop for PendingAttrInval {
+    fn drop(&mut self) {
+        // Release: pairs with the Acquire load in `attr_inval_pending`.
+        self.0.attr_invals.fetch_sub(1, Ordering::Release);
+    }
 }
 
 /// Where an inode was last found, and where the children index lists it.
@@ -626,6 +666,7 @@ impl InodeTable {
             stale: AtomicBool::new(false),
             attr: Mutex::new(AttrState { st, at: Instant::now() }),
             data_stamp: Mutex::new(None),
+            attr_invals: AtomicU32::new(0),
             dir: Mutex::new(None),
             dentry: Mutex::new(None),
             link: Link::new(ROOT_INO, Box::default(), None),
@@ -706,6 +747,7 @@ impl InodeTable {
                 at: Instant::now(),
             }),
             data_stamp: Mutex::new(None),
+            attr_invals: AtomicU32::new(0),
             dir: Mutex::new(None),
             dentry: Mutex::new(None),
             link: Link::new(new.parent_ino, new.name.to_bytes().into(), parent_ref),

@@ -1,4 +1,5 @@
-//! The kernel-invalidation queue (kernel-cache mode): bounded, coalescing,
+//! The kernel-invalidation queue (kernel-cache mode, and the attributes the
+//! default mode lends the kernel with the watch): bounded, coalescing,
 //! in two lanes, with answers deferred until a drop's invalidations are sent.
 //!
 //! # Design

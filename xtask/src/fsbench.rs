@@ -852,7 +852,14 @@ pub fn fsbench(args: &[String]) -> Result<()> {
         }
     }
     // A partial run never replaces the full run's files unless told to.
-    let full = !quick && skip.is_empty() && modes.len() == 3;
+    let full = !quick
+        && skip.iter().all(|x| x.is_empty())
+        && [Mode::Native, Mode::Rcufs, Mode::RcufsKernelCache]
+            .iter()
+            .all(|m| modes.contains(m));
+    if name.as_deref().is_some_and(|n| !n.starts_with("fsbench")) {
+        bail!("--name: fsbench's files are named fsbench*, so that they never replace another task's");
+    }
     let name = name.unwrap_or_else(|| if full { "fsbench" } else { "fsbench_partial" }.to_string());
     let s = Scale::new(quick);
     ensure_programs(&[("fio", "fio"), ("dbench", "dbench")])?;

@@ -1308,3 +1308,39 @@ fn attributes_are_lent_with_the_watch_until_an_invalidation_is_lost() {
     let out = t.fs.drop_dir(ROOT_INO, DropMode::Dentries, ME).expect("drop");
     assert!(out.inval.is_empty(), "a drop still invalidates: {:?}", out.inval);
 }
+
+/// With attributes lent to the kernel, an open that finds a file changed
+/// makes the kernel forget its copy (`attrs_changed`), and so does every
+/// other open of the file until the first one's invalidation is sent: the
+/// others find the new attributes already stored, but the kernel may hold
+/// the old ones from their own LOOKUPs.
+#[test]
+fn opens_racing_the_first_to_find_a_change_invalidate_too() {
+    if !sys::is_root() {
+        eprintln!("SKIPPED: file handles for the watch need root");
+        return;
+    }
+    let t = setup(FsConfig {
+        coherence: Coherence::Watch,
+        use_handles: true,
+        ..default_cfg()
+    });
+    let a = walk(&t.fs, "a.txt").expect("a");
+    let o = t.fs.open(a.ino, libc::O_RDONLY, ME).expect("open");
+    assert!(!o.attrs_changed, "nothing changed yet");
+    t.fs.release(o.fh).expect("release");
+    std::fs::write(t.src.join("a.txt"), b"changed, and longer").expect("write");
+    let mut first = t.fs.open(a.ino, libc::O_RDONLY, ME).expect("open");
+    assert!(first.attrs_changed && first.attr_inval.is_some(), "the first open finds the change");
+    let second = t.fs.open(a.ino, libc::O_RDONLY, ME).expect("open");
+    assert!(
+        second.attrs_changed && second.attr_inval.is_none(),
+        "an open while the first one's invalidation is pending invalidates too"
+    );
+    drop(first.attr_inval.take());
+    let third = t.fs.open(a.ino, libc::O_RDONLY, ME).expect("open");
+    assert!(!third.attrs_changed, "nothing to invalidate once the first one was sent");
+    for o in [first, second, third] {
+        t.fs.release(o.fh).expect("release");
+    }
+}

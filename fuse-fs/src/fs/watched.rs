@@ -68,8 +68,8 @@
 //! no attributes: every LOOKUP reply's attributes are stale on arrival, so
 //! a `stat` of `d/f` is five round trips (the root's attributes, LOOKUP
 //! and GETATTR of `d`, LOOKUP and GETATTR of `f`). With the watch, replies
-//! lend the kernel their attributes for [`LENT_ATTR_TTL`] (a jiffy once
-//! rounded), so the permission check or `stat` that follows a LOOKUP uses
+//! lend the kernel their attributes for [`LENT_ATTR_TTL`] (one to two
+//! jiffies once the kernel rounds it), so the permission check or `stat` that follows a LOOKUP uses
 //! its reply: two round trips. Entries stay at 0, so every lookup still
 //! reaches the dcache. The kernel then holds attributes for a millisecond,
 //! and they are invalidated as `--kernel-cache`'s copies are:
@@ -79,9 +79,13 @@
 //!   the kernel knows, and answers once they are sent;
 //! - an open that finds the file's attributes changed since rcufs last had
 //!   them makes the kernel forget its copy before the open is answered
-//!   (the LOOKUP of the same `open` may have lent the old ones).
+//!   (the LOOKUP of the same `open` may have lent the old ones), and so
+//!   does every other open of the file until it has
+//!   ([`crate::inode::PendingAttrInval`]: the others find the new
+//!   attributes already stored, but their LOOKUPs may have been lent the
+//!   old ones).
 //!
-//! Without them a lent copy would be stale for at most a jiffy, except for
+//! Without them a lent copy would be stale for at most two jiffies, except for
 //! POSIX ACLs: the kernel keeps a cached ACL until it forgets it, which it
 //! does when a LOOKUP revalidates a dentry, when a permission check finds
 //! the attributes stale, or on an invalidation, and lent attributes skip
@@ -139,8 +143,8 @@ pub const WATCH_REVALIDATE: Duration = Duration::from_secs(3600);
 const INVAL_WAIT: Duration = Duration::from_secs(5);
 
 /// How long the default mode with the watch lends the kernel the
-/// attributes of a reply (the kernel rounds it up to a jiffy: 4 ms at
-/// `HZ=250`); see the module docs.
+/// attributes of a reply (the kernel keeps them to the end of the next
+/// jiffy: 4-8 ms at `HZ=250`); see the module docs.
 pub const LENT_ATTR_TTL: Duration = Duration::from_millis(1);
 
 /// How long a request waits for the watcher to catch up (a round takes

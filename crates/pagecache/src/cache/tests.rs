@@ -822,7 +822,10 @@ mod model {
 /// copy, which holds the old bytes where the second wrote, in the cache
 /// (stale bytes read back through the mount). The interleaving is made by
 /// hand: the second write's lookup, then the whole first write, then the
-/// rest of the second.
+/// second's replacement of the folio it found, which must report the race;
+/// then what `update_cached` does on that report (a fresh lookup and the
+/// write again). That `update_cached` does look again is the loom model
+/// `cow_write_vs_cow_write_same_folio`'s to show.
 #[test]
 fn a_write_that_meets_another_writes_copy_of_its_folio_writes_into_it() {
     for mode in Mode::ALL {
