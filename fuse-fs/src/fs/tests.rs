@@ -1331,7 +1331,10 @@ fn opens_racing_the_first_to_find_a_change_invalidate_too() {
     t.fs.release(o.fh).expect("release");
     std::fs::write(t.src.join("a.txt"), b"changed, and longer").expect("write");
     let mut first = t.fs.open(a.ino, libc::O_RDONLY, ME).expect("open");
-    assert!(first.attrs_changed && first.attr_inval.is_some(), "the first open finds the change");
+    assert!(
+        first.attrs_changed && first.attr_inval.is_some(),
+        "the first open finds the change"
+    );
     let second = t.fs.open(a.ino, libc::O_RDONLY, ME).expect("open");
     assert!(
         second.attrs_changed && second.attr_inval.is_none(),
@@ -1339,7 +1342,10 @@ fn opens_racing_the_first_to_find_a_change_invalidate_too() {
     );
     drop(first.attr_inval.take());
     let third = t.fs.open(a.ino, libc::O_RDONLY, ME).expect("open");
-    assert!(!third.attrs_changed, "nothing to invalidate once the first one was sent");
+    assert!(
+        !third.attrs_changed,
+        "nothing to invalidate once the first one was sent"
+    );
     for o in [first, second, third] {
         t.fs.release(o.fh).expect("release");
     }

@@ -313,6 +313,18 @@ fn io_err(op: &str, path: &Path, e: std::io::Error) -> anyhow::Error {
     IoFailure {
         op: op.to_string(),
         path: path.to_path_buf(),
+        to: None,
+        error: e,
+    }
+    .into()
+}
+
+/// [`io_err`] of a rename of `from` to `to` (both are diagnosed).
+fn rename_err(what: &str, from: &Path, to: &Path, e: std::io::Error) -> anyhow::Error {
+    IoFailure {
+        op: format!("{what} to {}", to.display()),
+        path: from.to_path_buf(),
+        to: Some(to.to_path_buf()),
         error: e,
     }
     .into()
@@ -323,6 +335,8 @@ fn io_err(op: &str, path: &Path, e: std::io::Error) -> anyhow::Error {
 struct IoFailure {
     op: String,
     path: PathBuf,
+    /// A rename's target.
+    to: Option<PathBuf>,
     error: std::io::Error,
 }
 
@@ -496,7 +510,8 @@ impl Worker {
     }
 
     /// Adds to a failure what the mount and the source say of each
-    /// component of a path that the mount said does not exist (`ENOENT`),
+    /// component of a path (both, for a rename) that the mount said does
+    /// not exist (`ENOENT`),
     /// at once and again after a drop of the dentries under the deepest
     /// directory the mount still shows: whether the name is missing in the
     /// source too (a fault of the model or of an earlier operation), missing
@@ -509,16 +524,28 @@ impl Worker {
         if f.error.raw_os_error() != Some(libc::ENOENT) {
             return e;
         }
-        let Ok(rel) = f.path.strip_prefix(&self.mnt_root) else {
+        let mut report = String::new();
+        for path in std::iter::once(&f.path).chain(f.to.as_ref()) {
+            if let Ok(rel) = path.strip_prefix(&self.mnt_root) {
+                report.push_str(&self.components(rel));
+            }
+        }
+        if report.is_empty() {
             return e;
-        };
-        let rel = rel.to_path_buf();
+        }
+        anyhow::anyhow!("{f}{report}")
+    }
+
+    /// What the mount and the source show for each component of `rel` (a
+    /// path under this worker's directory): at once, 20 ms later and after
+    /// a dentry drop of the deepest directory the mount still shows.
+    fn components(&self, rel: &Path) -> String {
         let show = |p: &Path| match fs::symlink_metadata(p) {
             Ok(m) if m.is_dir() => "a directory".to_string(),
             Ok(_) => "present".to_string(),
             Err(e) => format!("errno {}", e.raw_os_error().unwrap_or(0)),
         };
-        let mut report = format!("what each component of w{}/{} is:", self.id, rel.display());
+        let mut report = format!("\nwhat each component of w{}/{} is:", self.id, rel.display());
         let walk = |when: &str, report: &mut String| -> PathBuf {
             let mut deepest = PathBuf::new();
             let mut at = PathBuf::new();
@@ -545,7 +572,7 @@ impl Worker {
             }
             Err(d) => report.push_str(&format!("\n  the dentry drop of {} failed: {d:#}", dir.display())),
         }
-        anyhow::anyhow!("{f}\n{report}")
+        report
     }
 
     fn step(&mut self, kind: &'static str) -> Result<()> {
@@ -1039,7 +1066,7 @@ impl Worker {
             if over { " (over an existing file)" } else { "" }
         ));
         let (pf, pt) = (self.mp(&from), self.mp(&to));
-        fs::rename(&pf, &pt).map_err(|e| io_err(&format!("rename to {}", pt.display()), &pf, e))?;
+        fs::rename(&pf, &pt).map_err(|e| rename_err("rename", &pf, &pt, e))?;
         self.files[i].path = to;
         if let Some(j) = victim {
             self.files.swap_remove(j);
@@ -1070,7 +1097,7 @@ impl Worker {
         let to = join(&p, &self.fresh_name('d'));
         self.note(format!("rename-dir {x} -> {to}"));
         let (pf, pt) = (self.mp(&x), self.mp(&to));
-        fs::rename(&pf, &pt).map_err(|e| io_err(&format!("rename (directory) to {}", pt.display()), &pf, e))?;
+        fs::rename(&pf, &pt).map_err(|e| rename_err("rename (directory)", &pf, &pt, e))?;
         let moved = |s: &str| -> Option<String> {
             if s == x {
                 Some(to.clone())
