@@ -187,6 +187,11 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
         "Inodes indexed by file handle for the watcher",
     ),
     (
+        "coherence.attrs_lent",
+        Kind::Gauge,
+        "1 while replies lend the kernel their attributes for a millisecond (default mode with the watch, until an invalidation is lost)",
+    ),
+    (
         "warm.requests",
         Kind::Counter,
         "Warms requested with the user.rcufs.warm attribute",

@@ -1257,6 +1257,8 @@ fn attributes_are_lent_with_the_watch_until_an_invalidation_is_lost() {
         Duration::ZERO,
         "every lookup still reaches the dcache"
     );
+    assert_eq!(t.fs.stats_json()["coherence"]["attrs_lent"], 1);
+    assert_eq!(ttl.fs.stats_json()["coherence"]["attrs_lent"], 0);
 
     // An applied attribute event of an inode the kernel knows.
     let a = walk(&t.fs, "a.txt").expect("a");
@@ -1305,6 +1307,7 @@ fn attributes_are_lent_with_the_watch_until_an_invalidation_is_lost() {
         Duration::ZERO,
         "still lending after a lost invalidation"
     );
+    assert_eq!(t.fs.stats_json()["coherence"]["attrs_lent"], 0);
     let out = t.fs.drop_dir(ROOT_INO, DropMode::Dentries, ME).expect("drop");
     assert!(out.inval.is_empty(), "a drop still invalidates: {:?}", out.inval);
 }

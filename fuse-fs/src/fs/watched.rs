@@ -447,6 +447,7 @@ impl Fs {
             "syncs": w.syncs.load(Ordering::Relaxed),
             "sync_timeouts": w.sync_timeouts.load(Ordering::Relaxed),
             "indexed_handles": self.table.indexed_handles() as u64,
+            "attrs_lent": u64::from(self.lends_attrs()),
         })
     }
 }
