@@ -32,6 +32,20 @@ fn default_cfg() -> FsConfig {
     }
 }
 
+/// [`setup`] with the watch's coherence (file handles): `None`, said, when
+/// not root (handles need it).
+fn watched() -> Option<T> {
+    if !sys::is_root() {
+        eprintln!("SKIPPED: file handles for the watch need root");
+        return None;
+    }
+    Some(setup(FsConfig {
+        coherence: Coherence::Watch,
+        use_handles: true,
+        ..default_cfg()
+    }))
+}
+
 const ME: Caller = Caller {
     uid: 0,
     gid: 0,
@@ -1131,15 +1145,7 @@ fn a_partial_page_write_that_does_not_end_the_file_is_not_cached() {
 /// between the event and the check).
 #[test]
 fn with_the_watch_a_kept_listing_is_forgotten_by_a_name_event() {
-    if !sys::is_root() {
-        eprintln!("SKIPPED: file handles for the watch need root");
-        return;
-    }
-    let t = setup(FsConfig {
-        coherence: Coherence::Watch,
-        use_handles: true,
-        ..default_cfg()
-    });
+    let Some(t) = watched() else { return };
     let d = walk(&t.fs, "d").expect("lookup d");
     let inode = t.fs.table.get(d.ino).expect("d's inode");
     let reads = || t.fs.listings.stats_json()["reads"].as_u64().expect("reads");
@@ -1151,17 +1157,11 @@ fn with_the_watch_a_kept_listing_is_forgotten_by_a_name_event() {
     t.fs.releasedir(fh).expect("releasedir");
     assert_eq!(reads(), after_first, "an unchanged directory's listing was read again");
 
-    let fd = sys::open_path(
-        &sys::cstr(std::os::unix::ffi::OsStrExt::as_bytes(t.src.join("d").as_os_str())).expect("path"),
-        libc::O_PATH,
-    )
-    .expect("open d");
-    let (handle, _) = sys::name_to_handle_at(fd.as_fd(), sys::EMPTY, libc::AT_EMPTY_PATH).expect("handle");
-    let (fsid, _) = sys::fs_ids(fd.as_fd()).expect("fsid");
+    let (bytes, handle_type, fsid) = handle_of(&t, "d");
     let dir = crate::watch::Handle {
         fsid,
-        handle_type: handle.handle_type(),
-        bytes: handle.bytes(),
+        handle_type,
+        bytes: &bytes,
     };
     t.fs.apply_source_events(&[crate::watch::Event::Name { dir, name: b"new" }]);
     assert!(inode.listing().is_none(), "the name event left the kept listing");
@@ -1240,17 +1240,9 @@ fn handle_of(t: &T, rel: &str) -> (Vec<u8>, i32, u64) {
 /// invalidation queue has dropped one, nothing more is lent.
 #[test]
 fn attributes_are_lent_with_the_watch_until_an_invalidation_is_lost() {
-    if !sys::is_root() {
-        eprintln!("SKIPPED: file handles for the watch need root");
-        return;
-    }
     let ttl = setup(default_cfg());
     assert_eq!(ttl.fs.attr_ttl(), Duration::ZERO, "ttl coherence lends nothing");
-    let t = setup(FsConfig {
-        coherence: Coherence::Watch,
-        use_handles: true,
-        ..default_cfg()
-    });
+    let Some(t) = watched() else { return };
     assert_eq!(t.fs.attr_ttl(), LENT_ATTR_TTL);
     assert_eq!(
         t.fs.entry_ttl(),
@@ -1319,15 +1311,7 @@ fn attributes_are_lent_with_the_watch_until_an_invalidation_is_lost() {
 /// the old ones from their own LOOKUPs.
 #[test]
 fn opens_racing_the_first_to_find_a_change_invalidate_too() {
-    if !sys::is_root() {
-        eprintln!("SKIPPED: file handles for the watch need root");
-        return;
-    }
-    let t = setup(FsConfig {
-        coherence: Coherence::Watch,
-        use_handles: true,
-        ..default_cfg()
-    });
+    let Some(t) = watched() else { return };
     let a = walk(&t.fs, "a.txt").expect("a");
     let o = t.fs.open(a.ino, libc::O_RDONLY, ME).expect("open");
     assert!(!o.attrs_changed, "nothing changed yet");
