@@ -565,6 +565,13 @@ impl<T: Send + Sync + 'static> Dentry<T> {
         }
     }
 
+    /// Drops the handle; returns whether that freed the entry (the last
+    /// reference to an entry no longer cached).
+    pub fn release(self) -> bool {
+        let this = ManuallyDrop::new(self);
+        put_node(this.shared, this.node, true)
+    }
+
     /// Drops the handle without flushing what it frees (see [`put_node`]);
     /// returns whether that freed the entry.
     fn release_batched(self) -> bool {

@@ -81,6 +81,24 @@ fn replace_unhashes_old_entry_and_its_subtree() {
 }
 
 #[test]
+fn release_says_whether_it_freed_the_entry() {
+    let c = cache();
+    let root = c.root();
+    let d = c.insert(&root, b"d", Some(1));
+    let d2 = d.clone();
+    // Cached: releasing the last handle keeps the entry.
+    assert!(!d2.release());
+    assert!(!d.clone().release());
+    assert!(c.remove(&root, b"d"));
+    let d2 = d.clone();
+    // Unhashed but still held by `d2`.
+    assert!(!d.release());
+    assert_eq!(c.len(), 1);
+    assert!(d2.release(), "the last handle of an unhashed entry frees it");
+    assert_eq!(c.len(), 0);
+}
+
+#[test]
 fn remove_drops_entry_and_subtree() {
     let c = cache();
     let root = c.root();
