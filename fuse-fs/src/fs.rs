@@ -684,6 +684,7 @@ impl Fs {
         let pfd = self.table.path_fd(parent)?;
         let cname = cstr(name)?;
         let before = self.source_seq();
+        let names_read = parent.reading_names();
         let in_flight = self.source_lookups.enter();
         crate::fault::source_delay();
         let flags = libc::AT_SYMLINK_NOFOLLOW | self.cfg.name_stat_flags;
@@ -712,8 +713,9 @@ impl Fs {
                     self.table.remember(&inode, 1);
                 }
                 self.names.insert(parent, name, Some(&inode));
-                if self.source_changed_since(before) {
-                    // The source changed while this was read: cache nothing.
+                if self.source_changed_since(before) || parent.names_changed_since(names_read) {
+                    // The source changed while this was read, or a name
+                    // under the directory through the mount: cache nothing.
                     self.names.remove(parent, name);
                     inode.expire_attr();
                 }
@@ -721,7 +723,7 @@ impl Fs {
             }
             Err(e) if e.errno() == libc::ENOENT => {
                 self.names.insert(parent, name, None);
-                if self.source_changed_since(before) {
+                if self.source_changed_since(before) || parent.names_changed_since(names_read) {
                     self.names.remove(parent, name);
                 }
                 Ok(None)
@@ -879,7 +881,10 @@ impl Fs {
         }
     }
 
+    /// After `name` was made under `parent` in the source through the
+    /// mount: caches it and answers its entry.
     fn made(&self, parent: &Arc<Inode>, name: &[u8]) -> FsResult<Entry> {
+        parent.changing_names();
         self.touched_dir(parent);
         match self.lookup_source(parent, name, true)? {
             Some(inode) => Ok(self.entry_of(&inode)),
@@ -969,6 +974,7 @@ impl Fs {
             sys::unlinkat(pfd.as_fd(), &cname, flags)
         };
         // Whatever the outcome, the cached name may be wrong now: forget it.
+        parent.changing_names();
         self.names.remove(&parent, name);
         result?;
         self.touched_dir(&parent);
@@ -1010,6 +1016,8 @@ impl Fs {
             let _g = self.creds.act_as(caller)?;
             sys::renameat2(ofd.as_fd(), &oname, nfd.as_fd(), &nname, flags)
         };
+        op.changing_names();
+        np.changing_names();
         if result.is_err() || flags & libc::RENAME_EXCHANGE != 0 || flags & libc::RENAME_WHITEOUT != 0 {
             self.names.remove(&op, name);
             self.names.remove(&np, new_name);
@@ -1444,8 +1452,12 @@ impl Fs {
         // The file is made by the open, so the reserve is checked before it.
         self.gate.precheck(pfd.as_fd(), caller.uid)?;
         let fd = self.create_fd(&parent, &pfd, name, &cname, mode, flags, caller)?;
+        parent.changing_names();
         self.touched_dir(&parent);
         let before = self.source_seq();
+        // A change of the name through the mount after this one (an unlink
+        // racing the create) must not be overwritten by the insert below.
+        let names_read = parent.reading_names();
         let st = sys::fstat(fd.as_fd())?;
         let inode = self.table.intern(NewInode {
             parent_ino: parent.ino,
@@ -1455,7 +1467,7 @@ impl Fs {
         })?;
         self.table.remember(&inode, 1);
         self.names.insert(&parent, name, Some(&inode));
-        if self.source_changed_since(before) {
+        if self.source_changed_since(before) || parent.names_changed_since(names_read) {
             self.names.remove(&parent, name);
             inode.expire_attr();
         }

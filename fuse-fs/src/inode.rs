@@ -186,6 +186,9 @@ pub struct Inode {
     /// kernel forget the copy it may have been lent (see
     /// [`PendingAttrInval`]).
     attr_invals: AtomicU32,
+    /// Directories: changes of names under this one made through the
+    /// mount (see [`Inode::changing_names`]).
+    name_changes: AtomicU32,
     /// Directories only, allocated on first use (files do not pay for it).
     dir: Mutex<Option<Box<DirState>>>,
     /// The dentry this inode was last found under (the dcache's counted
@@ -229,6 +232,43 @@ impl Inode {
         // Acquire: pairs with the Release decrement in `PendingAttrInval`'s
         // drop, so that seeing it done means the invalidation was sent.
         self.attr_invals.load(Ordering::Acquire) > 0
+    }
+}
+
+/// A read of names under a directory from the source, to be cached: see
+/// [`Inode::reading_names`].
+#[derive(Clone, Copy, Debug)]
+pub struct NamesRead(u32);
+
+impl Inode {
+    /// Call after changing a name under this directory in the source
+    /// through the mount, before updating the name cache: a lookup that
+    /// read the source before the change does not cache what it read (see
+    /// [`Inode::reading_names`]), so it cannot overwrite the cache's update
+    /// with the name as it was.
+    pub fn changing_names(&self) {
+        // SeqCst: the bump is ordered before the caller's update of the
+        // name cache; pairs with the fence in `names_changed_since`.
+        self.name_changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Call before reading a name under this directory from the source.
+    pub fn reading_names(&self) -> NamesRead {
+        // SeqCst: a read of the source that missed a change through the
+        // mount began before that change, so before its bump.
+        NamesRead(self.name_changes.load(Ordering::SeqCst))
+    }
+
+    /// After caching what the read that began with `read` found: whether a
+    /// change through the mount came meanwhile (then the caller uncaches it:
+    /// either the change's own update overwrote it or it comes after).
+    pub fn names_changed_since(&self, read: NamesRead) -> bool {
+        // SeqCst fence: orders the caller's insert into the name cache
+        // before this load; pairs with the SeqCst bump in `changing_names`.
+        // A load that misses the bump means the insert came before it, and
+        // so before the update that follows the bump.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.name_changes.load(Ordering::Relaxed) != read.0
     }
 }
 
@@ -667,6 +707,7 @@ impl InodeTable {
             attr: Mutex::new(AttrState { st, at: Instant::now() }),
             data_stamp: Mutex::new(None),
             attr_invals: AtomicU32::new(0),
+            name_changes: AtomicU32::new(0),
             dir: Mutex::new(None),
             dentry: Mutex::new(None),
             link: Link::new(ROOT_INO, Box::default(), None),
@@ -748,6 +789,7 @@ impl InodeTable {
             }),
             data_stamp: Mutex::new(None),
             attr_invals: AtomicU32::new(0),
+            name_changes: AtomicU32::new(0),
             dir: Mutex::new(None),
             dentry: Mutex::new(None),
             link: Link::new(new.parent_ino, new.name.to_bytes().into(), parent_ref),

@@ -20,6 +20,14 @@
 //!   revalidation interval and the directory whose mtime moved.
 //! - Lookups under a parent whose dentry was unhashed (dropped, renamed
 //!   over) bypass the cache until the parent is looked up again.
+//! - An inode the kernel knows keeps its handle while its dentry is cached
+//!   (a drop releases handles only after unhashing their dentries): every
+//!   operation here does nothing under a parent without a handle, so a
+//!   cached dentry out of reach would miss changes and could be taken back
+//!   stale by [`Names::attach`] or [`Names::insert`].
+//! - What a lookup read from the source is cached only if no change of a
+//!   name under the parent through the mount came meanwhile (the parent's
+//!   count of name changes, `Inode::reading_names`; `fs.rs`).
 
 use std::sync::Arc;
 
@@ -172,6 +180,11 @@ impl Names {
         if let Some(pd) = self.dentry_of(parent) {
             self.cache.remove(&pd, name);
         }
+    }
+
+    /// As [`Names::remove`], under the parent dentry `pd` itself.
+    pub fn remove_under(&self, pd: &DentryHandle, name: &[u8]) {
+        self.cache.remove(pd, name);
     }
 
     /// Moves `(op, on)` to `(np, nn)`.

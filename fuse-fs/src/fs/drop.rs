@@ -86,13 +86,6 @@ impl Fs {
         // follows the subtree, not every inode the kernel knows.
         let (known, visited) = self.table.known_under(dir.ino);
         for (inode, depth) in known {
-            if mode.drops_dentries() && owner(&inode) {
-                // Let go of the inode's dentry so that the drop frees it
-                // rather than finding it in use; the next lookup of the
-                // name attaches a fresh one.
-                let released = inode.dentry.lock().take();
-                drop(released);
-            }
             found.insert(inode.ino, (inode, depth));
         }
         let mut found_in_dcache = 0u64;
@@ -106,8 +99,31 @@ impl Fs {
             ok && mode.drops_dentries()
         });
         if mode.drops_dentries() {
-            out.args.dentries_dropped = sub.dropped;
-            out.args.busy = sub.busy;
+            // Only now, with their dentries unhashed, the inodes the kernel
+            // knows let go of them (the next lookup of the name attaches a
+            // fresh one). Released before the unhash, a directory's handle
+            // would leave its dentry cached but out of the name layer's
+            // reach: changes under it through the mount would not reach the
+            // dcache (`Names` does nothing without the parent's dentry), and
+            // a lookup in that window would take the stale dentry back.
+            let mut freed = 0;
+            for (inode, _) in found.values() {
+                let released = {
+                    let mut handle = inode.dentry.lock();
+                    if handle.as_ref().is_some_and(|d| !d.is_hashed()) {
+                        handle.take()
+                    } else {
+                        None
+                    }
+                };
+                if released.is_some_and(|d| d.release()) {
+                    freed += 1;
+                }
+            }
+            // The walk counted those entries in use (the handles still held
+            // them); releasing the handles freed them.
+            out.args.dentries_dropped = sub.dropped + freed;
+            out.args.busy = sub.busy.saturating_sub(freed);
         }
         for (inode, depth) in found.values_mut() {
             if *depth == 0 {

@@ -1337,3 +1337,5 @@ fn opens_racing_the_first_to_find_a_change_invalidate_too() {
         t.fs.release(o.fh).expect("release");
     }
 }
+
+mod stress;

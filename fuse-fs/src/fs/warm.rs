@@ -289,6 +289,8 @@ impl Fs {
     ) -> FsResult<Option<(DentryHandle, Arc<Inode>)>> {
         self.reap();
         let cname = sys::cstr(name)?;
+        let before = self.source_seq();
+        let names_read = parent.reading_names();
         match sys::fstatat(pfd, &cname, libc::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => {
                 let inode = self.table.intern(NewInode {
@@ -298,6 +300,12 @@ impl Fs {
                     st,
                 })?;
                 let d = self.names.insert_under(pd, name, Some(&inode));
+                if self.source_changed_since(before) || parent.names_changed_since(names_read) {
+                    // Changed while read (as in `Fs::lookup_source`): not
+                    // cached; the walk still goes on under what it read.
+                    self.names.remove_under(pd, name);
+                    inode.expire_attr();
+                }
                 Ok(Some((d, inode)))
             }
             Err(e) if e.errno() == libc::ENOENT => Ok(None),
