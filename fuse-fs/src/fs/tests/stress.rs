@@ -365,7 +365,36 @@ fn ops() -> usize {
 
 #[test]
 fn names_stay_exact_under_concurrent_renames_creates_and_drops() {
-    let Some(t) = watched() else { return };
+    if let Some(t) = watched() {
+        stress(&t);
+    }
+}
+
+/// With `ttl` and a 1 ms interval every lookup re-checks its directory
+/// (`Fs::revalidate_dir`) and most find the entry's attributes expired.
+#[test]
+fn names_stay_exact_with_a_short_revalidation_interval() {
+    stress(&setup(FsConfig {
+        coherence: Coherence::Ttl,
+        revalidate: Duration::from_millis(1),
+        ..default_cfg()
+    }));
+}
+
+/// Without file handles every inode is reopened by its recorded name
+/// through its parents (`Backing::ByName`), and the pool of 16 descriptors
+/// makes that happen all the time.
+#[test]
+fn names_stay_exact_when_inodes_are_reopened_by_name() {
+    stress(&setup(FsConfig {
+        coherence: Coherence::Ttl,
+        revalidate: Duration::from_secs(3600),
+        use_handles: false,
+        ..default_cfg()
+    }));
+}
+
+fn stress(t: &T) {
     let fs = &t.fs;
     let workers = 3;
     // Workers still running; the dropper stops when none is.
