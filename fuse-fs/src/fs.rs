@@ -712,18 +712,21 @@ impl Fs {
                 if remember {
                     self.table.remember(&inode, 1);
                 }
-                self.names.insert(parent, name, Some(&inode));
-                if self.source_changed_since(before) || parent.names_changed_since(names_read) {
-                    // The source changed while this was read, or a name
-                    // under the directory through the mount: cache nothing.
-                    self.names.remove(parent, name);
+                let cached = parent.cache_if_unchanged(names_read, || self.names.insert(parent, name, Some(&inode)));
+                if !cached || self.source_changed_since(before) {
+                    // A name under the directory changed through the mount,
+                    // or the source changed, while this was read: cache
+                    // nothing.
+                    if cached {
+                        self.names.remove(parent, name);
+                    }
                     inode.expire_attr();
                 }
                 Ok(Some(inode))
             }
             Err(e) if e.errno() == libc::ENOENT => {
-                self.names.insert(parent, name, None);
-                if self.source_changed_since(before) || parent.names_changed_since(names_read) {
+                let cached = parent.cache_if_unchanged(names_read, || self.names.insert(parent, name, None));
+                if cached && self.source_changed_since(before) {
                     self.names.remove(parent, name);
                 }
                 Ok(None)
@@ -884,7 +887,9 @@ impl Fs {
     /// After `name` was made under `parent` in the source through the
     /// mount: caches it and answers its entry.
     fn made(&self, parent: &Arc<Inode>, name: &[u8]) -> FsResult<Entry> {
-        parent.changing_names();
+        // Counted before the lookup below reads the new name: a lookup that
+        // read the source before the change does not cache what it read.
+        parent.change_names(parent.reading_names(), |_| ());
         self.touched_dir(parent);
         match self.lookup_source(parent, name, true)? {
             Some(inode) => Ok(self.entry_of(&inode)),
@@ -974,8 +979,7 @@ impl Fs {
             sys::unlinkat(pfd.as_fd(), &cname, flags)
         };
         // Whatever the outcome, the cached name may be wrong now: forget it.
-        parent.changing_names();
-        self.names.remove(&parent, name);
+        parent.change_names(parent.reading_names(), |_| self.names.remove(&parent, name));
         result?;
         self.touched_dir(&parent);
         self.unnamed(key);
@@ -1012,18 +1016,24 @@ impl Fs {
         let replaced = sys::fstatat(nfd.as_fd(), &nname, libc::AT_SYMLINK_NOFOLLOW)
             .ok()
             .map(|st| key_of(&st));
+        let reads = (op.reading_names(), np.reading_names());
+        // Until the moved inode's link is updated below, a reopen by name
+        // that fails may only have read the old link (`inode.rs`).
+        let _renaming = self.table.renaming();
         let result = {
             let _g = self.creds.act_as(caller)?;
             sys::renameat2(ofd.as_fd(), &oname, nfd.as_fd(), &nname, flags)
         };
-        op.changing_names();
-        np.changing_names();
-        if result.is_err() || flags & libc::RENAME_EXCHANGE != 0 || flags & libc::RENAME_WHITEOUT != 0 {
-            self.names.remove(&op, name);
-            self.names.remove(&np, new_name);
-        } else {
-            self.names.rename(&op, name, &np, new_name);
-        }
+        crate::inode::change_names_of_two((&op, reads.0), (&np, reads.1), |alone| {
+            // Another change under either directory since the rename began
+            // may have updated the cache out of order: then forget both names.
+            if !alone || result.is_err() || flags & libc::RENAME_EXCHANGE != 0 || flags & libc::RENAME_WHITEOUT != 0 {
+                self.names.remove(&op, name);
+                self.names.remove(&np, new_name);
+            } else {
+                self.names.rename(&op, name, &np, new_name);
+            }
+        });
         result?;
         self.touched_dir(&op);
         if op.ino != np.ino {
@@ -1451,13 +1461,10 @@ impl Fs {
         let cname = cstr(name)?;
         // The file is made by the open, so the reserve is checked before it.
         self.gate.precheck(pfd.as_fd(), caller.uid)?;
+        let names_read = parent.reading_names();
         let fd = self.create_fd(&parent, &pfd, name, &cname, mode, flags, caller)?;
-        parent.changing_names();
         self.touched_dir(&parent);
         let before = self.source_seq();
-        // A change of the name through the mount after this one (an unlink
-        // racing the create) must not be overwritten by the insert below.
-        let names_read = parent.reading_names();
         let st = sys::fstat(fd.as_fd())?;
         let inode = self.table.intern(NewInode {
             parent_ino: parent.ino,
@@ -1466,8 +1473,17 @@ impl Fs {
             st,
         })?;
         self.table.remember(&inode, 1);
-        self.names.insert(&parent, name, Some(&inode));
-        if self.source_changed_since(before) || parent.names_changed_since(names_read) {
+        parent.change_names(names_read, |alone| {
+            if alone {
+                self.names.insert(&parent, name, Some(&inode));
+            } else {
+                // Another change under the directory since the create began
+                // (an unlink of the new name, say) may have been applied
+                // first: the name is looked up again instead.
+                self.names.remove(&parent, name);
+            }
+        });
+        if self.source_changed_since(before) {
             self.names.remove(&parent, name);
             inode.expire_attr();
         }

@@ -187,8 +187,9 @@ pub struct Inode {
     /// [`PendingAttrInval`]).
     attr_invals: AtomicU32,
     /// Directories: changes of names under this one made through the
-    /// mount (see [`Inode::changing_names`]).
-    name_changes: AtomicU32,
+    /// mount, counted under this lock with their update of the name cache
+    /// (see [`Inode::change_names`]).
+    name_changes: RwLock<u32>,
     /// Directories only, allocated on first use (files do not pay for it).
     dir: Mutex<Option<Box<DirState>>>,
     /// The dentry this inode was last found under (the dcache's counted
@@ -235,41 +236,74 @@ impl Inode {
     }
 }
 
+/// A rename under way (see [`InodeTable::renaming`]).
+#[derive(Debug)]
+pub struct Renaming<'a>(&'a InodeTable);
+
+impl Drop for Renaming<'_> {
+    fn drop(&mut self) {
+        // SeqCst: ordered after the link's update; pairs with the loads in
+        // `open_by_name`.
+        self.0.renames_done.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// A read of names under a directory from the source, to be cached: see
 /// [`Inode::reading_names`].
 #[derive(Clone, Copy, Debug)]
 pub struct NamesRead(u32);
 
 impl Inode {
-    /// Call after changing a name under this directory in the source
-    /// through the mount, before updating the name cache: a lookup that
-    /// read the source before the change does not cache what it read (see
-    /// [`Inode::reading_names`]), so it cannot overwrite the cache's update
-    /// with the name as it was.
-    pub fn changing_names(&self) {
-        // SeqCst: the bump is ordered before the caller's update of the
-        // name cache; pairs with the fence in `names_changed_since`.
-        self.name_changes.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Call before reading a name under this directory from the source.
+    /// Call before reading a name under this directory from the source,
+    /// to cache what is read ([`Inode::cache_if_unchanged`]) or to change
+    /// it ([`Inode::change_names`]).
     pub fn reading_names(&self) -> NamesRead {
-        // SeqCst: a read of the source that missed a change through the
-        // mount began before that change, so before its bump.
-        NamesRead(self.name_changes.load(Ordering::SeqCst))
+        NamesRead(*self.name_changes.read())
     }
 
-    /// After caching what the read that began with `read` found: whether a
-    /// change through the mount came meanwhile (then the caller uncaches it:
-    /// either the change's own update overwrote it or it comes after).
-    pub fn names_changed_since(&self, read: NamesRead) -> bool {
-        // SeqCst fence: orders the caller's insert into the name cache
-        // before this load; pairs with the SeqCst bump in `changing_names`.
-        // A load that misses the bump means the insert came before it, and
-        // so before the update that follows the bump.
-        std::sync::atomic::fence(Ordering::SeqCst);
-        self.name_changes.load(Ordering::Relaxed) != read.0
+    /// Runs `insert` (the caching of what a lookup read from the source)
+    /// unless a name under this directory was changed through the mount
+    /// since `read`; returns whether it ran. The check and the insert are
+    /// one step against changes ([`Inode::change_names`]): an insert either
+    /// comes before a change's own update of the name cache, which then
+    /// overrides it, or sees the change and is skipped. (Checked after the
+    /// insert instead, a stale entry was visible until the check undid it:
+    /// a transient ENOENT for a name just made, found by the name stress
+    /// test under load.)
+    pub fn cache_if_unchanged(&self, read: NamesRead, insert: impl FnOnce()) -> bool {
+        let changes = self.name_changes.read();
+        if *changes != read.0 {
+            return false;
+        }
+        insert();
+        true
     }
+
+    /// A change of names under this directory through the mount, made in
+    /// the source after `read` was taken: counts it and runs `update` (the
+    /// name cache's update) in one step, told whether no other change came
+    /// since `read` (if one did, the two updates may be in the wrong order,
+    /// and `update` should only remove).
+    pub fn change_names<R>(&self, read: NamesRead, update: impl FnOnce(bool) -> R) -> R {
+        let mut changes = self.name_changes.write();
+        let alone = *changes == read.0;
+        *changes = changes.wrapping_add(1);
+        update(alone)
+    }
+}
+
+/// [`Inode::change_names`] for a change under two directories (a rename):
+/// both are held, in node id order, while `update` runs.
+pub fn change_names_of_two<R>(a: (&Inode, NamesRead), b: (&Inode, NamesRead), update: impl FnOnce(bool) -> R) -> R {
+    if a.0.ino == b.0.ino {
+        return a.0.change_names(a.1, update);
+    }
+    let (first, second) = if a.0.ino < b.0.ino { (a, b) } else { (b, a) };
+    first.0.change_names(first.1, |first_alone| {
+        second
+            .0
+            .change_names(second.1, |second_alone| update(first_alone && second_alone))
+    })
 }
 
 impl Drop for PendingAttrInval {
@@ -652,6 +686,10 @@ pub struct InodeTable {
     pub pool: FdPool,
     use_handles: bool,
     interns: AtomicU64,
+    /// Renames begun and renames whose inode's link was updated after
+    /// them (see [`InodeTable::renaming`]).
+    renames_begun: AtomicU64,
+    renames_done: AtomicU64,
     /// Inodes created with [`Backing::ByName`].
     by_name: AtomicU64,
     children: Children,
@@ -692,6 +730,8 @@ impl InodeTable {
             pool: FdPool::new(pool_capacity),
             use_handles,
             interns: AtomicU64::new(0),
+            renames_begun: AtomicU64::new(0),
+            renames_done: AtomicU64::new(0),
             by_name: AtomicU64::new(0),
             children: Children::default(),
             orphans: Mutex::new(HashMap::new()),
@@ -707,7 +747,7 @@ impl InodeTable {
             attr: Mutex::new(AttrState { st, at: Instant::now() }),
             data_stamp: Mutex::new(None),
             attr_invals: AtomicU32::new(0),
-            name_changes: AtomicU32::new(0),
+            name_changes: RwLock::new(0),
             dir: Mutex::new(None),
             dentry: Mutex::new(None),
             link: Link::new(ROOT_INO, Box::default(), None),
@@ -789,7 +829,7 @@ impl InodeTable {
             }),
             data_stamp: Mutex::new(None),
             attr_invals: AtomicU32::new(0),
-            name_changes: AtomicU32::new(0),
+            name_changes: RwLock::new(0),
             dir: Mutex::new(None),
             dentry: Mutex::new(None),
             link: Link::new(new.parent_ino, new.name.to_bytes().into(), parent_ref),
@@ -1086,6 +1126,41 @@ impl InodeTable {
     /// removed or renamed in the source: `ESTALE` (and, with `mark`, the
     /// inode is marked stale), so the kernel looks the name up again.
     fn open_by_name(&self, inode: &Inode, mark: bool) -> FsResult<OwnedFd> {
+        // A rename through the mount moves the object in the source before
+        // it updates the link: a failure while one ran may only mean the
+        // link was read in between. Tried again then, a bounded number of
+        // times; marked stale only when no rename overlapped the attempt.
+        for _ in 0..64 {
+            // SeqCst: as the counts' updates in `renaming` (`Renaming`'s drop).
+            let begun = self.renames_begun.load(Ordering::SeqCst);
+            let done = self.renames_done.load(Ordering::SeqCst);
+            match self.open_by_name_once(inode, false) {
+                Err(e) if e.errno() == libc::ESTALE => {
+                    let quiet = begun == done
+                        && self.renames_begun.load(Ordering::SeqCst) == begun
+                        && self.renames_done.load(Ordering::SeqCst) == done;
+                    if quiet {
+                        return self.open_by_name_once(inode, mark);
+                    }
+                    std::thread::yield_now();
+                }
+                other => return other,
+            }
+        }
+        Err(FsError::STALE)
+    }
+
+    /// Tells the table a rename through the mount is under way until the
+    /// returned guard is dropped, which the caller does after updating the
+    /// moved inode's link ([`InodeTable::set_link`]).
+    pub fn renaming(&self) -> Renaming<'_> {
+        // SeqCst: ordered before the rename in the source; pairs with the
+        // loads in `open_by_name`.
+        self.renames_begun.fetch_add(1, Ordering::SeqCst);
+        Renaming(self)
+    }
+
+    fn open_by_name_once(&self, inode: &Inode, mark: bool) -> FsResult<OwnedFd> {
         let (parent, name) = {
             let l = inode.link.lock();
             (l.parent_ref.clone(), l.name.clone())

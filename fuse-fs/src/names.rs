@@ -26,8 +26,9 @@
 //!   cached dentry out of reach would miss changes and could be taken back
 //!   stale by [`Names::attach`] or [`Names::insert`].
 //! - What a lookup read from the source is cached only if no change of a
-//!   name under the parent through the mount came meanwhile (the parent's
-//!   count of name changes, `Inode::reading_names`; `fs.rs`).
+//!   name under the parent through the mount came meanwhile, checked and
+//!   inserted in one step against the changes' own updates
+//!   (`Inode::cache_if_unchanged`, `Inode::change_names`; `fs.rs`).
 
 use std::sync::Arc;
 

@@ -279,7 +279,7 @@ impl Fs {
 
     /// Looks `name` up in the source under `parent` (whose `O_PATH`
     /// descriptor is `pfd` and dentry `pd`), interns it and inserts it under
-    /// `pd`; `None` if it is gone.
+    /// `pd`; `None` if it is gone or changed while it was read.
     fn warm_lookup(
         &self,
         parent: &Arc<Inode>,
@@ -299,14 +299,19 @@ impl Fs {
                     name: &cname,
                     st,
                 })?;
-                let d = self.names.insert_under(pd, name, Some(&inode));
-                if self.source_changed_since(before) || parent.names_changed_since(names_read) {
+                let mut d = None;
+                let cached =
+                    parent.cache_if_unchanged(names_read, || d = Some(self.names.insert_under(pd, name, Some(&inode))));
+                if !cached || self.source_changed_since(before) {
                     // Changed while read (as in `Fs::lookup_source`): not
-                    // cached; the walk still goes on under what it read.
-                    self.names.remove_under(pd, name);
+                    // cached, and the walk does not go below it.
+                    if cached {
+                        self.names.remove_under(pd, name);
+                    }
                     inode.expire_attr();
+                    return Ok(None);
                 }
-                Ok(Some((d, inode)))
+                Ok(d.map(|d| (d, inode)))
             }
             Err(e) if e.errno() == libc::ENOENT => Ok(None),
             Err(e) => Err(e),
