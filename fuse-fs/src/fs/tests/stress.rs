@@ -3,12 +3,21 @@
 //! Worker threads change their own subtrees (`w0`, `w1`, ...) as the
 //! kernel drives the default mode, which keeps no entries: every path
 //! component of every operation is a LOOKUP, each successful one takes a
-//! reference, and references go back with FORGET (a subtree's all at once,
-//! as the kernel evicts children before their parents). Meanwhile another
-//! thread drops the root's caches in every mode, and the workers drop their
-//! own directories. Every path a worker's model has must resolve to an
+//! reference, and references go back with FORGET (all of a worker's at
+//! once). Meanwhile another thread drops the root's caches in every mode,
+//! the workers drop their own directories, and for each worker a prober
+//! keeps looking up the name its create, mkdir or rename is about to make
+//! (as another process's `stat` would), forgetting what it finds. With the
+//! watch, workers also change the source directly and report it to a
+//! stand-in for the watcher, which applies the events from its own thread
+//! a little later. Every path a worker's model has must resolve to an
 //! object of its kind, and every name it removed or renamed away must be
-//! ENOENT: nothing else changes the source, so no answer may lag.
+//! ENOENT: through the mount at once, in the source once the watcher has
+//! applied the change. On a failure the message gives the worker's last
+//! operations and what the name layer holds for the paths of the last one.
+//!
+//! `RCUFS_NAME_STRESS_OPS` sets the operations per worker (4,000), and
+//! `RCUFS_NAME_STRESS_SEED` the seed (printed by each run).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -56,6 +65,53 @@ struct Worker<'a> {
     /// The name about to appear (parent node id, name), which another
     /// thread keeps looking up meanwhile, as a second process would.
     probe: &'a Mutex<Option<(u64, String)>>,
+    /// With the watch: the emulated watcher this worker's changes made
+    /// directly in the source are reported to, and this worker's index.
+    watcher: Option<(&'a Watcher, usize)>,
+    /// Events this worker reported.
+    reported: u64,
+}
+
+/// A change reported to the [`Watcher`]: the worker, the directory's
+/// handle bytes, handle type and fsid, and the name.
+type Reported = (usize, Vec<u8>, i32, u64, Vec<u8>);
+
+/// Stands in for the fanotify watcher: applies the events reported to it
+/// from its own thread, a little later, in batches, as the real one does.
+struct Watcher {
+    queue: Mutex<Vec<Reported>>,
+    /// Per worker: events applied.
+    applied: Vec<AtomicUsize>,
+}
+
+impl Watcher {
+    fn run(&self, fs: &Fs, running: &AtomicUsize, seed: u64) {
+        let mut rng = Rng(seed);
+        while running.load(Ordering::Relaxed) > 0 {
+            let batch = std::mem::take(&mut *self.queue.lock());
+            if batch.is_empty() {
+                std::thread::yield_now();
+                continue;
+            }
+            // Up to 200 µs late, as fanotify's events reach the watcher.
+            std::thread::sleep(Duration::from_micros(rng.below(200) as u64));
+            let events: Vec<crate::watch::Event<'_>> = batch
+                .iter()
+                .map(|(_, bytes, handle_type, fsid, name)| crate::watch::Event::Name {
+                    dir: crate::watch::Handle {
+                        fsid: *fsid,
+                        handle_type: *handle_type,
+                        bytes,
+                    },
+                    name,
+                })
+                .collect();
+            fs.apply_source_events(&events);
+            for (w, ..) in &batch {
+                self.applied[*w].fetch_add(1, Ordering::Release);
+            }
+        }
+    }
 }
 
 impl Worker<'_> {
@@ -70,10 +126,63 @@ impl Worker<'_> {
     fn fail(&self, what: String) -> ! {
         let log: Vec<&str> = self.log.iter().map(String::as_str).collect();
         panic!(
-            "{}: {what}\nlast operations, oldest first:\n  {}",
+            "{}: {what}\nlast operations, oldest first:\n  {}\nwhat the name layer holds now:{}",
             self.top,
-            log.join("\n  ")
+            log.join("\n  "),
+            self.state_of_last_paths()
         );
+    }
+
+    fn state_of_last_paths(&self) -> String {
+        let mut out = String::new();
+        let last = self.log.back().cloned().unwrap_or_default();
+        let paths: Vec<String> = last
+            .split(' ')
+            .filter(|w| w.starts_with('d') || w.starts_with('f') || w.starts_with('s'))
+            .map(String::from)
+            .collect();
+        for rel in paths {
+            let full = self.full(&rel);
+            out += &format!("\n path {full}:");
+            let mut ino = ROOT_INO;
+            let mut sofar = String::new();
+            for c in full.split('/') {
+                sofar = if sofar.is_empty() {
+                    c.to_string()
+                } else {
+                    format!("{sofar}/{c}")
+                };
+                let Ok(p) = self.fs.table.get(ino) else {
+                    out += &format!(" [{c}: parent {ino} unknown]");
+                    break;
+                };
+                let h = p
+                    .dentry
+                    .lock()
+                    .as_ref()
+                    .map(|d| (d.id(), d.is_hashed(), d.parent().map(|x| x.id())));
+                let hit = match self.fs.names.lookup(&p, c.as_bytes()) {
+                    crate::names::Hit::Positive(i) => {
+                        format!("pos ino {} stale {} nl {}", i.ino, i.is_stale(), i.nlookup())
+                    }
+                    crate::names::Hit::Negative => "neg".into(),
+                    crate::names::Hit::Miss => "miss".into(),
+                };
+                let src = std::fs::symlink_metadata(self.src.join(&sofar)).is_ok();
+                out += &format!("\n   [{c}: parent {ino} handle {h:?} hit {hit} src {src}]");
+                match self.fs.lookup(ino, c.as_bytes()) {
+                    Ok(e) => {
+                        self.fs.forget(e.ino, 1);
+                        ino = e.ino;
+                    }
+                    Err(e) => {
+                        out += &format!(" lookup now: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+        out
     }
 
     fn full(&self, rel: &str) -> String {
@@ -305,6 +414,7 @@ impl Worker<'_> {
                     .drop_dir(d, mode, ME)
                     .unwrap_or_else(|e| self.fail(format!("drop of {dir}: {e}")));
             }
+            16..=17 if self.watcher.is_some() => self.step_in_source(),
             15 => {
                 self.note("forget all".into());
                 self.forget_all();
@@ -329,6 +439,92 @@ impl Worker<'_> {
                     }
                 }
             }
+        }
+    }
+
+    /// Reports a change of `name` in the model's directory `dir`, made
+    /// directly in the source, to the watcher.
+    fn report(&mut self, dir: &str, name: &str) {
+        let (watcher, me) = self.watcher.expect("a watcher");
+        let path = self.src.join(self.full(dir));
+        let fd = sys::open_path(
+            &sys::cstr(path.as_os_str().as_encoded_bytes()).expect("path"),
+            libc::O_PATH,
+        )
+        .expect("open the directory in the source");
+        let (handle, _) = sys::name_to_handle_at(fd.as_fd(), sys::EMPTY, libc::AT_EMPTY_PATH).expect("handle");
+        let (fsid, _) = sys::fs_ids(fd.as_fd()).expect("fsid");
+        watcher.queue.lock().push((
+            me,
+            handle.bytes().to_vec(),
+            handle.handle_type(),
+            fsid,
+            name.as_bytes().to_vec(),
+        ));
+        self.reported += 1;
+    }
+
+    /// Looks `rel` up while the watcher may be applying the change (any
+    /// answer goes), then waits until it has applied everything reported.
+    fn race_and_wait(&mut self, rels: &[&str]) {
+        for rel in rels {
+            let _ = self.resolve(rel);
+        }
+        let (watcher, me) = self.watcher.expect("a watcher");
+        while (watcher.applied[me].load(Ordering::Acquire) as u64) < self.reported {
+            let _ = self.resolve(rels[0]);
+        }
+    }
+
+    /// The changes made directly in the source (with the watch only).
+    fn step_in_source(&mut self) {
+        match self.rng.below(3) {
+            0 => {
+                let dir = self.dirs[self.rng.below(self.dirs.len())].clone();
+                let name = self.fresh("s");
+                let rel = Self::join(&dir, &name);
+                self.note(format!("src-create {rel}"));
+                let _ = self.resolve(&rel);
+                std::fs::write(self.src.join(self.full(&rel)), b"s").expect("create in the source");
+                self.report(&dir, &name);
+                self.race_and_wait(&[&rel]);
+                self.files.push(rel.clone());
+                self.must_resolve(&rel, Kind::File);
+            }
+            1 if !self.files.is_empty() => {
+                let rel = self.files.swap_remove(self.rng.below(self.files.len()));
+                self.note(format!("src-unlink {rel}"));
+                self.must_resolve(&rel, Kind::File);
+                std::fs::remove_file(self.src.join(self.full(&rel))).expect("unlink in the source");
+                let (dir, name) = Self::split(&rel);
+                let (dir, name) = (dir.to_string(), name.to_string());
+                self.report(&dir, &name);
+                self.race_and_wait(&[&rel]);
+                self.forget_gone(&rel);
+                self.must_be_gone(&rel);
+            }
+            _ if !self.files.is_empty() => {
+                let i = self.rng.below(self.files.len());
+                let from = self.files[i].clone();
+                let to_dir = self.dirs[self.rng.below(self.dirs.len())].clone();
+                let name = self.fresh("s");
+                let to = Self::join(&to_dir, &name);
+                self.note(format!("src-rename {from} -> {to}"));
+                self.must_resolve(&from, Kind::File);
+                let _ = self.resolve(&to);
+                std::fs::rename(self.src.join(self.full(&from)), self.src.join(self.full(&to)))
+                    .expect("rename in the source");
+                let (od, on) = Self::split(&from);
+                let (od, on) = (od.to_string(), on.to_string());
+                self.report(&od, &on);
+                self.report(&to_dir, &name);
+                self.race_and_wait(&[&to, &from]);
+                self.files[i] = to.clone();
+                self.forget_gone(&from);
+                self.must_resolve(&to, Kind::File);
+                self.must_be_gone(&from);
+            }
+            _ => {}
         }
     }
 
@@ -395,18 +591,28 @@ fn names_stay_exact_when_inodes_are_reopened_by_name() {
 }
 
 fn stress(t: &T) {
+    let watching = t.fs.cfg.coherence == Coherence::Watch;
     let fs = &t.fs;
     let workers = 3;
     // Workers still running; the dropper stops when none is.
     let running = AtomicUsize::new(workers);
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as u64
+    let seed = std::env::var("RCUFS_NAME_STRESS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_nanos() as u64
+        })
         | 1;
     eprintln!("seed {seed}");
     let tops: Vec<String> = (0..workers).map(|i| format!("w{i}")).collect();
     let probes: Vec<Mutex<Option<(u64, String)>>> = (0..workers).map(|_| Mutex::new(None)).collect();
+    let watcher = Watcher {
+        queue: Mutex::new(Vec::new()),
+        applied: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
+    };
     for top in &tops {
         fs.mkdir(ROOT_INO, top.as_bytes(), 0o755, ME).expect("mkdir");
     }
@@ -434,6 +640,10 @@ fn stress(t: &T) {
                 }
             });
         }
+        if watching {
+            let (watcher, running) = (&watcher, &running);
+            s.spawn(move || watcher.run(fs, running, seed ^ 0x5851_f42d_4c95_7f2d));
+        }
         let handles: Vec<_> = tops
             .iter()
             .enumerate()
@@ -441,6 +651,7 @@ fn stress(t: &T) {
                 let running = &running;
                 let src = t.src.as_path();
                 let probe = &probes[i];
+                let watcher = watching.then_some((&watcher, i));
                 s.spawn(move || {
                     let _done = Done(running);
                     let mut w = Worker {
@@ -455,6 +666,8 @@ fn stress(t: &T) {
                         next_name: 0,
                         log: VecDeque::new(),
                         probe,
+                        watcher,
+                        reported: 0,
                     };
                     for _ in 0..ops() {
                         w.step();
