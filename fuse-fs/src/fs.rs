@@ -887,9 +887,12 @@ impl Fs {
     /// After `name` was made under `parent` in the source through the
     /// mount: caches it and answers its entry.
     fn made(&self, parent: &Arc<Inode>, name: &[u8]) -> FsResult<Entry> {
-        // Counted before the lookup below reads the new name: a lookup that
-        // read the source before the change does not cache what it read.
-        parent.change_names(parent.reading_names(), |_| ());
+        // Counted, and whatever was cached for the name forgotten, before
+        // the lookup below reads the new name: a lookup that read the source
+        // before the change cached nothing after this, and what it cached
+        // before is gone (the lookup below may not cache, if yet another
+        // change comes meanwhile).
+        parent.change_names(parent.reading_names(), |_| self.names.remove(parent, name));
         self.touched_dir(parent);
         match self.lookup_source(parent, name, true)? {
             Some(inode) => Ok(self.entry_of(&inode)),
@@ -1019,7 +1022,7 @@ impl Fs {
         let reads = (op.reading_names(), np.reading_names());
         // Until the moved inode's link is updated below, a reopen by name
         // that fails may only have read the old link (`inode.rs`).
-        let _renaming = self.table.renaming();
+        let renaming = self.table.renaming();
         let result = {
             let _g = self.creds.act_as(caller)?;
             sys::renameat2(ofd.as_fd(), &oname, nfd.as_fd(), &nname, flags)
@@ -1047,6 +1050,7 @@ impl Fs {
             self.note_own_change(&moved, &st);
             self.table.set_link(&moved, np.ino, new_name);
         }
+        drop(renaming);
         if flags & libc::RENAME_EXCHANGE == 0 {
             self.unnamed(replaced);
         }
@@ -1465,13 +1469,23 @@ impl Fs {
         let fd = self.create_fd(&parent, &pfd, name, &cname, mode, flags, caller)?;
         self.touched_dir(&parent);
         let before = self.source_seq();
-        let st = sys::fstat(fd.as_fd())?;
-        let inode = self.table.intern(NewInode {
-            parent_ino: parent.ino,
-            parent: pfd.as_fd(),
-            name: &cname,
-            st,
-        })?;
+        let interned = sys::fstat(fd.as_fd()).and_then(|st| {
+            let inode = self.table.intern(NewInode {
+                parent_ino: parent.ino,
+                parent: pfd.as_fd(),
+                name: &cname,
+                st,
+            })?;
+            Ok((st, inode))
+        });
+        let (st, inode) = match interned {
+            Ok(v) => v,
+            Err(e) => {
+                // The file was made: the change is counted all the same.
+                parent.change_names(names_read, |_| self.names.remove(&parent, name));
+                return Err(e);
+            }
+        };
         self.table.remember(&inode, 1);
         parent.change_names(names_read, |alone| {
             if alone {

@@ -279,11 +279,12 @@ impl Inode {
         true
     }
 
-    /// A change of names under this directory through the mount, made in
-    /// the source after `read` was taken: counts it and runs `update` (the
-    /// name cache's update) in one step, told whether no other change came
-    /// since `read` (if one did, the two updates may be in the wrong order,
-    /// and `update` should only remove).
+    /// A change of names under this directory through the mount: counts
+    /// it and runs `update` (the name cache's update) in one step, told
+    /// whether no other change came since `read`. With `read` taken before
+    /// the change in the source, `false` means two changes' updates may be
+    /// in the wrong order, and `update` should only remove. (Callers whose
+    /// update only removes pass a read taken just now.)
     pub fn change_names<R>(&self, read: NamesRead, update: impl FnOnce(bool) -> R) -> R {
         let mut changes = self.name_changes.write();
         let alone = *changes == read.0;
@@ -1128,26 +1129,42 @@ impl InodeTable {
     fn open_by_name(&self, inode: &Inode, mark: bool) -> FsResult<OwnedFd> {
         // A rename through the mount moves the object in the source before
         // it updates the link: a failure while one ran may only mean the
-        // link was read in between. Tried again then, a bounded number of
-        // times; marked stale only when no rename overlapped the attempt.
-        for _ in 0..64 {
-            // SeqCst: as the counts' updates in `renaming` (`Renaming`'s drop).
+        // link was read in between. The name is tried again then (up to 64
+        // times); the inode is marked stale after a failure that no rename
+        // overlapped, or after the last try. Only this level's own name is
+        // retried: the parent's descriptor comes from `path_fd`, whose
+        // reopen does its own retries, so a parent's failure is final here.
+        for tries in 1.. {
+            // SeqCst: as the counts' updates in `renaming` and `Renaming`'s drop.
             let begun = self.renames_begun.load(Ordering::SeqCst);
             let done = self.renames_done.load(Ordering::SeqCst);
-            match self.open_by_name_once(inode, false) {
-                Err(e) if e.errno() == libc::ESTALE => {
-                    let quiet = begun == done
-                        && self.renames_begun.load(Ordering::SeqCst) == begun
-                        && self.renames_done.load(Ordering::SeqCst) == done;
-                    if quiet {
-                        return self.open_by_name_once(inode, mark);
-                    }
-                    std::thread::yield_now();
-                }
-                other => return other,
+            let (parent, name) = {
+                let l = inode.link.lock();
+                (l.parent_ref.clone(), l.name.clone())
+            };
+            let parent = parent.ok_or(FsError::STALE)?;
+            let pfd = self.path_fd(&parent)?;
+            let cname = sys::cstr(&name)?;
+            match sys::openat(pfd.as_fd(), &cname, libc::O_PATH | libc::O_NOFOLLOW, 0) {
+                Ok(fd) if key_of(&sys::fstat(fd.as_fd())?) == inode.key => return Ok(fd),
+                // Another object under the name now, or none.
+                Ok(_) => {}
+                Err(e) if matches!(e.errno(), libc::ENOENT | libc::ENOTDIR) => {}
+                Err(e) => return Err(e),
             }
+            let quiet = begun == done
+                && self.renames_begun.load(Ordering::SeqCst) == begun
+                && self.renames_done.load(Ordering::SeqCst) == done;
+            if quiet || tries >= 64 {
+                if mark {
+                    tracing::debug!(ino = inode.ino, name = %String::from_utf8_lossy(&name), "inode marked stale: its name no longer leads to it");
+                    inode.stale.store(true, Ordering::Relaxed);
+                }
+                return Err(FsError::STALE);
+            }
+            std::thread::yield_now();
         }
-        Err(FsError::STALE)
+        unreachable!("the loop returns")
     }
 
     /// Tells the table a rename through the mount is under way until the
@@ -1158,32 +1175,6 @@ impl InodeTable {
         // loads in `open_by_name`.
         self.renames_begun.fetch_add(1, Ordering::SeqCst);
         Renaming(self)
-    }
-
-    fn open_by_name_once(&self, inode: &Inode, mark: bool) -> FsResult<OwnedFd> {
-        let (parent, name) = {
-            let l = inode.link.lock();
-            (l.parent_ref.clone(), l.name.clone())
-        };
-        let parent = parent.ok_or(FsError::STALE)?;
-        let pfd = self.path_fd(&parent)?;
-        let cname = sys::cstr(&name)?;
-        let stale = || {
-            if mark {
-                tracing::debug!(ino = inode.ino, name = %String::from_utf8_lossy(&name), "inode marked stale: its name no longer leads to it");
-                inode.stale.store(true, Ordering::Relaxed);
-            }
-            FsError::STALE
-        };
-        let fd = match sys::openat(pfd.as_fd(), &cname, libc::O_PATH | libc::O_NOFOLLOW, 0) {
-            Ok(fd) => fd,
-            Err(e) if matches!(e.errno(), libc::ENOENT | libc::ENOTDIR) => return Err(stale()),
-            Err(e) => return Err(e),
-        };
-        if key_of(&sys::fstat(fd.as_fd())?) != inode.key {
-            return Err(stale());
-        }
-        Ok(fd)
     }
 
     /// Opens `inode` afresh with `flags` (a real descriptor, not pooled).

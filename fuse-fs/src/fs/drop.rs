@@ -121,7 +121,10 @@ impl Fs {
                 }
             }
             // The walk counted those entries in use (the handles still held
-            // them); releasing the handles freed them.
+            // them); releasing the handles freed them. Approximate: a parent
+            // freed along with its last child stays counted as in use, and
+            // a handle whose dentry something else unhashed earlier counts
+            // as dropped here.
             out.args.dentries_dropped = sub.dropped + freed;
             out.args.busy = sub.busy.saturating_sub(freed);
         }

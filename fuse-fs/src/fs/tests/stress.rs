@@ -471,7 +471,11 @@ impl Worker<'_> {
             let _ = self.resolve(rel);
         }
         let (watcher, me) = self.watcher.expect("a watcher");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while (watcher.applied[me].load(Ordering::Acquire) as u64) < self.reported {
+            if std::time::Instant::now() > deadline {
+                self.fail("the watcher did not apply the reported events within 30 s".into());
+            }
             let _ = self.resolve(rels[0]);
         }
     }
