@@ -7,7 +7,9 @@
 //! once). Meanwhile another thread drops the root's caches in every mode,
 //! the workers drop their own directories, and for each worker a prober
 //! keeps looking up the name its create, mkdir or rename is about to make
-//! (as another process's `stat` would), forgetting what it finds. With the
+//! (as another process's `stat` would), forgetting what it finds. Files
+//! also go into and out of one directory all workers share, so changes
+//! under one directory come from several threads at once. With the
 //! watch, workers also change the source directly and report it to a
 //! stand-in for the watcher, which applies the events from its own thread
 //! a little later. Every path a worker's model has must resolve to an
@@ -24,6 +26,10 @@ use std::path::Path;
 use std::sync::atomic::AtomicUsize;
 
 use super::*;
+
+/// A worker's paths starting with this are in the directory all workers
+/// share (`/shared`).
+const SHARED: &str = "@";
 
 /// xorshift64*: enough randomness for choosing operations.
 struct Rng(u64);
@@ -138,7 +144,7 @@ impl Worker<'_> {
         let last = self.log.back().cloned().unwrap_or_default();
         let paths: Vec<String> = last
             .split(' ')
-            .filter(|w| w.starts_with('d') || w.starts_with('f') || w.starts_with('s'))
+            .filter(|w| w.starts_with(['d', 'f', 's', '@']))
             .map(String::from)
             .collect();
         for rel in paths {
@@ -185,11 +191,25 @@ impl Worker<'_> {
         out
     }
 
+    /// The path from the root of `rel`, a path in the worker's subtree or,
+    /// starting with [`SHARED`], in the directory all workers share.
     fn full(&self, rel: &str) -> String {
-        if rel.is_empty() {
+        if let Some(rest) = rel.strip_prefix(SHARED) {
+            format!("shared{rest}")
+        } else if rel.is_empty() {
             self.top.clone()
         } else {
             format!("{}/{rel}", self.top)
+        }
+    }
+
+    /// A directory for a file: one of the worker's, or now and then the
+    /// shared one, where the other workers' changes come in between.
+    fn file_dir(&mut self) -> String {
+        if self.rng.below(4) == 0 {
+            SHARED.to_string()
+        } else {
+            self.dirs[self.rng.below(self.dirs.len())].clone()
         }
     }
 
@@ -284,7 +304,7 @@ impl Worker<'_> {
     fn step(&mut self) {
         match self.rng.below(20) {
             0..=2 => {
-                let dir = self.dirs[self.rng.below(self.dirs.len())].clone();
+                let dir = self.file_dir();
                 let name = self.fresh("f");
                 let rel = Self::join(&dir, &name);
                 self.note(format!("create {rel}"));
@@ -324,7 +344,7 @@ impl Worker<'_> {
             5..=7 if !self.files.is_empty() => {
                 let i = self.rng.below(self.files.len());
                 let from = self.files[i].clone();
-                let to_dir = self.dirs[self.rng.below(self.dirs.len())].clone();
+                let to_dir = self.file_dir();
                 let over = self.rng.below(3) == 0 && self.files.len() > 1;
                 let to = if over {
                     let j = (i + 1 + self.rng.below(self.files.len() - 1)) % self.files.len();
@@ -434,7 +454,7 @@ impl Worker<'_> {
                     let g = self.gone[self.rng.below(self.gone.len())].clone();
                     let (dir, _) = Self::split(&g);
                     // Only while its directory is still where it was.
-                    if self.dirs.iter().any(|d| d == dir) {
+                    if dir == SHARED || self.dirs.iter().any(|d| d == dir) {
                         self.must_be_gone(&g);
                     }
                 }
@@ -620,6 +640,7 @@ fn stress(t: &T) {
     for top in &tops {
         fs.mkdir(ROOT_INO, top.as_bytes(), 0o755, ME).expect("mkdir");
     }
+    fs.mkdir(ROOT_INO, b"shared", 0o755, ME).expect("mkdir");
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut rng = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
@@ -667,7 +688,8 @@ fn stress(t: &T) {
                         files: Vec::new(),
                         gone: VecDeque::new(),
                         refs: HashMap::new(),
-                        next_name: 0,
+                        // Names unique across workers (the shared directory).
+                        next_name: i as u64 * 1_000_000,
                         log: VecDeque::new(),
                         probe,
                         watcher,
