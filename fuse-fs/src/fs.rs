@@ -712,7 +712,9 @@ impl Fs {
                 if remember {
                     self.table.remember(&inode, 1);
                 }
-                let cached = parent.cache_if_unchanged(names_read, || self.names.insert(parent, name, Some(&inode)));
+                let cached = parent
+                    .cache_if_unchanged(names_read, || self.names.insert(parent, name, Some(&inode)))
+                    .is_some();
                 if !cached || self.source_changed_since(before) {
                     // A name under the directory changed through the mount,
                     // or the source changed, while this was read: cache
@@ -725,7 +727,9 @@ impl Fs {
                 Ok(Some(inode))
             }
             Err(e) if e.errno() == libc::ENOENT => {
-                let cached = parent.cache_if_unchanged(names_read, || self.names.insert(parent, name, None));
+                let cached = parent
+                    .cache_if_unchanged(names_read, || self.names.insert(parent, name, None))
+                    .is_some();
                 if cached && self.source_changed_since(before) {
                     self.names.remove(parent, name);
                 }
@@ -892,7 +896,7 @@ impl Fs {
         // before the change cached nothing after this, and what it cached
         // before is gone (the lookup below may not cache, if yet another
         // change comes meanwhile).
-        parent.change_names(parent.reading_names(), |_| self.names.remove(parent, name));
+        parent.change_names(|| self.names.remove(parent, name));
         self.touched_dir(parent);
         match self.lookup_source(parent, name, true)? {
             Some(inode) => Ok(self.entry_of(&inode)),
@@ -982,7 +986,7 @@ impl Fs {
             sys::unlinkat(pfd.as_fd(), &cname, flags)
         };
         // Whatever the outcome, the cached name may be wrong now: forget it.
-        parent.change_names(parent.reading_names(), |_| self.names.remove(&parent, name));
+        parent.change_names(|| self.names.remove(&parent, name));
         result?;
         self.touched_dir(&parent);
         self.unnamed(key);
@@ -1482,12 +1486,12 @@ impl Fs {
             Ok(v) => v,
             Err(e) => {
                 // The file was made: the change is counted all the same.
-                parent.change_names(names_read, |_| self.names.remove(&parent, name));
+                parent.change_names(|| self.names.remove(&parent, name));
                 return Err(e);
             }
         };
         self.table.remember(&inode, 1);
-        parent.change_names(names_read, |alone| {
+        parent.change_names_since(names_read, |alone| {
             if alone {
                 self.names.insert(&parent, name, Some(&inode));
             } else {

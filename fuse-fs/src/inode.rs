@@ -188,7 +188,7 @@ pub struct Inode {
     attr_invals: AtomicU32,
     /// Directories: changes of names under this one made through the
     /// mount, counted under this lock with their update of the name cache
-    /// (see [`Inode::change_names`]).
+    /// (see [`Inode::change_names_since`]).
     name_changes: RwLock<u32>,
     /// Directories only, allocated on first use (files do not pay for it).
     dir: Mutex<Option<Box<DirState>>>,
@@ -256,54 +256,57 @@ pub struct NamesRead(u32);
 impl Inode {
     /// Call before reading a name under this directory from the source,
     /// to cache what is read ([`Inode::cache_if_unchanged`]) or to change
-    /// it ([`Inode::change_names`]).
+    /// it ([`Inode::change_names_since`]).
     pub fn reading_names(&self) -> NamesRead {
         NamesRead(*self.name_changes.read())
     }
 
     /// Runs `insert` (the caching of what a lookup read from the source)
     /// unless a name under this directory was changed through the mount
-    /// since `read`; returns whether it ran. The check and the insert are
+    /// since `read`; returns what it returned, if it ran. The check and the insert are
     /// one step against changes ([`Inode::change_names`]): an insert either
     /// comes before a change's own update of the name cache, which then
     /// overrides it, or sees the change and is skipped. (Checked after the
     /// insert instead, a stale entry was visible until the check undid it:
     /// a transient ENOENT for a name just made, found by the name stress
     /// test under load.)
-    pub fn cache_if_unchanged(&self, read: NamesRead, insert: impl FnOnce()) -> bool {
+    pub fn cache_if_unchanged<R>(&self, read: NamesRead, insert: impl FnOnce() -> R) -> Option<R> {
         let changes = self.name_changes.read();
-        if *changes != read.0 {
-            return false;
-        }
-        insert();
-        true
+        (*changes == read.0).then(insert)
     }
 
-    /// A change of names under this directory through the mount: counts
-    /// it and runs `update` (the name cache's update) in one step, told
-    /// whether no other change came since `read`. With `read` taken before
-    /// the change in the source, `false` means two changes' updates may be
-    /// in the wrong order, and `update` should only remove. (Callers whose
-    /// update only removes pass a read taken just now.)
-    pub fn change_names<R>(&self, read: NamesRead, update: impl FnOnce(bool) -> R) -> R {
+    /// A change of names under this directory through the mount, made in
+    /// the source after `read` was taken: counts it and runs `update` (the
+    /// name cache's update) in one step, told whether no other change came
+    /// since `read`. If one did, the two updates may be in the wrong order,
+    /// and `update` should only remove.
+    pub fn change_names_since<R>(&self, read: NamesRead, update: impl FnOnce(bool) -> R) -> R {
         let mut changes = self.name_changes.write();
         let alone = *changes == read.0;
         *changes = changes.wrapping_add(1);
         update(alone)
     }
+
+    /// [`Inode::change_names_since`] for an update that only removes, which
+    /// is right whatever came before it.
+    pub fn change_names(&self, update: impl FnOnce()) {
+        let mut changes = self.name_changes.write();
+        *changes = changes.wrapping_add(1);
+        update();
+    }
 }
 
-/// [`Inode::change_names`] for a change under two directories (a rename):
+/// [`Inode::change_names_since`] for a change under two directories (a rename):
 /// both are held, in node id order, while `update` runs.
 pub fn change_names_of_two<R>(a: (&Inode, NamesRead), b: (&Inode, NamesRead), update: impl FnOnce(bool) -> R) -> R {
     if a.0.ino == b.0.ino {
-        return a.0.change_names(a.1, update);
+        return a.0.change_names_since(a.1, update);
     }
     let (first, second) = if a.0.ino < b.0.ino { (a, b) } else { (b, a) };
-    first.0.change_names(first.1, |first_alone| {
+    first.0.change_names_since(first.1, |first_alone| {
         second
             .0
-            .change_names(second.1, |second_alone| update(first_alone && second_alone))
+            .change_names_since(second.1, |second_alone| update(first_alone && second_alone))
     })
 }
 
@@ -1134,7 +1137,9 @@ impl InodeTable {
         // overlapped, or after the last try. Only this level's own name is
         // retried: the parent's descriptor comes from `path_fd`, whose
         // reopen does its own retries, so a parent's failure is final here.
-        for tries in 1.. {
+        let mut tries = 0;
+        loop {
+            tries += 1;
             // SeqCst: as the counts' updates in `renaming` and `Renaming`'s drop.
             let begun = self.renames_begun.load(Ordering::SeqCst);
             let done = self.renames_done.load(Ordering::SeqCst);
@@ -1164,7 +1169,6 @@ impl InodeTable {
             }
             std::thread::yield_now();
         }
-        unreachable!("the loop returns")
     }
 
     /// Tells the table a rename through the mount is under way until the

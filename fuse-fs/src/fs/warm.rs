@@ -299,19 +299,19 @@ impl Fs {
                     name: &cname,
                     st,
                 })?;
-                let mut d = None;
-                let cached =
-                    parent.cache_if_unchanged(names_read, || d = Some(self.names.insert_under(pd, name, Some(&inode))));
-                if !cached || self.source_changed_since(before) {
+                let cached = parent.cache_if_unchanged(names_read, || self.names.insert_under(pd, name, Some(&inode)));
+                match cached {
+                    Some(d) if !self.source_changed_since(before) => Ok(Some((d, inode))),
                     // Changed while read (as in `Fs::lookup_source`): not
                     // cached, and the walk does not go below it.
-                    if cached {
-                        self.names.remove_under(pd, name);
+                    _ => {
+                        if cached.is_some() {
+                            self.names.remove_under(pd, name);
+                        }
+                        inode.expire_attr();
+                        Ok(None)
                     }
-                    inode.expire_attr();
-                    return Ok(None);
                 }
-                Ok(d.map(|d| (d, inode)))
             }
             Err(e) if e.errno() == libc::ENOENT => Ok(None),
             Err(e) => Err(e),

@@ -238,13 +238,13 @@ impl Worker<'_> {
             Ok(e) if e.attr.kind == kind => e,
             Ok(e) => self.fail(format!("{rel} is a {:?}, the model has a {kind:?}", e.attr.kind)),
             Err(e) => {
-                let on_disk = self.fs_root_path(rel);
+                let on_disk = self.in_source(rel);
                 self.fail(format!("{rel}: {e} (in the source: {on_disk})"))
             }
         }
     }
 
-    fn fs_root_path(&self, rel: &str) -> String {
+    fn in_source(&self, rel: &str) -> String {
         let src = self.src.join(self.full(rel));
         match std::fs::symlink_metadata(&src) {
             Ok(m) if m.is_dir() => "a directory".into(),
@@ -259,7 +259,7 @@ impl Worker<'_> {
             Err(e) if e.errno() == libc::ENOENT => {}
             Err(e) => self.fail(format!("{rel} is gone, but the lookup says {e}")),
             Ok(e) => {
-                let on_disk = self.fs_root_path(rel);
+                let on_disk = self.in_source(rel);
                 self.fail(format!(
                     "STALE: {rel} is gone, yet found as node {} ({:?}; in the source: {on_disk})",
                     e.ino, e.attr.kind
@@ -392,15 +392,7 @@ impl Worker<'_> {
             }
             11 if !self.files.is_empty() => {
                 let rel = self.files.swap_remove(self.rng.below(self.files.len()));
-                self.note(format!("unlink {rel}"));
-                let (dir, name) = Self::split(&rel);
-                let p = self.must_resolve(dir, Kind::Dir).ino;
-                self.must_resolve(&rel, Kind::File);
-                self.fs
-                    .unlink(p, name.as_bytes(), ME)
-                    .unwrap_or_else(|e| self.fail(format!("unlink {rel}: {e}")));
-                self.forget_gone(&rel);
-                self.must_be_gone(&rel);
+                self.remove(&rel, Kind::File);
             }
             12 => {
                 // An empty directory, if there is one.
@@ -413,16 +405,8 @@ impl Worker<'_> {
                     .cloned()
                     .collect();
                 if let Some(rel) = empty.first().cloned() {
-                    self.note(format!("rmdir {rel}"));
-                    let (dir, name) = Self::split(&rel);
-                    let p = self.must_resolve(dir, Kind::Dir).ino;
-                    self.must_resolve(&rel, Kind::Dir);
-                    self.fs
-                        .rmdir(p, name.as_bytes(), ME)
-                        .unwrap_or_else(|e| self.fail(format!("rmdir {rel}: {e}")));
                     self.dirs.retain(|d| *d != rel);
-                    self.forget_gone(&rel);
-                    self.must_be_gone(&rel);
+                    self.remove(&rel, Kind::Dir);
                 }
             }
             13..=14 => {
@@ -550,6 +534,24 @@ impl Worker<'_> {
             }
             _ => {}
         }
+    }
+
+    /// Unlinks (a file) or removes (a directory) `rel` through the
+    /// filesystem; it must be gone afterwards.
+    fn remove(&mut self, rel: &str, kind: Kind) {
+        let what = if kind == Kind::Dir { "rmdir" } else { "unlink" };
+        self.note(format!("{what} {rel}"));
+        let (dir, name) = Self::split(rel);
+        let p = self.must_resolve(dir, Kind::Dir).ino;
+        self.must_resolve(rel, kind);
+        let done = if kind == Kind::Dir {
+            self.fs.rmdir(p, name.as_bytes(), ME)
+        } else {
+            self.fs.unlink(p, name.as_bytes(), ME)
+        };
+        done.unwrap_or_else(|e| self.fail(format!("{what} {rel}: {e}")));
+        self.forget_gone(rel);
+        self.must_be_gone(rel);
     }
 
     fn rename(&mut self, from: &str, to: &str, kind: Kind) {
