@@ -88,6 +88,23 @@ const COMPARISONS: &[Comparison] = &[
         Some(0.85),
         Some(0.85),
     ),
+    // The same copies against a copy from the cache's own pages (the lookup
+    // alone), and that copy against `memcpy` (where the bytes sit).
+    (
+        "pagecache_hit_copy",
+        "rcufs_read_into",
+        "memcpy_cached_pages",
+        None,
+        None,
+    ),
+    (
+        "pagecache_hit_copy",
+        "rcufs_pagecache",
+        "memcpy_cached_pages",
+        None,
+        None,
+    ),
+    ("pagecache_hit_copy", "memcpy_cached_pages", "memcpy", None, None),
     ("pagecache_range_128k", "rcufs_read_range", "memcpy", None, None),
     ("pagecache_range_1m", "rcufs_read_range", "memcpy", None, None),
 ];

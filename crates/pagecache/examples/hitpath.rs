@@ -1,10 +1,9 @@
 //! The hit paths measured in CPU time rather than wall time, for A/B
-//! comparisons on a loaded machine: a thread's time on the CPU (from
-//! `/proc/thread-self/schedstat`) does not count the time other processes
-//! hold the core, which wall-time benchmarks do. (Cache and memory-bandwidth
-//! interference still count.) The kernel updates that figure at scheduler
-//! ticks, so each sample runs long enough (0.2-0.5 s) for a tick to be a
-//! small error.
+//! comparisons on a loaded machine: a thread's time on the CPU
+//! (`CLOCK_THREAD_CPUTIME_ID`, exact to the nanosecond: the kernel adds
+//! the time since the last tick when it is read) does not count the time
+//! other processes hold the core, which wall-time benchmarks do. (Cache
+//! and memory-bandwidth interference still count.)
 //!
 //! Contenders, one thread, same random probes, interleaved in random order
 //! over the rounds, median per contender:
@@ -17,6 +16,10 @@
 //! - `pagecache_read_into`: the same through `PageCache::read_into`;
 //! - `pagecache_read_range`: the same through `PageCache::read_range_into`
 //!   into a reused `Vec` (cleared, not zeroed);
+//! - `held_memcpy`: the same copy from the cache's own pages, found from
+//!   slices of them taken once before (the copy from the same memory,
+//!   without the lookup): what separates the lookup's cost from the
+//!   placement of the bytes;
 //! - `memcpy`: the same copy from a `Vec` of boxed pages;
 //! - `range128k_read_range`, `range1m_read_range`: 128 KiB and 1 MiB reads
 //!   at random aligned offsets of 16 files of 4 MiB cached as folios of
@@ -44,11 +47,20 @@ const KEYS: usize = 1 << 20;
 
 /// Nanoseconds this thread has run on a CPU.
 fn cpu_ns() -> u64 {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
-    s.split_whitespace()
-        .next()
-        .and_then(|f| f.parse().ok())
-        .expect("schedstat field")
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+    unsafe extern "C" {
+        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
+    }
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    let mut t = Timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid, writable timespec; the call only writes it.
+    let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// A xorshift generator: deterministic probes without a dependency.
@@ -121,6 +133,12 @@ fn main() {
         }
     }
     let total = (FILES * PAGES_PER_FILE) as usize;
+    // The cache's own pages, referenced once: the copy without the lookup.
+    let held: Vec<_> = (1..=FILES)
+        .flat_map(|ino| (0..PAGES_PER_FILE).map(move |index| (ino, index)))
+        .map(|(ino, index)| cache.get(ino, index).expect("cached"))
+        .collect();
+    let held: Vec<&[u8]> = held.iter().map(|r| &r[..]).collect();
     let pages: Vec<(u64, u64)> = permutation(total, 41)
         .into_iter()
         .map(|p| (p as u64 / PAGES_PER_FILE + 1, p as u64 % PAGES_PER_FILE))
@@ -267,6 +285,16 @@ fn main() {
                     .read_range_into(ino, index * PAGE as u64, PAGE, &mut o, FillOrder::Order(0), none)
                     .expect("cached");
                 black_box((n, &*o));
+            }),
+        ),
+        (
+            "held_memcpy",
+            200_000,
+            Box::new(|i| {
+                let (ino, index) = pages[i % total];
+                let mut b = buf.borrow_mut();
+                b.copy_from_slice(held[((ino - 1) * PAGES_PER_FILE + index) as usize]);
+                black_box(&*b);
             }),
         ),
         (
