@@ -1047,12 +1047,24 @@ impl Fs {
             self.touched_dir(&np);
         }
         let before = self.source_seq();
-        if let Ok(st) = sys::fstatat(nfd.as_fd(), &nname, libc::AT_SYMLINK_NOFOLLOW)
-            && let Some(moved) = self.table.find(key_of(&st))
-        {
-            self.store_attr(&moved, st, before);
-            self.note_own_change(&moved, &st);
-            self.table.set_link(&moved, np.ino, new_name);
+        // The moved object's link follows it; with RENAME_EXCHANGE the
+        // object that was under the new name moved to the old one, and
+        // its link follows it too (a reopen by name, a drop's walk up the
+        // links and its entry invalidations all read it).
+        let exchanged = flags & libc::RENAME_EXCHANGE != 0;
+        let moves = [
+            (&nfd, &nname, &np, new_name, true),
+            (&ofd, &oname, &op, name, exchanged),
+        ];
+        for (fd, cname, dir, bytes, moved) in moves {
+            if moved
+                && let Ok(st) = sys::fstatat(fd.as_fd(), cname, libc::AT_SYMLINK_NOFOLLOW)
+                && let Some(inode) = self.table.find(key_of(&st))
+            {
+                self.store_attr(&inode, st, before);
+                self.note_own_change(&inode, &st);
+                self.table.set_link(&inode, dir.ino, bytes);
+            }
         }
         drop(renaming);
         if flags & libc::RENAME_EXCHANGE == 0 {

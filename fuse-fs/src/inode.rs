@@ -34,7 +34,8 @@
 //! inode), opened into the same pool on demand and checked against its key
 //! `(st_dev, st_ino)`; a name that no longer leads to it (removed or renamed
 //! in the source) gives `ESTALE`, and the kernel looks the name up again.
-//! Renames through the mount move the link ([`InodeTable::set_link`]). Only
+//! Renames through the mount move the link ([`InodeTable::set_link`]; an
+//! exchange moves both objects' links). Only
 //! the root keeps a pinned descriptor.
 //!
 //! # What is given back, and when

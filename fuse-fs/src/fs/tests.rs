@@ -226,6 +226,53 @@ fn create_mkdir_symlink_link_rename_unlink_rmdir() {
     assert!(!t.src.join("dir").exists());
 }
 
+/// RENAME_EXCHANGE moves two objects, and both inodes' recorded links
+/// follow them: over a source without file handles, where an inode whose
+/// pooled descriptor is gone is reopened by its name, each file (and each
+/// file under an exchanged directory) is found under its new name, not
+/// marked stale because the other object now holds its old one.
+#[test]
+fn an_exchange_moves_both_links() {
+    let t = setup(FsConfig {
+        use_handles: false,
+        ..default_cfg()
+    });
+    std::fs::write(t.src.join("x"), b"x file").expect("write");
+    std::fs::write(t.src.join("d/y"), b"y file").expect("write");
+    std::fs::create_dir(t.src.join("p")).expect("mkdir");
+    std::fs::write(t.src.join("p/in_p"), b"in p").expect("write");
+    let [d, x, y, p, in_p, e, f] =
+        ["d", "x", "d/y", "p", "p/in_p", "d/e", "d/e/f"].map(|path| walk(&t.fs, path).expect(path).ino);
+    t.fs.rename(ROOT_INO, b"x", d, b"y", libc::RENAME_EXCHANGE, ME)
+        .expect("exchange files");
+    t.fs.rename(ROOT_INO, b"p", d, b"e", libc::RENAME_EXCHANGE, ME)
+        .expect("exchange directories");
+    let link = |ino: u64| {
+        let (parent, name) = t.fs.table.get(ino).expect("known").link();
+        (parent, String::from_utf8(name.into_vec()).expect("utf-8"))
+    };
+    assert_eq!(link(x), (d, "y".into()));
+    assert_eq!(link(y), (ROOT_INO, "x".into()));
+    assert_eq!(link(p), (d, "e".into()));
+    assert_eq!(link(e), (ROOT_INO, "p".into()));
+    // Reopened by name from here on.
+    for ino in [d, x, y, p, in_p, e, f] {
+        t.fs.table.pool.remove(ino);
+    }
+    assert_eq!(read_all(&t.fs, x), b"x file");
+    assert_eq!(read_all(&t.fs, y), b"y file");
+    assert_eq!(read_all(&t.fs, in_p), b"in p");
+    assert_eq!(read_all(&t.fs, f), vec![7u8; 10_000]);
+    // A drop of `d` follows the links: the file and the directory that
+    // moved in (one cached page each) are under it now; the ones that
+    // moved out are not.
+    let out = t.fs.drop_dir(d, DropMode::Pages, ME).expect("drop");
+    assert_eq!(out.args.pages_dropped, 2, "{:?}", out.args);
+    assert_eq!(walk(&t.fs, "x").expect("x").ino, y);
+    assert_eq!(walk(&t.fs, "d/e/in_p").expect("d/e/in_p").ino, in_p);
+    assert_eq!(walk(&t.fs, "p/f").expect("p/f").ino, f);
+}
+
 #[test]
 fn readdirplus_lists_everything_and_takes_references() {
     let t = setup(default_cfg());

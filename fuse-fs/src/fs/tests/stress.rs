@@ -4,7 +4,11 @@
 //! kernel drives the default mode, which keeps no entries: every path
 //! component of every operation is a LOOKUP, each successful one takes a
 //! reference, and references go back with FORGET (all of a worker's at
-//! once). Meanwhile another thread drops the root's caches in every mode,
+//! once). Renames move files (also over another file) and directories
+//! with their subtrees, and exchange a file with a directory
+//! (`RENAME_EXCHANGE`: both objects move; the model swaps the two paths
+//! and moves the directory's subtree).
+//! Meanwhile another thread drops the root's caches in every mode,
 //! the workers drop their own directories, and for each worker a prober
 //! keeps looking up the name its create, mkdir or rename is about to make
 //! (as another process's `stat` would), forgetting what it finds. Files
@@ -361,7 +365,48 @@ impl Worker<'_> {
                 self.must_resolve(&to, Kind::File);
                 self.must_be_gone(&from);
             }
-            8..=10 if self.dirs.len() > 1 => {
+            10 if self.dirs.len() > 1 => {
+                // RENAME_EXCHANGE of a directory and a file outside it:
+                // both objects move, and the directory takes its subtree.
+                let d = self.dirs[1 + self.rng.below(self.dirs.len() - 1)].clone();
+                let under = format!("{d}/");
+                let files: Vec<String> = self
+                    .files
+                    .iter()
+                    .filter(|f| !f.starts_with(SHARED) && !f.starts_with(&under))
+                    .cloned()
+                    .collect();
+                if files.is_empty() {
+                    return;
+                }
+                let f = files[self.rng.below(files.len())].clone();
+                self.note(format!("exchange {f} <-> {d}"));
+                let (fd, fname) = Self::split(&f);
+                let (dd, dname) = Self::split(&d);
+                let fp = self.must_resolve(fd, Kind::Dir).ino;
+                self.must_resolve(&f, Kind::File);
+                let dp = self.must_resolve(dd, Kind::Dir).ino;
+                self.must_resolve(&d, Kind::Dir);
+                self.fs
+                    .rename(fp, fname.as_bytes(), dp, dname.as_bytes(), libc::RENAME_EXCHANGE, ME)
+                    .unwrap_or_else(|e| self.fail(format!("exchange {f} <-> {d}: {e}")));
+                let swapped = |p: &String| {
+                    if *p == f {
+                        d.clone()
+                    } else if *p == d {
+                        f.clone()
+                    } else if let Some(rest) = p.strip_prefix(&under) {
+                        format!("{f}/{rest}")
+                    } else {
+                        p.clone()
+                    }
+                };
+                self.dirs = self.dirs.iter().map(swapped).collect();
+                self.files = self.files.iter().map(swapped).collect();
+                self.must_resolve(&f, Kind::Dir);
+                self.must_resolve(&d, Kind::File);
+            }
+            8..=9 if self.dirs.len() > 1 => {
                 let from = self.dirs[1 + self.rng.below(self.dirs.len() - 1)].clone();
                 // A target directory not under the one moved.
                 let targets: Vec<String> = self
