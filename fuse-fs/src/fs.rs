@@ -685,6 +685,7 @@ impl Fs {
         let cname = cstr(name)?;
         let before = self.source_seq();
         let names_read = parent.reading_names();
+        let renames = self.table.watch_renames();
         let in_flight = self.source_lookups.enter();
         crate::fault::source_delay();
         let flags = libc::AT_SYMLINK_NOFOLLOW | self.cfg.name_stat_flags;
@@ -708,6 +709,7 @@ impl Fs {
                     parent: pfd.as_fd(),
                     name: &cname,
                     st,
+                    renames,
                 })?;
                 if remember {
                     self.table.remember(&inode, 1);
@@ -1482,6 +1484,7 @@ impl Fs {
         // The file is made by the open, so the reserve is checked before it.
         self.gate.precheck(pfd.as_fd(), caller.uid)?;
         let names_read = parent.reading_names();
+        let renames = self.table.watch_renames();
         let fd = self.create_fd(&parent, &pfd, name, &cname, mode, flags, caller)?;
         self.touched_dir(&parent);
         let before = self.source_seq();
@@ -1491,6 +1494,7 @@ impl Fs {
                 parent: pfd.as_fd(),
                 name: &cname,
                 st,
+                renames,
             })?;
             Ok((st, inode))
         });

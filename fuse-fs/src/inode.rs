@@ -718,6 +718,18 @@ pub struct NewInode<'a> {
     pub name: &'a std::ffi::CStr,
     /// Its `stat`.
     pub st: libc::stat,
+    /// Taken before `st` was read: whether a rename through the mount ran
+    /// meanwhile ([`InodeTable::watch_renames`]).
+    pub renames: RenameWatch,
+}
+
+/// The renames through the mount begun and finished when a read of the
+/// source began ([`InodeTable::watch_renames`]); if one overlapped the read,
+/// what the read found may already have moved.
+#[derive(Clone, Copy, Debug)]
+pub struct RenameWatch {
+    begun: u64,
+    done: u64,
 }
 
 impl InodeTable {
@@ -785,8 +797,33 @@ impl InodeTable {
             .ok_or(FsError::STALE)
     }
 
+    /// Taken before a read of the source whose result goes to
+    /// [`intern`](Self::intern) (in [`NewInode::renames`]).
+    pub fn watch_renames(&self) -> RenameWatch {
+        // SeqCst: as the counts' updates in `renaming` and `Renaming`'s
+        // drop, which bracket the rename in the source and the link's update.
+        RenameWatch {
+            begun: self.renames_begun.load(Ordering::SeqCst),
+            done: self.renames_done.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Whether no rename through the mount overlapped the read `w` was
+    /// taken for: none was under way when it began and none began since.
+    /// (`done` never passes `begun`, so with none begun since, none ended.)
+    fn quiet_since(&self, w: RenameWatch) -> bool {
+        // SeqCst: as in `watch_renames`.
+        w.begun == w.done && self.renames_begun.load(Ordering::SeqCst) == w.begun
+    }
+
     /// The inode for the source object described by `new`, creating it (and
     /// its backing) if no live inode has its key. Does not change `nlookup`.
+    ///
+    /// An existing inode's link is set to where `new` found it, unless a
+    /// rename through the mount overlapped that read: the object may have
+    /// moved since, and the rename records its new name itself, after the
+    /// move (a read from before it would otherwise overwrite that with the
+    /// old name, and a reopen by name would then fail).
     pub fn intern(&self, new: NewInode<'_>) -> FsResult<Arc<Inode>> {
         let key = key_of(&new.st);
         let kind = new.st.st_mode & libc::S_IFMT;
@@ -798,7 +835,9 @@ impl InodeTable {
             && self.same_object(inode, &new)
         {
             inode.set_attr(new.st);
-            self.set_link(inode, new.parent_ino, new.name.to_bytes());
+            if self.quiet_since(new.renames) {
+                self.set_link(inode, new.parent_ino, new.name.to_bytes());
+            }
             return Ok(Arc::clone(inode));
         }
         if let Some(old) = &found
@@ -869,8 +908,14 @@ impl InodeTable {
     fn same_object(&self, inode: &Inode, new: &NewInode<'_>) -> bool {
         let same = match &inode.backing {
             Backing::Handle { handle, .. } => {
+                // After a rename through the mount that overlapped the
+                // caller's read, the name may lead elsewhere or nowhere
+                // while the object lives on under its new name: the key the
+                // caller read stands then (the handle would only catch an
+                // inode number reused in that same window).
                 let flags = if new.name.is_empty() { libc::AT_EMPTY_PATH } else { 0 };
-                sys::name_to_handle_at(new.parent, new.name, flags).is_ok_and(|(h, _)| &h == handle)
+                !self.quiet_since(new.renames)
+                    || sys::name_to_handle_at(new.parent, new.name, flags).is_ok_and(|(h, _)| &h == handle)
             }
             Backing::Pinned(fd) => {
                 sys::fstat(fd.as_fd()).is_ok_and(|st| st.st_nlink > 0 || st.st_mode & libc::S_IFMT == libc::S_IFDIR)
@@ -1400,6 +1445,7 @@ mod tests {
                     parent: self.pfd.as_fd(),
                     name: c"f",
                     st: self.st,
+                    renames: self.table.watch_renames(),
                 })
                 .expect("intern")
         }

@@ -273,6 +273,70 @@ fn an_exchange_moves_both_links() {
     assert_eq!(walk(&t.fs, "p/f").expect("p/f").ino, f);
 }
 
+/// A lookup that read the source before a rename through the mount and
+/// records its result after it: the rename's own record of the new name
+/// stands (a reopen by name needs it), and the name's new object (none
+/// here) does not make the renamed inode stale.
+fn a_read_from_before_a_rename_does_not_undo_it(use_handles: bool) {
+    let t = setup(FsConfig {
+        use_handles,
+        ..default_cfg()
+    });
+    std::fs::write(t.src.join("a"), b"moving").expect("write");
+    let a = walk(&t.fs, "a").expect("a").ino;
+    let root = t.fs.table.get(ROOT_INO).expect("root");
+    let rfd = t.fs.table.path_fd(&root).expect("root fd");
+    // The lookup's read, then the rename, then the lookup's record of what
+    // it read.
+    let renames = t.fs.table.watch_renames();
+    let st = sys::fstatat(rfd.as_fd(), c"a", libc::AT_SYMLINK_NOFOLLOW).expect("stat");
+    t.fs.rename(ROOT_INO, b"a", ROOT_INO, b"b", 0, ME).expect("rename");
+    let found =
+        t.fs.table
+            .intern(NewInode {
+                parent_ino: ROOT_INO,
+                parent: rfd.as_fd(),
+                name: c"a",
+                st,
+                renames,
+            })
+            .expect("intern");
+    assert_eq!(found.ino, a, "the object read is the renamed inode");
+    assert!(!found.is_stale(), "marked stale by the read from before the rename");
+    assert_eq!(found.link(), (ROOT_INO, Box::from(&b"b"[..])));
+    t.fs.table.pool.remove(a);
+    assert_eq!(read_all(&t.fs, a), b"moving");
+    // With no rename through the mount in the way, a read records where
+    // it found the object (here after a rename in the source itself).
+    std::fs::rename(t.src.join("b"), t.src.join("c")).expect("rename in the source");
+    let renames = t.fs.table.watch_renames();
+    let st = sys::fstatat(rfd.as_fd(), c"c", libc::AT_SYMLINK_NOFOLLOW).expect("stat");
+    t.fs.table
+        .intern(NewInode {
+            parent_ino: ROOT_INO,
+            parent: rfd.as_fd(),
+            name: c"c",
+            st,
+            renames,
+        })
+        .expect("intern");
+    assert_eq!(found.link(), (ROOT_INO, Box::from(&b"c"[..])));
+}
+
+#[test]
+fn a_read_from_before_a_rename_does_not_undo_it_by_handle() {
+    if !sys::is_root() {
+        eprintln!("SKIPPED: file handles need root");
+        return;
+    }
+    a_read_from_before_a_rename_does_not_undo_it(true);
+}
+
+#[test]
+fn a_read_from_before_a_rename_does_not_undo_it_by_name() {
+    a_read_from_before_a_rename_does_not_undo_it(false);
+}
+
 #[test]
 fn readdirplus_lists_everything_and_takes_references() {
     let t = setup(default_cfg());

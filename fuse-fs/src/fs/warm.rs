@@ -291,6 +291,7 @@ impl Fs {
         let cname = sys::cstr(name)?;
         let before = self.source_seq();
         let names_read = parent.reading_names();
+        let renames = self.table.watch_renames();
         match sys::fstatat(pfd, &cname, libc::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => {
                 let inode = self.table.intern(NewInode {
@@ -298,6 +299,7 @@ impl Fs {
                     parent: pfd,
                     name: &cname,
                     st,
+                    renames,
                 })?;
                 let cached = parent.cache_if_unchanged(names_read, || self.names.insert_under(pd, name, Some(&inode)));
                 match cached {
