@@ -1344,6 +1344,30 @@ fn handle_of(t: &T, rel: &str) -> (Vec<u8>, i32, u64) {
     (handle.bytes().to_vec(), handle.handle_type(), fsid)
 }
 
+/// A name event from the watcher counts as a change of its directory's
+/// names, as a change through the mount does: a lookup that read the
+/// source before the event was applied does not cache what it read (it is
+/// skipped, not cached and undone after), and one that read after does.
+#[test]
+fn a_name_event_stops_a_lookup_that_read_before_it_from_caching() {
+    let Some(t) = watched() else { return };
+    let d = walk(&t.fs, "d").expect("d");
+    let inode = t.fs.table.get(d.ino).expect("d's inode");
+    let before = inode.reading_names();
+    std::fs::write(t.src.join("d/late"), b"x").expect("write");
+    let (bytes, handle_type, fsid) = handle_of(&t, "d");
+    let dir = crate::watch::Handle {
+        fsid,
+        handle_type,
+        bytes: &bytes,
+    };
+    t.fs.apply_source_events(&[crate::watch::Event::Name { dir, name: b"late" }]);
+    assert_eq!(inode.cache_if_unchanged(before, || ()), None, "cached across the event");
+    let after = inode.reading_names();
+    assert_eq!(inode.cache_if_unchanged(after, || ()), Some(()));
+    assert_eq!(walk(&t.fs, "d/late").expect("late").attr.size, 1);
+}
+
 /// The default mode lends the kernel a reply's attributes for a
 /// millisecond only with the watch (`fs/watched.rs`, "Attributes lent to
 /// the kernel"), and then every applied event and every drop queues the

@@ -35,6 +35,11 @@
 //! pattern (Dekker). The sequence is global, not per object: a lookup that
 //! overlaps any applied change is not cached, which under heavy churn in
 //! watched directories costs only cache insertions, never correctness.
+//! A name event also counts as a change of its directory's names
+//! ([`Inode::change_names`], as a change through the mount does), so a
+//! lookup of a name that read the source before the event skips caching
+//! it ([`Inode::cache_if_unchanged`]) instead of caching the old state for
+//! the moment until its check of the sequence undoes it.
 //!
 //! Kernel invalidations (`--kernel-cache`) go through the same bounded
 //! queue as drops; the watcher waits for room rather than dropping one
@@ -371,7 +376,12 @@ impl Fs {
             match a {
                 Action::Name(dir, name) => {
                     tracing::trace!(dir = dir.ino, name = %String::from_utf8_lossy(name), "source: name changed");
-                    self.names.remove(dir, name);
+                    // Counted as a change of the directory's names, as the
+                    // changes through the mount are: a lookup that read the
+                    // source before it then skips caching what it read,
+                    // rather than caching it and undoing that after its
+                    // check of the sequence (stale for that moment).
+                    dir.change_names(|| self.names.remove(dir, name));
                     dir.expire_attr();
                     dir.set_listing(None);
                     if kc && known(dir) {
