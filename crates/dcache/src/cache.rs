@@ -315,7 +315,8 @@ unsafe fn kill<T>(shared: &Shared<T>, node: &Node<T>, guard: &Guard) -> *const N
 
 /// Drops one reference; if it was the last one of an unhashed node, frees the
 /// node and walks up releasing parents as needed. Frees the shared state if
-/// the root goes. Returns whether `node` itself was freed.
+/// the root goes. Returns how many nodes it freed: 0, or `node` and the
+/// ancestors whose last reference went with it.
 ///
 /// With `flush`, a node freed here goes straight to the collector's global
 /// queue: crossbeam-epoch otherwise keeps deferred frees in the calling
@@ -325,27 +326,29 @@ unsafe fn kill<T>(shared: &Shared<T>, node: &Node<T>, guard: &Guard) -> *const N
 /// that free many nodes in a row pass false and flush once at the end
 /// ([`flush_deferred`]); a flush costs about 0.3 µs.
 #[inline]
-fn put_node<T>(shared_ptr: NonNull<Shared<T>>, node: NonNull<Node<T>>, flush: bool) -> bool {
+fn put_node<T>(shared_ptr: NonNull<Shared<T>>, node: NonNull<Node<T>>, flush: bool) -> usize {
     // SAFETY: the caller holds a reference on `node`.
     if release_fast(unsafe { node.as_ref() }) {
-        return false;
+        return 0;
     }
     put_node_slow(shared_ptr, node, flush)
 }
 
 /// [`put_node`] past its inlined fast path.
 #[inline(never)]
-fn put_node_slow<T>(shared_ptr: NonNull<Shared<T>>, node: NonNull<Node<T>>, flush: bool) -> bool {
+fn put_node_slow<T>(shared_ptr: NonNull<Shared<T>>, node: NonNull<Node<T>>, flush: bool) -> usize {
     // SAFETY: the caller's reference on `node` keeps the root, and so the
     // shared state, alive.
     let shared = unsafe { shared_ptr.as_ref() };
     // SAFETY: the caller holds a reference on `node`.
     if !release_one(shared, unsafe { node.as_ref() }) {
-        return false;
+        return 0;
     }
     let guard = epoch::pin();
     let mut n = node.as_ptr().cast_const();
+    let mut freed = 0;
     loop {
+        freed += 1;
         // SAFETY: `n` is DEAD and this thread set that bit; we are pinned.
         let parent = unsafe { kill(shared, &*n, &guard) };
         if parent.is_null() {
@@ -359,14 +362,14 @@ fn put_node_slow<T>(shared_ptr: NonNull<Shared<T>>, node: NonNull<Node<T>>, flus
             // SAFETY: allocated by `Box::into_raw` in `Dcache::new`, and this
             // is the one thread that killed the root.
             unsafe { drop(Box::from_raw(shared_ptr.as_ptr())) };
-            return true;
+            return freed;
         }
         // SAFETY: we hold the dead child's reference on `parent`.
         if !release_one(shared, unsafe { &*parent }) {
             if flush {
                 sync::flush_deferred(&guard);
             }
-            return true;
+            return freed;
         }
         n = parent;
     }
@@ -565,9 +568,12 @@ impl<T: Send + Sync + 'static> Dentry<T> {
         }
     }
 
-    /// Drops the handle; returns whether that freed the entry (the last
-    /// reference to an entry no longer cached).
-    pub fn release(self) -> bool {
+    /// Drops the handle; returns how many entries that freed: 0, or, if
+    /// this was the last reference to an entry no longer cached, that
+    /// entry and each ancestor no longer cached whose last reference was
+    /// the freed child's (so a directory held only by its children goes
+    /// with the last of them).
+    pub fn release(self) -> usize {
         let this = ManuallyDrop::new(self);
         put_node(this.shared, this.node, true)
     }
@@ -576,7 +582,7 @@ impl<T: Send + Sync + 'static> Dentry<T> {
     /// returns whether that freed the entry.
     fn release_batched(self) -> bool {
         let this = ManuallyDrop::new(self);
-        put_node(this.shared, this.node, false)
+        put_node(this.shared, this.node, false) > 0
     }
 }
 

@@ -81,20 +81,34 @@ fn replace_unhashes_old_entry_and_its_subtree() {
 }
 
 #[test]
-fn release_says_whether_it_freed_the_entry() {
+fn release_counts_the_entries_it_freed() {
     let c = cache();
     let root = c.root();
     let d = c.insert(&root, b"d", Some(1));
     let d2 = d.clone();
     // Cached: releasing the last handle keeps the entry.
-    assert!(!d2.release());
-    assert!(!d.clone().release());
+    assert_eq!(d2.release(), 0);
+    assert_eq!(d.clone().release(), 0);
     assert!(c.remove(&root, b"d"));
     let d2 = d.clone();
     // Unhashed but still held by `d2`.
-    assert!(!d.release());
+    assert_eq!(d.release(), 0);
     assert_eq!(c.len(), 1);
-    assert!(d2.release(), "the last handle of an unhashed entry frees it");
+    assert_eq!(d2.release(), 1, "the last handle of an unhashed entry frees it");
+    assert_eq!(c.len(), 0);
+
+    // A directory no longer cached, held only by its children, goes with
+    // the last of them: both count.
+    let a = c.insert(&root, b"a", Some(2));
+    let b = c.insert(&a, b"b", Some(3));
+    let x = c.insert(&b, b"x", Some(4));
+    let y = c.insert(&b, b"y", Some(5));
+    assert!(c.remove(&root, b"a"));
+    assert_eq!(a.release(), 0, "held by its child");
+    assert_eq!(b.release(), 0, "held by its children");
+    assert_eq!(x.release(), 1);
+    assert_eq!(c.len(), 3);
+    assert_eq!(y.release(), 3, "y, then b, then a");
     assert_eq!(c.len(), 0);
 }
 

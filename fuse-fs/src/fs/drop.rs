@@ -89,6 +89,14 @@ impl Fs {
             found.insert(inode.ino, (inode, depth));
         }
         let mut found_in_dcache = 0u64;
+        // The known inodes whose entries are cached before the walk: the
+        // walk counts those it unhashes (dropped, or busy while a handle
+        // holds them).
+        let hashed_before: std::collections::HashSet<u64> = found
+            .values()
+            .filter(|(i, _)| i.dentry.lock().as_ref().is_some_and(|d| d.is_hashed()))
+            .map(|(i, _)| i.ino)
+            .collect();
         let sub = self.names.drop_subtree(&dir, |inode| {
             found_in_dcache += 1;
             let ok = owner(inode);
@@ -106,7 +114,7 @@ impl Fs {
             // reach: changes under it through the mount would not reach the
             // dcache (`Names` does nothing without the parent's dentry), and
             // a lookup in that window would take the stale dentry back.
-            let mut freed = 0;
+            let (mut freed, mut were_busy) = (0, 0);
             for (inode, _) in found.values() {
                 let released = {
                     let mut handle = inode.dentry.lock();
@@ -116,17 +124,20 @@ impl Fs {
                         None
                     }
                 };
-                if released.is_some_and(|d| d.release()) {
-                    freed += 1;
+                let n = released.map_or(0, |d| d.release()) as u64;
+                if n > 0 {
+                    // The entry, and the directories above it that were
+                    // held only by their children (under `dir`: this walk
+                    // unhashed them). The walk counted them busy, as the
+                    // handles held them, unless something else had
+                    // unhashed the entry before it (its ancestors are then
+                    // taken to be this walk's: approximate only there).
+                    freed += n;
+                    were_busy += if hashed_before.contains(&inode.ino) { n } else { n - 1 };
                 }
             }
-            // The walk counted those entries in use (the handles still held
-            // them); releasing the handles freed them. Approximate: a parent
-            // freed along with its last child stays counted as in use, and
-            // a handle whose dentry something else unhashed earlier counts
-            // as dropped here.
             out.args.dentries_dropped = sub.dropped + freed;
-            out.args.busy = sub.busy.saturating_sub(freed);
+            out.args.busy = sub.busy.saturating_sub(were_busy);
         }
         for (inode, depth) in found.values_mut() {
             if *depth == 0 {
