@@ -48,7 +48,7 @@ use parking_lot::Mutex;
 use crate::creds::Creds;
 use crate::data::Data;
 use crate::error::{FsError, FsResult};
-use crate::inode::{Inode, InodeTable, NewInode, ROOT_INO, Stamp, key_of};
+use crate::inode::{Inode, InodeTable, NewInode, ROOT_INO, RenameWatch, Stamp, key_of};
 use crate::inval::InvalQueue;
 use crate::listing::{self, Listings};
 use crate::names::{Hit, Names};
@@ -606,10 +606,11 @@ impl Fs {
     /// Answers `name` under `parent` from the name cache's usable `inode`,
     /// as LOOKUP does: one kernel reference, the dentry attached, the link
     /// recorded.
-    fn answer_cached(&self, parent: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>) -> Entry {
+    /// `watch` was taken before the name cache was read.
+    fn answer_cached(&self, parent: &Arc<Inode>, name: &[u8], inode: &Arc<Inode>, watch: RenameWatch) -> Entry {
         self.table.remember(inode, 1);
         self.names.attach(parent, name, inode);
-        self.table.set_link(inode, parent.ino, name);
+        self.table.set_link_unless_moved(inode, parent.ino, name, watch);
         self.entry_of(inode)
     }
 
@@ -756,6 +757,7 @@ impl Fs {
             panic!("injected fault: LOOKUP of {}", String::from_utf8_lossy(name));
         }
         self.revalidate_dir(&parent);
+        let watch = self.table.watch_renames();
         match self.names.lookup(&parent, name) {
             Hit::Positive(mut inode) => {
                 // A slow source: refresh the directory's stale names at once
@@ -768,7 +770,7 @@ impl Fs {
                 }
                 // A stale inode (its source object is gone) is never answered.
                 if self.usable(&inode) {
-                    return Ok(self.answer_cached(&parent, name, &inode));
+                    return Ok(self.answer_cached(&parent, name, &inode, watch));
                 }
             }
             Hit::Negative => return self.negative(&parent, name),
@@ -1065,7 +1067,7 @@ impl Fs {
             {
                 self.store_attr(&inode, st, before);
                 self.note_own_change(&inode, &st);
-                self.table.set_link(&inode, dir.ino, bytes);
+                self.table.moved(&inode, dir.ino, bytes);
             }
         }
         drop(renaming);
@@ -1382,8 +1384,9 @@ impl Fs {
                         item.entry = Some(Entry { ino, attr });
                     } else {
                         let found = if names_first {
+                            let watch = self.table.watch_renames();
                             match self.fresh_name(&dir.inode, &item.name) {
-                                Some(inode) => Some(self.answer_cached(&dir.inode, &item.name, &inode)),
+                                Some(inode) => Some(self.answer_cached(&dir.inode, &item.name, &inode, watch)),
                                 None => {
                                     // Listed now, looked up in the background
                                     // (`fs/prefetch.rs`).

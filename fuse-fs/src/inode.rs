@@ -329,6 +329,9 @@ struct Link {
     /// The parent the children index lists this inode under: `Some` exactly
     /// while the node id is in the table.
     indexed: Option<u64>,
+    /// The table's count of renames through the mount ([`InodeTable::moved`])
+    /// when one last moved this link; 0 if none did.
+    moved_at: u64,
 }
 
 impl Link {
@@ -338,6 +341,7 @@ impl Link {
             name,
             parent_ref,
             indexed: None,
+            moved_at: 0,
         })
     }
 }
@@ -695,6 +699,8 @@ pub struct InodeTable {
     /// them (see [`InodeTable::renaming`]).
     renames_begun: AtomicU64,
     renames_done: AtomicU64,
+    /// Renames through the mount that moved a link ([`InodeTable::moved`]).
+    link_moves: AtomicU64,
     /// Inodes created with [`Backing::ByName`].
     by_name: AtomicU64,
     children: Children,
@@ -723,14 +729,11 @@ pub struct NewInode<'a> {
     pub renames: RenameWatch,
 }
 
-/// The renames through the mount begun and finished when a read of the
-/// source began ([`InodeTable::watch_renames`]); if one overlapped the read,
-/// what the read found may already have moved.
+/// The count of renames through the mount when a read of the source or of
+/// the name cache began ([`InodeTable::watch_renames`]): a link that a
+/// rename moved after that is newer than what the read found.
 #[derive(Clone, Copy, Debug)]
-pub struct RenameWatch {
-    begun: u64,
-    done: u64,
-}
+pub struct RenameWatch(u64);
 
 impl InodeTable {
     /// An empty table whose root is the directory `root_fd` (an `O_PATH` descriptor).
@@ -749,6 +752,7 @@ impl InodeTable {
             interns: AtomicU64::new(0),
             renames_begun: AtomicU64::new(0),
             renames_done: AtomicU64::new(0),
+            link_moves: AtomicU64::new(0),
             by_name: AtomicU64::new(0),
             children: Children::default(),
             orphans: Mutex::new(HashMap::new()),
@@ -797,33 +801,42 @@ impl InodeTable {
             .ok_or(FsError::STALE)
     }
 
-    /// Taken before a read of the source whose result goes to
-    /// [`intern`](Self::intern) (in [`NewInode::renames`]).
+    /// Taken before a read (of the source, or of the name cache) that
+    /// records where it found an inode ([`intern`](Self::intern), through
+    /// [`NewInode::renames`], or [`set_link_unless_moved`](Self::set_link_unless_moved)).
     pub fn watch_renames(&self) -> RenameWatch {
-        // SeqCst: as the counts' updates in `renaming` and `Renaming`'s
-        // drop, which bracket the rename in the source and the link's update.
-        RenameWatch {
-            begun: self.renames_begun.load(Ordering::SeqCst),
-            done: self.renames_done.load(Ordering::SeqCst),
-        }
+        // SeqCst: pairs with the increment in `moved`, which comes after the
+        // rename in the source; this load comes before the caller's read.
+        RenameWatch(self.link_moves.load(Ordering::SeqCst))
     }
 
-    /// Whether no rename through the mount overlapped the read `w` was
-    /// taken for: none was under way when it began and none began since.
-    /// (`done` never passes `begun`, so with none begun since, none ended.)
-    fn quiet_since(&self, w: RenameWatch) -> bool {
-        // SeqCst: as in `watch_renames`.
-        w.begun == w.done && self.renames_begun.load(Ordering::SeqCst) == w.begun
+    /// A rename through the mount moved `inode` to `name` under `parent`
+    /// in the source: records the new link, newer than what any read
+    /// begun before now found (see [`set_link_unless_moved`](Self::set_link_unless_moved)).
+    pub fn moved(&self, inode: &Inode, parent: u64, name: &[u8]) {
+        // SeqCst: after the rename in the source; pairs with the load in
+        // `watch_renames`. A read that found the old name began before it.
+        let at = self.link_moves.fetch_add(1, Ordering::SeqCst) + 1;
+        self.update_link(inode, parent, name, |link| {
+            link.moved_at = at;
+            true
+        });
+    }
+
+    /// Records that a read begun at `watch` found `inode` as `name` under
+    /// `parent`, unless a rename through the mount moved it since: then the
+    /// rename's record is newer (the read may have found the old name).
+    /// The check and the update are one step under the link's lock, as is
+    /// the rename's update, so neither overwrites a newer one.
+    pub fn set_link_unless_moved(&self, inode: &Inode, parent: u64, name: &[u8], watch: RenameWatch) {
+        self.update_link(inode, parent, name, |link| link.moved_at <= watch.0);
     }
 
     /// The inode for the source object described by `new`, creating it (and
     /// its backing) if no live inode has its key. Does not change `nlookup`.
-    ///
     /// An existing inode's link is set to where `new` found it, unless a
-    /// rename through the mount overlapped that read: the object may have
-    /// moved since, and the rename records its new name itself, after the
-    /// move (a read from before it would otherwise overwrite that with the
-    /// old name, and a reopen by name would then fail).
+    /// rename through the mount moved it since the read began
+    /// ([`set_link_unless_moved`](Self::set_link_unless_moved)).
     pub fn intern(&self, new: NewInode<'_>) -> FsResult<Arc<Inode>> {
         let key = key_of(&new.st);
         let kind = new.st.st_mode & libc::S_IFMT;
@@ -835,9 +848,7 @@ impl InodeTable {
             && self.same_object(inode, &new)
         {
             inode.set_attr(new.st);
-            if self.quiet_since(new.renames) {
-                self.set_link(inode, new.parent_ino, new.name.to_bytes());
-            }
+            self.set_link_unless_moved(inode, new.parent_ino, new.name.to_bytes(), new.renames);
             return Ok(Arc::clone(inode));
         }
         if let Some(old) = &found
@@ -907,15 +918,20 @@ impl InodeTable {
     /// the old inode stale.
     fn same_object(&self, inode: &Inode, new: &NewInode<'_>) -> bool {
         let same = match &inode.backing {
-            Backing::Handle { handle, .. } => {
-                // After a rename through the mount that overlapped the
-                // caller's read, the name may lead elsewhere or nowhere
-                // while the object lives on under its new name: the key the
-                // caller read stands then (the handle would only catch an
-                // inode number reused in that same window).
+            Backing::Handle { handle, mount_id } => {
                 let flags = if new.name.is_empty() { libc::AT_EMPTY_PATH } else { 0 };
-                !self.quiet_since(new.renames)
-                    || sys::name_to_handle_at(new.parent, new.name, flags).is_ok_and(|(h, _)| &h == handle)
+                sys::name_to_handle_at(new.parent, new.name, flags).is_ok_and(|(h, _)| &h == handle) || {
+                    // The name leads elsewhere or nowhere now. If the inode's
+                    // own object still lives with the key the caller read
+                    // (a rename moved it after the read), that object is the
+                    // one read: no two live objects share a key. If it is
+                    // gone, the key was reused by the object read.
+                    self.mounts.read().get(mount_id).is_some_and(|m| {
+                        sys::open_by_handle_at(m.as_fd(), handle, libc::O_PATH | libc::O_NOFOLLOW)
+                            .and_then(|fd| sys::fstat(fd.as_fd()))
+                            .is_ok_and(|st| key_of(&st) == inode.key)
+                    })
+                }
             }
             Backing::Pinned(fd) => {
                 sys::fstat(fd.as_fd()).is_ok_and(|st| st.st_nlink > 0 || st.st_mode & libc::S_IFMT == libc::S_IFDIR)
@@ -1048,12 +1064,21 @@ impl InodeTable {
     /// Records where `inode` was found, moving it in the children index if
     /// the kernel knows it.
     pub fn set_link(&self, inode: &Inode, parent: u64, name: &[u8]) {
+        self.update_link(inode, parent, name, |_| true);
+    }
+
+    /// [`set_link`](Self::set_link) if `update`, given the link under its
+    /// lock, says so (and may change it).
+    fn update_link(&self, inode: &Inode, parent: u64, name: &[u8], update: impl FnOnce(&mut Link) -> bool) {
         // Taken before the link lock (lock order: table shard, then link).
         let parent_ref = match inode.backing {
             Backing::ByName => self.get(parent).ok(),
             _ => None,
         };
         let mut link = inode.link.lock();
+        if !update(&mut link) {
+            return;
+        }
         if link.parent != parent || &*link.name != name {
             link.parent = parent;
             link.name = name.into();
