@@ -12,11 +12,11 @@
 //! the workers drop their own directories, and for each worker a prober
 //! keeps looking up the name its create, mkdir or rename is about to make
 //! (as another process's `stat` would), forgetting what it finds. Files
-//! also go into and out of one directory all workers share, so changes
-//! under one directory come from several threads at once. With the
-//! watch, workers also change the source directly and report it to a
-//! stand-in for the watcher, which applies the events from its own thread
-//! a little later. Every path a worker's model has must resolve to an
+//! and directories also go into and out of one directory all workers
+//! share, so changes under one directory come from several threads at
+//! once. With the watch, workers also change the source directly and
+//! report it to a stand-in for the watcher, which applies the events from
+//! its own thread a little later. Every path a worker's model has must resolve to an
 //! object of its kind, and every name it removed or renamed away must be
 //! ENOENT: through the mount at once, in the source once the watcher has
 //! applied the change. On a failure the message gives the worker's last
@@ -415,7 +415,14 @@ impl Worker<'_> {
                     .filter(|d| **d != from && !d.starts_with(&format!("{from}/")))
                     .cloned()
                     .collect();
-                let to_dir = targets[self.rng.below(targets.len())].clone();
+                // Now and then into the shared directory (and, chosen
+                // again later, out of it), where the other workers' changes
+                // come in between.
+                let to_dir = if self.rng.below(4) == 0 {
+                    SHARED.to_string()
+                } else {
+                    targets[self.rng.below(targets.len())].clone()
+                };
                 let name = self.fresh("d");
                 let to = Self::join(&to_dir, &name);
                 self.note(format!("rename-dir {from} -> {to}"));
