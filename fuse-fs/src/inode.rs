@@ -724,8 +724,9 @@ pub struct NewInode<'a> {
     pub name: &'a std::ffi::CStr,
     /// Its `stat`.
     pub st: libc::stat,
-    /// Taken before `st` was read: whether a rename through the mount ran
-    /// meanwhile ([`InodeTable::watch_renames`]).
+    /// Taken before `st` was read ([`InodeTable::watch_renames`]): a rename
+    /// through the mount that moved the object since then has the newer
+    /// record of its name.
     pub renames: RenameWatch,
 }
 
