@@ -34,8 +34,10 @@
 //! inode), opened into the same pool on demand and checked against its key
 //! `(st_dev, st_ino)`; a name that no longer leads to it (removed or renamed
 //! in the source) gives `ESTALE`, and the kernel looks the name up again.
-//! Renames through the mount move the link ([`InodeTable::set_link`]; an
-//! exchange moves both objects' links). Only
+//! Renames through the mount move the link ([`InodeTable::moved`]; an
+//! exchange moves both objects' links), and a lookup's record of where it
+//! found an inode never undoes a newer move
+//! ([`InodeTable::set_link_unless_moved`]). Only
 //! the root keeps a pinned descriptor.
 //!
 //! # What is given back, and when
