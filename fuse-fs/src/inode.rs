@@ -201,7 +201,9 @@ pub struct Inode {
     pub dentry: Mutex<Option<DentryHandle>>,
     /// The directory (node id) and name this inode was last found under;
     /// used to find the inodes under a directory and to name them to the
-    /// kernel when invalidating. Changed only through [`InodeTable::set_link`].
+    /// kernel when invalidating. Changed only by the table: a rename's
+    /// [`InodeTable::moved`], a lookup's
+    /// [`InodeTable::set_link_unless_moved`], and an orphan's adoption.
     link: Mutex<Link>,
     /// Told when this inode is freed (`None` for the root, which never is).
     reaper: Option<Arc<Reaper>>,
@@ -929,7 +931,8 @@ impl InodeTable {
                     // (a rename moved it after the read), that object is the
                     // one read: no two live objects share a key. If it is
                     // gone, the key was reused by the object read.
-                    self.mounts.read().get(mount_id).is_some_and(|m| {
+                    let mount_fd = self.mounts.read().get(mount_id).cloned();
+                    mount_fd.is_some_and(|m| {
                         sys::open_by_handle_at(m.as_fd(), handle, libc::O_PATH | libc::O_NOFOLLOW)
                             .and_then(|fd| sys::fstat(fd.as_fd()))
                             .is_ok_and(|st| key_of(&st) == inode.key)
@@ -1064,14 +1067,9 @@ impl InodeTable {
         }
     }
 
-    /// Records where `inode` was found, moving it in the children index if
-    /// the kernel knows it.
-    pub fn set_link(&self, inode: &Inode, parent: u64, name: &[u8]) {
-        self.update_link(inode, parent, name, |_| true);
-    }
-
-    /// [`set_link`](Self::set_link) if `update`, given the link under its
-    /// lock, says so (and may change it).
+    /// Records that `inode` is `name` under `parent`, moving it in the
+    /// children index if the kernel knows it, if `update`, given the link
+    /// under its lock, says so (and may change it).
     fn update_link(&self, inode: &Inode, parent: u64, name: &[u8], update: impl FnOnce(&mut Link) -> bool) {
         // Taken before the link lock (lock order: table shard, then link).
         let parent_ref = match inode.backing {
@@ -1247,7 +1245,7 @@ impl InodeTable {
 
     /// Tells the table a rename through the mount is under way until the
     /// returned guard is dropped, which the caller does after updating the
-    /// moved inode's link ([`InodeTable::set_link`]).
+    /// moved inode's link ([`InodeTable::moved`]).
     pub fn renaming(&self) -> Renaming<'_> {
         // SeqCst: ordered before the rename in the source; pairs with the
         // loads in `open_by_name`.

@@ -89,10 +89,12 @@ impl Fs {
             found.insert(inode.ino, (inode, depth));
         }
         let mut found_in_dcache = 0u64;
-        // The known inodes whose entries are cached before the walk: the
-        // walk counts those it unhashes (dropped, or busy while a handle
-        // holds them).
-        let hashed_before: std::collections::HashSet<u64> = found
+        // The inodes whose entries the walk will count (dropped, or busy
+        // while a handle holds them): the known ones cached before it, and
+        // those it is asked about (the filter is not asked below an entry
+        // it already unhashed; an inode known under another name, a hard
+        // link, is found there).
+        let mut counted: std::collections::HashSet<u64> = found
             .values()
             .filter(|(i, _)| i.dentry.lock().as_ref().is_some_and(|d| d.is_hashed()))
             .map(|(i, _)| i.ino)
@@ -104,7 +106,11 @@ impl Fs {
                 skipped_inos.insert(inode.ino);
             }
             found.entry(inode.ino).or_insert_with(|| (inode.clone(), 0));
-            ok && mode.drops_dentries()
+            let unhash = ok && mode.drops_dentries();
+            if unhash {
+                counted.insert(inode.ino);
+            }
+            unhash
         });
         if mode.drops_dentries() {
             // Only now, with their dentries unhashed, the inodes the kernel
@@ -130,10 +136,15 @@ impl Fs {
                     // held only by their children (under `dir`: this walk
                     // unhashed them). The walk counted them busy, as the
                     // handles held them, unless something else had
-                    // unhashed the entry before it (its ancestors are then
-                    // taken to be this walk's: approximate only there).
+                    // unhashed the entry before it: then it counts as
+                    // dropped here, and its ancestors are taken to be this
+                    // walk's. Approximate under changes racing the drop
+                    // (an entry unhashed by an unlink between the set's
+                    // making and the walk), and for a hard link known
+                    // under another name deep under an entry the walk
+                    // unhashed.
                     freed += n;
-                    were_busy += if hashed_before.contains(&inode.ino) { n } else { n - 1 };
+                    were_busy += if counted.contains(&inode.ino) { n } else { n - 1 };
                 }
             }
             out.args.dentries_dropped = sub.dropped + freed;

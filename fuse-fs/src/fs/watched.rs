@@ -281,8 +281,8 @@ impl Fs {
     /// With the watch and `--kernel-cache`: waits (at most [`SYNC_WAIT`])
     /// until the watcher has applied every event queued in the source's
     /// watch before this call (see the module docs). Must not be called
-    /// holding a lock the watcher takes (an inode's stamps, the caches'),
-    /// nor from the watcher's own thread.
+    /// holding a lock the watcher takes (an inode's stamps, a directory's
+    /// name-change lock, the caches'), nor from the watcher's own thread.
     pub(super) fn catch_up_with_source(&self) {
         if !self.watching() || !self.cfg.kernel_cache {
             return;
