@@ -1055,14 +1055,10 @@ impl Fs {
         // object that was under the new name moved to the old one, and
         // its link follows it too (a reopen by name, a drop's walk up the
         // links and its entry invalidations all read it).
-        let exchanged = flags & libc::RENAME_EXCHANGE != 0;
-        let moves = [
-            (&nfd, &nname, &np, new_name, true),
-            (&ofd, &oname, &op, name, exchanged),
-        ];
-        for (fd, cname, dir, bytes, moved) in moves {
-            if moved
-                && let Ok(st) = sys::fstatat(fd.as_fd(), cname, libc::AT_SYMLINK_NOFOLLOW)
+        let moved = if flags & libc::RENAME_EXCHANGE != 0 { 2 } else { 1 };
+        let places = [(&nfd, &nname, &np, new_name), (&ofd, &oname, &op, name)];
+        for (fd, cname, dir, bytes) in places.into_iter().take(moved) {
+            if let Ok(st) = sys::fstatat(fd.as_fd(), cname, libc::AT_SYMLINK_NOFOLLOW)
                 && let Some(inode) = self.table.find(key_of(&st))
             {
                 self.store_attr(&inode, st, before);

@@ -1271,13 +1271,7 @@ fn with_the_watch_a_kept_listing_is_forgotten_by_a_name_event() {
     t.fs.releasedir(fh).expect("releasedir");
     assert_eq!(reads(), after_first, "an unchanged directory's listing was read again");
 
-    let (bytes, handle_type, fsid) = handle_of(&t, "d");
-    let dir = crate::watch::Handle {
-        fsid,
-        handle_type,
-        bytes: &bytes,
-    };
-    t.fs.apply_source_events(&[crate::watch::Event::Name { dir, name: b"new" }]);
+    name_event(&t, "d", b"new");
     assert!(inode.listing().is_none(), "the name event left the kept listing");
     // The next OPENDIR reads the source, and keeps that listing.
     let fh = t.fs.opendir(d.ino, ME).expect("opendir");
@@ -1336,6 +1330,17 @@ fn a_listing_read_from_the_start_is_the_directorys_current_one() {
 }
 
 /// The watch's file handle of `rel` under the source.
+/// Applies the watcher's event "a name changed in directory `rel`".
+fn name_event(t: &T, rel: &str, name: &[u8]) {
+    let (bytes, handle_type, fsid) = handle_of(t, rel);
+    let dir = crate::watch::Handle {
+        fsid,
+        handle_type,
+        bytes: &bytes,
+    };
+    t.fs.apply_source_events(&[crate::watch::Event::Name { dir, name }]);
+}
+
 fn handle_of(t: &T, rel: &str) -> (Vec<u8>, i32, u64) {
     let fd = sys::open_path(
         &sys::cstr(std::os::unix::ffi::OsStrExt::as_bytes(t.src.join(rel).as_os_str())).expect("path"),
@@ -1358,13 +1363,7 @@ fn a_name_event_stops_a_lookup_that_read_before_it_from_caching() {
     let inode = t.fs.table.get(d.ino).expect("d's inode");
     let before = inode.reading_names();
     std::fs::write(t.src.join("d/late"), b"x").expect("write");
-    let (bytes, handle_type, fsid) = handle_of(&t, "d");
-    let dir = crate::watch::Handle {
-        fsid,
-        handle_type,
-        bytes: &bytes,
-    };
-    t.fs.apply_source_events(&[crate::watch::Event::Name { dir, name: b"late" }]);
+    name_event(&t, "d", b"late");
     assert_eq!(inode.cache_if_unchanged(before, || ()), None, "cached across the event");
     let after = inode.reading_names();
     assert_eq!(inode.cache_if_unchanged(after, || ()), Some(()));
