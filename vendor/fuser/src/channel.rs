@@ -103,13 +103,18 @@ impl Channel {
         fcntl(&self.0, FcntlArg::F_SETFL(flags)).map(drop)
     }
 
+    /// The device this channel reads from.
+    pub(crate) fn dev(&self) -> Arc<DevFuse> {
+        self.0.clone()
+    }
+
     /// Returns a sender object for this channel. The sender object can be
     /// used to send to the channel. Multiple sender objects can be used
     /// and they can safely be sent to other threads.
     pub(crate) fn sender(&self) -> ChannelSender {
         // Since write/writev syscalls are threadsafe, we can simply create
         // a sender by using the same file and use it in other threads.
-        ChannelSender(self.0.clone())
+        ChannelSender(self.0.clone(), None)
     }
 
     /// Clone the FUSE device fd using FUSE_DEV_IOC_CLONE ioctl.
@@ -136,10 +141,18 @@ impl Channel {
 }
 
 #[derive(Clone, Debug)]
-pub(crate) struct ChannelSender(Arc<DevFuse>);
+pub(crate) struct ChannelSender(Arc<DevFuse>, Option<crate::uring::RingSlot>);
 
 impl ChannelSender {
+    /// A sender whose replies go through an io_uring entry (`uring.rs`).
+    pub(crate) fn ring(&self, slot: crate::uring::RingSlot) -> ChannelSender {
+        ChannelSender(self.0.clone(), Some(slot))
+    }
+
     pub(crate) fn send(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<()> {
+        if let Some(slot) = &self.1 {
+            return slot.send(bufs);
+        }
         let rc = nix::sys::uio::writev(&self.0, bufs)?;
         // writev is atomic, so do not need to check how many bytes are written.
         // libfuse does not do it either

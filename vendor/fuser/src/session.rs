@@ -139,6 +139,9 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// The io_uring queues, if INIT granted `FUSE_OVER_IO_URING`
+    /// (`uring.rs`).
+    pub(crate) ring: Option<crate::uring::Ring>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +189,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            ring: None,
         };
 
         session.handshake()?;
@@ -214,6 +218,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            ring: None,
         };
 
         session.handshake()?;
@@ -252,6 +257,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            ring,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -270,6 +276,8 @@ impl<FS: Filesystem> Session<FS> {
         let mut filesystem = Arc::new(filesystem);
 
         let mut channels = Vec::with_capacity(n_threads);
+        let ring_ch = ch.clone();
+        let uring_idle = config.uring_idle;
 
         for _ in 0..n_threads_minus_one {
             if config.clone_fd {
@@ -314,6 +322,31 @@ impl<FS: Filesystem> Session<FS> {
             );
         }
 
+        // FUSE over io_uring: one thread per queue beside the `/dev/fuse`
+        // workers (which still get FORGET and INTERRUPT); the queues were
+        // made in the handshake.
+        let mut ring_threads = Vec::new();
+        if let Some(ring) = &ring {
+            for q in &ring.queues {
+                let q = q.clone();
+                let event_loop = SessionEventLoop {
+                    thread_name: format!("fuser-ring-{}", ring_threads.len()),
+                    filesystem: filesystem.clone(),
+                    ch: ring_ch.clone(),
+                    allowed,
+                    session_owner,
+                    spin: None,
+                    spinner: spinner.clone(),
+                };
+                ring_threads.push(
+                    thread::Builder::new()
+                        .name(event_loop.thread_name.clone())
+                        .spawn(move || crate::uring::serve(q, uring_idle, &event_loop))?,
+                );
+            }
+            debug!("FUSE over io_uring: {} queues", ring.queues.len());
+        }
+
         let mut reply: io::Result<()> = Ok(());
         for thread in threads {
             let res = match thread.join() {
@@ -328,6 +361,18 @@ impl<FS: Filesystem> Session<FS> {
                 }
             }
         }
+
+        if let Some(ring) = &ring {
+            ring.stop();
+        }
+        for thread in ring_threads {
+            match thread.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => warn!("io_uring queue ended with an error: {e}"),
+                Err(_) => return Err(io::Error::other("io_uring queue thread panicked")),
+            }
+        }
+        drop(ring);
 
         let Some(filesystem) = Arc::get_mut(&mut filesystem) else {
             return Err(io::Error::other(
@@ -477,6 +522,25 @@ impl<FS: Filesystem> Session<FS> {
                 config.max_write
             );
 
+            if (init.capabilities() & config.requested).contains(InitFlags::FUSE_OVER_IO_URING) {
+                // The kernel refuses entries smaller than its largest
+                // request: max(8 KiB, max_write, max_pages pages). The
+                // queues are made before INIT is answered: once it grants
+                // io_uring, the kernel holds every request back until each
+                // queue has registered, so a ring that cannot be made must
+                // fail the INIT, not hang the mount.
+                let pages = config.max_pages() as usize * page_size::get();
+                let payload = 8192.max(config.max_write as usize).max(pages);
+                match crate::uring::Ring::new(&self.ch.dev(), payload) {
+                    Ok(ring) => self.ring = Some(ring),
+                    Err(e) => {
+                        error!("FUSE over io_uring: the queues cannot be set up: {e}");
+                        <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
+                            .send_ll(&ResponseErrno(ll::Errno::EIO));
+                        return Err(io::Error::new(e.kind(), format!("FUSE over io_uring: the queues cannot be set up: {e}")));
+                    }
+                }
+            }
             let response = init.reply(&config);
             <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                 .send_ll(&response);
@@ -530,6 +594,19 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) spin: Option<std::time::Duration>,
     /// Held by the one worker polling at a time.
     pub(crate) spinner: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<FS: Filesystem> crate::uring::Dispatch for SessionEventLoop<FS> {
+    fn dispatch(&self, data: &[u8], slot: crate::uring::RingSlot) {
+        let Some(req) = RequestWithSender::new(self.ch.sender().ring(slot), data) else {
+            return;
+        };
+        if let Ok(Operation::Destroy(_)) = req.request.operation() {
+            req.reply::<ReplyEmpty>().ok();
+        } else {
+            req.dispatch(self);
+        }
+    }
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {

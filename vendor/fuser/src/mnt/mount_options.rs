@@ -25,6 +25,11 @@ pub struct Config {
     /// Needs `clone_fd` (each worker's descriptor has its own flags) or a
     /// single worker; otherwise ignored.
     pub spin: Option<std::time::Duration>,
+    /// FUSE over io_uring (when INIT granted it, `uring.rs`): run the
+    /// queues' threads under `SCHED_IDLE`, so that the scheduler treats
+    /// their CPU as idle and wakes a caller there instead of on another
+    /// CPU; they then run only when nothing else wants the CPU.
+    pub uring_idle: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type

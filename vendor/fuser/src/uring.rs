@@ -1,0 +1,468 @@
+//! FUSE over io_uring (kernel ABI 7.42, Linux 6.14+; an rcufs addition,
+//! see PATCHES.md).
+//!
+//! # Why
+//! Over `/dev/fuse`, every request wakes a worker sleeping in `read(2)`,
+//! which may run on any CPU, and every reply wakes the caller again: two
+//! wake-ups, usually across CPUs. With io_uring the kernel keeps one
+//! queue per CPU and puts a request on the queue of the CPU its caller
+//! runs on; that queue's thread is pinned to the same CPU, so the request
+//! and its reply stay on one CPU (no inter-processor wake-up, no idle CPU
+//! to bring out of halt).
+//!
+//! # Protocol (the kernel's `fs/fuse/dev_uring.c`)
+//! - INIT must ask for `FUSE_OVER_IO_URING`; the kernel offers it only
+//!   while the `fuse` module's `enable_uring` parameter is set.
+//! - After the INIT reply, each queue (one per possible CPU) registers
+//!   entries with `FUSE_IO_URING_CMD_REGISTER` (`IORING_OP_URING_CMD` on
+//!   the `/dev/fuse` descriptor, 128-byte SQEs; the SQE's `addr`/`len`
+//!   give two buffers: a header area and a payload buffer at least the
+//!   connection's largest request). Until every queue has an entry the
+//!   kernel holds new requests back; a failed REGISTER turns io_uring off
+//!   for the connection and `/dev/fuse` serves everything.
+//! - A request completes the entry's command: the header area holds the
+//!   `fuse_in_header` (`in_out`), the operation's own header (`op_in`,
+//!   the request's first argument) and the commit id and payload length
+//!   (`ring_ent_in_out`); the payload buffer the other arguments. The
+//!   operation header's length is `len - sizeof(fuse_in_header) -
+//!   payload_sz`, so the request is rebuilt in the `/dev/fuse` layout and
+//!   parsed as one.
+//! - The reply goes back in the same entry: `fuse_out_header` in
+//!   `in_out`, the reply's arguments in the payload buffer, their length
+//!   in `ring_ent_in_out.payload_sz`; `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`
+//!   with the commit id sends it and makes the entry wait for the next
+//!   request, in one SQE.
+//! - FORGET, INTERRUPT and notifications still use `/dev/fuse`, so its
+//!   workers keep running beside the queues.
+//!
+//! # Invariants
+//! - An entry belongs to exactly one party at a time: the kernel from
+//!   the SQE's submission to its completion; then the queue's thread
+//!   while it rebuilds the request; then the request's reply (one
+//!   `ChannelSender` holding the entry) until it commits. So its buffers
+//!   are never read and written at once.
+//! - The submission queue is only touched under `Queue::sq`; the
+//!   completion queue only by the queue's own thread.
+//! - The buffers and the iovecs of REGISTER live as long as the queue;
+//!   the queue outlives its ring's commands (the ring, dropped with the
+//!   queue, cancels them).
+
+use std::alloc::Layout;
+use std::io;
+use std::io::IoSlice;
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
+use log::{debug, warn};
+use parking_lot::Mutex;
+
+use crate::dev_fuse::DevFuse;
+
+const CMD_REGISTER: u32 = 1;
+const CMD_COMMIT_AND_FETCH: u32 = 2;
+
+/// `struct fuse_uring_req_header`: `in_out[128]`, `op_in[128]`, then
+/// `struct fuse_uring_ent_in_out` (flags, commit_id: u64; payload_sz: u32;
+/// padding: u32; reserved: u64).
+const IN_OUT: usize = 0;
+const OP_IN: usize = 128;
+const OP_IN_LEN: usize = 128;
+const ENT_COMMIT_ID: usize = 256 + 8;
+const ENT_PAYLOAD_SZ: usize = 256 + 16;
+const HEADER_LEN: usize = 256 + 32;
+/// The header area as allocated (a page, as libfuse does).
+const HEADER_ALLOC: usize = 4096;
+/// `sizeof(struct fuse_in_header)`, `sizeof(struct fuse_out_header)`.
+const IN_HEADER: usize = 40;
+const OUT_HEADER: usize = 16;
+/// Entries per queue.
+pub(crate) const QUEUE_DEPTH: usize = 8;
+/// The completion that says the queue should stop.
+const STOP: u64 = u64::MAX;
+
+/// A page-aligned buffer the kernel reads and writes through an entry.
+struct Buf {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+impl Buf {
+    fn new(len: usize) -> io::Result<Buf> {
+        let layout = Layout::from_size_align(len, 4096).map_err(io::Error::other)?;
+        // SAFETY: `layout` has a non-zero size (both callers pass at least
+        // a page).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?;
+        Ok(Buf { ptr, layout })
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `Buf::new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+/// One ring entry: its two buffers and the iovecs REGISTER points at.
+struct Ent {
+    header: Buf,
+    payload: Buf,
+    iov: Box<[libc::iovec; 2]>,
+    /// The command last submitted for it and its commit id (resubmitted
+    /// after EINTR).
+    last_cmd: AtomicU32,
+    last_commit: AtomicU64,
+}
+
+/// One per-CPU queue: its io_uring and entries.
+pub(crate) struct Queue {
+    qid: u16,
+    ring: IoUring<squeue::Entry128, cqueue::Entry>,
+    /// Serializes use of the submission queue.
+    sq: Mutex<()>,
+    ents: Vec<Ent>,
+    payload_len: usize,
+    stop: std::fs::File,
+    owner: std::sync::OnceLock<std::thread::ThreadId>,
+    /// SQEs pushed by the owner thread and not submitted yet.
+    pending: AtomicU64,
+}
+
+// SAFETY: the raw buffers are handed between the kernel, the queue's
+// thread and a reply by the ring protocol (module docs, "Invariants"):
+// one party uses an entry at a time, and each hand-over is a system call
+// or a channel send, which orders the accesses.
+unsafe impl Send for Queue {}
+// SAFETY: as for `Send`; shared access to the SQ goes through `sq`.
+unsafe impl Sync for Queue {}
+
+/// Where a reply goes: an entry of a queue, with its request's commit id.
+#[derive(Clone)]
+pub(crate) struct RingSlot {
+    queue: Arc<Queue>,
+    ent: usize,
+    commit_id: u64,
+}
+
+impl std::fmt::Debug for RingSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RingSlot(q{} e{} c{})", self.queue.qid, self.ent, self.commit_id)
+    }
+}
+
+impl RingSlot {
+    /// Sends a reply (`fuse_out_header` then the arguments, as for
+    /// `/dev/fuse`) through the entry and fetches its next request.
+    pub(crate) fn send(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        let q = &self.queue;
+        let ent = &q.ents[self.ent];
+        let mut header = [0u8; OUT_HEADER];
+        let mut got = 0;
+        let mut payload = 0usize;
+        for b in bufs {
+            let mut b: &[u8] = b;
+            if got < OUT_HEADER {
+                let n = (OUT_HEADER - got).min(b.len());
+                header[got..got + n].copy_from_slice(&b[..n]);
+                got += n;
+                b = &b[n..];
+            }
+            if b.is_empty() {
+                continue;
+            }
+            if payload + b.len() > q.payload_len {
+                // Cannot happen for replies the kernel asked for (their
+                // size is bounded by the request); answer EIO.
+                warn!("io_uring reply of {} bytes exceeds the payload buffer", payload + b.len());
+                header[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+                payload = 0;
+                break;
+            }
+            // SAFETY: the entry belongs to this reply (module docs), and
+            // the range is within the payload buffer (checked above).
+            unsafe {
+                std::ptr::copy_nonoverlapping(b.as_ptr(), ent.payload.ptr.as_ptr().add(payload), b.len());
+            }
+            payload += b.len();
+        }
+        if got < OUT_HEADER {
+            return Err(io::Error::other("reply without a header"));
+        }
+        // SAFETY: as above; the header area is HEADER_ALLOC bytes.
+        unsafe {
+            let h = ent.header.ptr.as_ptr();
+            std::ptr::copy_nonoverlapping(header.as_ptr(), h.add(IN_OUT), OUT_HEADER);
+            std::ptr::write_unaligned(h.add(ENT_PAYLOAD_SZ).cast::<u32>(), payload as u32);
+        }
+        q.submit(self.ent, CMD_COMMIT_AND_FETCH, self.commit_id)
+    }
+}
+
+impl Queue {
+    fn new(qid: u16, dev: &DevFuse, payload_len: usize) -> io::Result<Queue> {
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+            .setup_cqsize((QUEUE_DEPTH as u32 + 1) * 2)
+            .build(QUEUE_DEPTH as u32 + 1)?;
+        ring.submitter().register_files(&[dev.as_raw_fd()])?;
+        let mut ents = Vec::with_capacity(QUEUE_DEPTH);
+        for _ in 0..QUEUE_DEPTH {
+            let header = Buf::new(HEADER_ALLOC)?;
+            let payload = Buf::new(payload_len.next_multiple_of(4096))?;
+            let iov = Box::new([
+                libc::iovec {
+                    iov_base: header.ptr.as_ptr().cast(),
+                    iov_len: HEADER_LEN,
+                },
+                libc::iovec {
+                    iov_base: payload.ptr.as_ptr().cast(),
+                    iov_len: payload_len,
+                },
+            ]);
+            ents.push(Ent {
+                header,
+                payload,
+                iov,
+                last_cmd: AtomicU32::new(CMD_REGISTER),
+                last_commit: AtomicU64::new(0),
+            });
+        }
+        // SAFETY: eventfd(2) with valid flags; the descriptor is owned by
+        // the File below.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `efd` is a new descriptor nobody else owns.
+        let stop = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(efd) };
+        Ok(Queue {
+            qid,
+            ring,
+            sq: Mutex::new(()),
+            ents,
+            payload_len,
+            stop,
+            owner: std::sync::OnceLock::new(),
+            pending: AtomicU64::new(0),
+        })
+    }
+
+    /// The SQE of `cmd` for entry `ent`.
+    fn sqe(&self, ent: usize, cmd: u32, commit_id: u64) -> squeue::Entry128 {
+        // struct fuse_uring_cmd_req { u64 flags; u64 commit_id; u16 qid; u8 pad[6]; }
+        let mut data = [0u8; 80];
+        data[8..16].copy_from_slice(&commit_id.to_ne_bytes());
+        data[16..18].copy_from_slice(&self.qid.to_ne_bytes());
+        let mut op = opcode::UringCmd80::new(types::Fixed(0), cmd).cmd(data);
+        if cmd == CMD_REGISTER {
+            op = op.addr(Some(self.ents[ent].iov.as_ptr() as u64));
+        }
+        let e = op.build().user_data(ent as u64);
+        if cmd != CMD_REGISTER {
+            return e;
+        }
+        // REGISTER also needs `sqe->len` = 2 (the iovec count), which the
+        // builder does not set: the SQE is `struct io_uring_sqe` (len at
+        // byte 24) followed by 64 bytes of command.
+        const _: () = assert!(std::mem::size_of::<squeue::Entry128>() == 128);
+        // SAFETY: `Entry128` is a `repr(C)` wrapper of the 128-byte SQE;
+        // any bytes are a valid value of it.
+        let mut raw: [u8; 128] = unsafe { std::mem::transmute(e) };
+        raw[24..28].copy_from_slice(&2u32.to_ne_bytes());
+        // SAFETY: as above.
+        unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
+    }
+
+    /// Pushes `cmd` for `ent`; submits it at once unless the queue's own
+    /// thread is the caller (it submits when it next waits).
+    fn submit(&self, ent: usize, cmd: u32, commit_id: u64) -> io::Result<()> {
+        let own = self.owner.get() == Some(&std::thread::current().id());
+        let sqe = self.sqe(ent, cmd, commit_id);
+        self.ents[ent].last_cmd.store(cmd, Ordering::Relaxed);
+        self.ents[ent].last_commit.store(commit_id, Ordering::Relaxed);
+        let _g = self.sq.lock();
+        // SAFETY: the submission queue is only used under `sq`.
+        let mut sq = unsafe { self.ring.submission_shared() };
+        // SAFETY: the SQE's buffers (the entry's iovecs) live as long as
+        // the queue, which outlives the ring's commands.
+        if unsafe { sq.push(&sqe) }.is_err() {
+            return Err(io::Error::other("io_uring submission queue full"));
+        }
+        sq.sync();
+        drop(sq);
+        if own {
+            self.pending.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        self.ring.submit().map(drop)
+    }
+}
+
+/// The ring: one queue per possible CPU, each with a thread pinned to it.
+pub(crate) struct Ring {
+    pub(crate) queues: Vec<Arc<Queue>>,
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Ring({} queues)", self.queues.len())
+    }
+}
+
+/// The number of possible CPUs (the kernel's `nr_cpu_ids`, one queue each).
+fn possible_cpus() -> io::Result<usize> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    let mut max = 0usize;
+    for part in s.trim().split(',') {
+        let last = part.rsplit('-').next().unwrap_or(part);
+        max = max.max(last.parse::<usize>().map_err(io::Error::other)?);
+    }
+    Ok(max + 1)
+}
+
+impl Ring {
+    pub(crate) fn new(dev: &DevFuse, payload_len: usize) -> io::Result<Ring> {
+        let n = possible_cpus()?;
+        let queues = (0..n)
+            .map(|q| Queue::new(q as u16, dev, payload_len).map(Arc::new))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(Ring { queues })
+    }
+
+    /// Wakes every queue's thread to stop.
+    pub(crate) fn stop(&self) {
+        for q in &self.queues {
+            let _ = std::io::Write::write(&mut &q.stop, &1u64.to_ne_bytes());
+        }
+    }
+}
+
+/// What a queue's thread does with each request: parse and dispatch it,
+/// replying through the given slot.
+pub(crate) trait Dispatch {
+    fn dispatch(&self, data: &[u8], slot: RingSlot);
+}
+
+/// A queue's thread: pins itself to the queue's CPU, registers the
+/// entries, then serves requests until the connection ends or `stop`.
+pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Result<()> {
+    let _ = queue.owner.set(std::thread::current().id());
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET within its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(queue.qid as usize, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            debug!("io_uring queue {}: not pinned: {}", queue.qid, io::Error::last_os_error());
+        }
+    }
+    if idle {
+        let p = libc::sched_param { sched_priority: 0 };
+        // SAFETY: sched_setscheduler(2) of this thread with a valid param.
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) } != 0 {
+            warn!("io_uring queue {}: SCHED_IDLE refused: {}", queue.qid, io::Error::last_os_error());
+        }
+    }
+    for e in 0..queue.ents.len() {
+        queue.submit(e, CMD_REGISTER, 0)?;
+    }
+    {
+        let poll = opcode::PollAdd::new(types::Fd(queue.stop.as_raw_fd()), libc::POLLIN as u32)
+            .build()
+            .user_data(STOP);
+        let poll: squeue::Entry128 = poll.into();
+        let _g = queue.sq.lock();
+        // SAFETY: as in `Queue::submit`.
+        let mut sq = unsafe { queue.ring.submission_shared() };
+        // SAFETY: the poll has no buffers.
+        unsafe { sq.push(&poll) }.map_err(|_| io::Error::other("io_uring submission queue full"))?;
+        sq.sync();
+        queue.pending.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut buf = vec![0u8; IN_HEADER + OP_IN_LEN + queue.payload_len];
+    loop {
+        let pending = queue.pending.swap(0, Ordering::Relaxed) as u32;
+        // SAFETY: no argument is passed; GETEVENTS waits for a completion.
+        match unsafe {
+            queue
+                .ring
+                .submitter()
+                .enter::<libc::sigset_t>(pending, 1, 1 /* IORING_ENTER_GETEVENTS */, None)
+        } {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+        let mut done = Vec::new();
+        {
+            // SAFETY: only this thread uses the completion queue.
+            let mut cq = unsafe { queue.ring.completion_shared() };
+            cq.sync();
+            for c in &mut cq {
+                done.push((c.user_data(), c.result()));
+            }
+        }
+        for (ud, res) in done {
+            if ud == STOP {
+                return Ok(());
+            }
+            let ent = ud as usize;
+            if res == -libc::EINTR || res == -libc::EAGAIN {
+                let e = &queue.ents[ent];
+                let (cmd, commit) = (e.last_cmd.load(Ordering::Relaxed), e.last_commit.load(Ordering::Relaxed));
+                queue.submit(ent, cmd, commit)?;
+                continue;
+            }
+            if res < 0 {
+                let e = io::Error::from_raw_os_error(-res);
+                return match -res {
+                    libc::ENOTCONN | libc::ENODEV | libc::ECANCELED | libc::ECONNABORTED => Ok(()),
+                    _ => Err(e),
+                };
+            }
+            let Some(len) = rebuild(&queue, ent, &mut buf) else {
+                warn!("io_uring queue {}: malformed request dropped", queue.qid);
+                continue;
+            };
+            // SAFETY: the entry's header was written by the kernel before
+            // the completion; the commit id is at a fixed offset.
+            let commit_id = unsafe {
+                std::ptr::read_unaligned(queue.ents[ent].header.ptr.as_ptr().add(ENT_COMMIT_ID).cast::<u64>())
+            };
+            let slot = RingSlot {
+                queue: queue.clone(),
+                ent,
+                commit_id,
+            };
+            d.dispatch(&buf[..len], slot);
+        }
+    }
+}
+
+/// Rebuilds entry `ent`'s request in the `/dev/fuse` layout in `buf`;
+/// returns its length, or None if the lengths do not add up.
+fn rebuild(queue: &Queue, ent: usize, buf: &mut [u8]) -> Option<usize> {
+    let e = &queue.ents[ent];
+    let h = e.header.ptr.as_ptr();
+    // SAFETY: the entry belongs to this thread between its completion and
+    // its dispatch (module docs); every read is within HEADER_ALLOC.
+    let (len, payload_sz) = unsafe {
+        std::ptr::copy_nonoverlapping(h.add(IN_OUT), buf.as_mut_ptr(), IN_HEADER);
+        (
+            std::ptr::read_unaligned(h.add(IN_OUT).cast::<u32>()) as usize,
+            std::ptr::read_unaligned(h.add(ENT_PAYLOAD_SZ).cast::<u32>()) as usize,
+        )
+    };
+    let op_len = len.checked_sub(IN_HEADER)?.checked_sub(payload_sz)?;
+    if op_len > OP_IN_LEN || payload_sz > queue.payload_len || len > buf.len() {
+        return None;
+    }
+    // SAFETY: as above; the lengths were checked against the buffers.
+    unsafe {
+        std::ptr::copy_nonoverlapping(h.add(OP_IN), buf.as_mut_ptr().add(IN_HEADER), op_len);
+        std::ptr::copy_nonoverlapping(e.payload.ptr.as_ptr(), buf.as_mut_ptr().add(IN_HEADER + op_len), payload_sz);
+    }
+    Some(len)
+}
