@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use fuse_fs::protocol::DropMode;
-use fuse_fs::{CoherenceRequest, MountOptions};
+use fuse_fs::{CoherenceRequest, IoUring, MountOptions};
 
 /// The default number of FUSE worker threads for a local source (the
 /// library's: the machine's parallelism, at least 2).
@@ -124,6 +124,15 @@ pub struct MountArgs {
     /// coming. See BENCHMARKS.md, "What a round trip costs".
     #[arg(long, value_name = "US", default_value_t = 0, value_parser = parse_poll_us)]
     pub poll_us: u64,
+    /// How requests reach the daemon: `off` (through /dev/fuse), `on`
+    /// (FUSE over io_uring: one queue per CPU, served by a thread pinned to
+    /// that CPU; needs Linux 6.14+ with the fuse module's enable_uring set,
+    /// and the mount fails otherwise), `idle` (as `on`, the queues' threads
+    /// under SCHED_IDLE: a caller stays on its CPU, but the daemon then
+    /// runs only when nothing else wants the CPU, so under CPU load every
+    /// request waits). See README, "FUSE over io_uring".
+    #[arg(long, value_name = "MODE", default_value = "off")]
+    pub io_uring: IoUring,
     /// Capacity of the dentry cache, in entries.
     #[arg(long, value_name = "N", default_value_t = default_dcache_entries(), value_parser = parse_positive)]
     pub dcache_entries: usize,

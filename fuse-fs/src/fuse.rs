@@ -20,6 +20,14 @@
 //! non-extending writes to one file concurrently; `range_lock.rs` orders
 //! those that share a page).
 //!
+//! With `--io-uring on|idle`, INIT also asks for `FUSE_OVER_IO_URING`
+//! (refused with a message that says how to enable it if the kernel does
+//! not offer it) and caps `max_write` at 1 MiB (each queue entry holds a
+//! buffer of the largest request); requests then come through per-CPU
+//! io_uring queues, an addition of the vendored fuser (`uring.rs` there),
+//! and this adapter serves them unchanged. `idle` runs the queue threads
+//! under `SCHED_IDLE`, watched by `uring_guard.rs`.
+//!
 //! INIT asks for `FUSE_POSIX_ACL`, `FUSE_DONT_MASK` and
 //! `FUSE_HANDLE_KILLPRIV_V2`: the kernel checks ACLs, and leaves the umask
 //! and setuid/setgid clearing to the source, since the operations run as
@@ -65,6 +73,7 @@ use crate::ratelog::RateLimit;
 pub struct FuseAdapter {
     fs: Arc<Fs>,
     notifier: Arc<OnceLock<Notifier>>,
+    io_uring: crate::mount::IoUring,
 }
 
 /// Kernel-cache mode: marks a directory as locked by the kernel for the
@@ -98,7 +107,18 @@ impl FuseAdapter {
     /// An adapter for `fs`; invalidations go to `fs`'s queue, and the few
     /// sent from inside a handler through `notifier`.
     pub fn new(fs: Arc<Fs>, notifier: Arc<OnceLock<Notifier>>) -> Self {
-        Self { fs, notifier }
+        Self {
+            fs,
+            notifier,
+            io_uring: crate::mount::IoUring::Off,
+        }
+    }
+
+    /// Asks INIT for FUSE over io_uring unless `mode` is `Off` (see the
+    /// module docs); INIT fails if the kernel does not offer it.
+    pub fn with_io_uring(mut self, mode: crate::mount::IoUring) -> Self {
+        self.io_uring = mode;
+        self
     }
 
     /// Queues a drop's invalidations and runs `answer` (which replies to
@@ -359,6 +379,20 @@ impl Filesystem for FuseAdapter {
             want |= InitFlags::FUSE_CACHE_SYMLINKS | InitFlags::FUSE_AUTO_INVAL_DATA;
         }
         let have = config.capabilities();
+        if self.io_uring != crate::mount::IoUring::Off {
+            if !have.contains(InitFlags::FUSE_OVER_IO_URING) {
+                let msg = "--io-uring: the kernel does not offer FUSE over io_uring (it needs Linux 6.14 or later \
+                           built with CONFIG_FUSE_IO_URING, and `echo 1 > /sys/module/fuse/parameters/enable_uring`)";
+                tracing::error!("{msg}");
+                return Err(std::io::Error::new(std::io::ErrorKind::Unsupported, msg));
+            }
+            want |= InitFlags::FUSE_OVER_IO_URING;
+            // Each queue entry holds a payload buffer of the largest request
+            // (max(max_write, max_pages pages)); 1 MiB is the largest WRITE
+            // the kernel sends by default (`max_pages_limit` 256), so a
+            // larger max_write would only make the buffers larger.
+            let _ = config.set_max_write(1 << 20);
+        }
         let missing = want - have;
         if missing.contains(InitFlags::FUSE_POSIX_ACL) {
             tracing::warn!("the kernel lacks FUSE_POSIX_ACL: only the mode bits are checked by the kernel");
@@ -921,10 +955,20 @@ pub mod session {
         "dirsync",
     ];
 
-    /// Mounts `adapter` at `mountpoint` with `threads` workers, one of which
+    /// How requests are served: `threads` `/dev/fuse` workers, one of which
     /// polls for `poll` after each request (fuser's `Config::spin`, an
-    /// addition of the vendored fuser), and the given `-o` options (already
-    /// validated), and sets the notifier for the invalidation worker.
+    /// addition of the vendored fuser), and with `io_uring` the per-CPU
+    /// queues (another addition).
+    #[derive(Clone, Copy, Debug)]
+    pub struct Serving {
+        pub threads: usize,
+        pub poll: std::time::Duration,
+        pub io_uring: crate::mount::IoUring,
+    }
+
+    /// Mounts `adapter` at `mountpoint`, served as `serving` says, with the
+    /// given `-o` options (already validated), and sets the notifier for
+    /// the invalidation worker.
     ///
     /// As root, rcufs calls mount(2) itself with the filesystem type
     /// `fuse.rcufs` (fuser's own mount always says `fuse`) and `source` as
@@ -937,13 +981,18 @@ pub mod session {
         adapter: FuseAdapter,
         source: &Path,
         mountpoint: &Path,
-        threads: usize,
-        poll: std::time::Duration,
+        serving: Serving,
         options: &[String],
         notifier: &OnceLock<Notifier>,
     ) -> std::io::Result<Running> {
         use fuser::{Config, MountOption, SessionACL};
+        let Serving {
+            threads,
+            poll,
+            io_uring,
+        } = serving;
         let mut cfg = Config::default();
+        cfg.uring_idle = io_uring == crate::mount::IoUring::Idle;
         cfg.n_threads = Some(threads.max(1));
         cfg.clone_fd = true;
         // Each worker has a descriptor of its own (`clone_fd`), which the

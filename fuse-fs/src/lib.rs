@@ -19,7 +19,8 @@
 //!   the stats as a Prometheus exposition and `metrics_http.rs` the
 //!   `/metrics` endpoint that serves it; `slow_source.rs` the defaults for
 //!   a network or FUSE source; `listing.rs` the directory listings kept
-//!   for `ttl` coherence.
+//!   for `ttl` coherence; `uring_guard.rs` the guard that keeps
+//!   `--io-uring idle` queue threads from starving.
 //! - `mount.rs` is the interface the command line uses: [`MountOptions`],
 //!   [`mount`], [`Mounted`].
 //!
@@ -34,7 +35,8 @@
 //!   they are acknowledged and before the cached pages change.
 //!
 //! # Concurrency
-//! fuser runs several worker threads that call [`fs::Fs`] through `&self`.
+//! fuser runs several worker threads that call [`fs::Fs`] through `&self`
+//! (and with `--io-uring`, one thread per CPU serving that CPU's queue).
 //! Shared state is sharded (inode table, key index, descriptor pool, open
 //! handles) or lives in the cache crates, which take no global lock on
 //! lookups and cached reads; per-inode state (attributes, data stamp) has a
@@ -65,8 +67,9 @@ pub mod range_lock;
 pub mod ratelog;
 pub mod slow_source;
 pub mod sys;
+pub mod uring_guard;
 pub mod watch;
 
 /// The FUSE mount options (`-o`) rcufs passes to the kernel mount.
 pub use fuse::session::KNOWN_OPTIONS as FUSE_OPTIONS;
-pub use mount::{CoherenceRequest, MountOptions, Mounted, local_threads, mount, validate};
+pub use mount::{CoherenceRequest, IoUring, MountOptions, Mounted, local_threads, mount, validate};

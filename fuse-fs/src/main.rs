@@ -154,6 +154,7 @@ pub(crate) fn mount_options(args: &MountArgs) -> MountOptions {
         mountpoint: args.mountpoint.clone(),
         threads: args.threads,
         poll: std::time::Duration::from_micros(args.poll_us),
+        io_uring: args.io_uring,
         dcache_entries: args.dcache_entries,
         dcache_negative: args.dcache_negative.unwrap_or(args.dcache_entries / 4),
         page_cache_bytes: args.page_cache_size,

@@ -34,6 +34,8 @@ pub struct MountOptions {
     /// How long one FUSE worker polls for the next request after answering
     /// one before it sleeps (`Duration::ZERO`: never; see `--poll-us`).
     pub poll: Duration,
+    /// Whether requests come through io_uring queues (default `Off`).
+    pub io_uring: IoUring,
     /// dcache capacity (default 1,000,000).
     pub dcache_entries: usize,
     /// dcache negative-entry capacity (default `dcache_entries / 4`).
@@ -50,6 +52,43 @@ pub struct MountOptions {
     pub fuse_options: Vec<String>,
     /// How changes made directly in the source are seen (default `Auto`).
     pub coherence: CoherenceRequest,
+}
+
+/// The `--io-uring` choice: how requests reach the daemon (`fuse.rs`,
+/// "FUSE over io_uring").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IoUring {
+    /// Through `/dev/fuse` only.
+    #[default]
+    Off,
+    /// Through per-CPU io_uring queues (Linux 6.14+, the `fuse` module's
+    /// `enable_uring` set); the mount fails if the kernel does not offer it.
+    On,
+    /// As `On`, with the queues' threads under `SCHED_IDLE`.
+    Idle,
+}
+
+impl IoUring {
+    /// The name `--io-uring` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::On => "on",
+            Self::Idle => "idle",
+        }
+    }
+}
+
+impl std::str::FromStr for IoUring {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(Self::Off),
+            "on" => Ok(Self::On),
+            "idle" => Ok(Self::Idle),
+            _ => Err(format!("unknown io_uring mode `{s}` (use off, on or idle)")),
+        }
+    }
 }
 
 /// The `--coherence` choice: how changes made directly in the source reach
@@ -131,6 +170,7 @@ impl Default for MountOptions {
             mountpoint: PathBuf::new(),
             threads: None,
             poll: Duration::ZERO,
+            io_uring: IoUring::Off,
             dcache_entries: 1_000_000,
             dcache_negative: 250_000,
             page_cache_bytes: 512 << 20,
@@ -148,6 +188,8 @@ pub struct Mounted {
     running: Option<fuse::session::Running>,
     workers: Vec<JoinHandle<()>>,
     watch_stop: Option<Stopper>,
+    /// Stops the `--io-uring idle` guard (`uring_guard.rs`).
+    guard_stop: Option<Arc<std::sync::atomic::AtomicBool>>,
     fs: Arc<Fs>,
 }
 
@@ -187,6 +229,9 @@ impl Mounted {
     fn join_worker(&mut self) {
         if let Some(s) = self.watch_stop.take() {
             s.stop();
+        }
+        if let Some(s) = self.guard_stop.take() {
+            s.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         // The adapter closed the invalidation queue when the session
         // dropped it, so the threads' loops have ended or are about to.
@@ -375,14 +420,17 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         .iter()
         .flat_map(|o| o.split(',').filter(|p| !p.is_empty()).map(String::from))
         .collect();
-    let adapter = FuseAdapter::new(fs.clone(), notifier.clone());
+    let adapter = FuseAdapter::new(fs.clone(), notifier.clone()).with_io_uring(opts.io_uring);
     let source = opts.source.canonicalize().unwrap_or_else(|_| opts.source.clone());
     let running = match fuse::session::start(
         adapter,
         &source,
         &opts.mountpoint,
-        threads,
-        opts.poll,
+        fuse::session::Serving {
+            threads,
+            poll: opts.poll,
+            io_uring: opts.io_uring,
+        },
         &options,
         &notifier,
     ) {
@@ -406,6 +454,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         mountpoint = %opts.mountpoint.display(),
         threads,
         poll_us = opts.poll.as_micros() as u64,
+        io_uring = opts.io_uring.name(),
         source_fstype = %profile.fstype,
         source_kind = profile.kind(),
         dcache_entries = opts.dcache_entries,
@@ -419,11 +468,26 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         fd_pool,
         "mounted"
     );
+    // `--io-uring idle`: the guard against starved queue threads.
+    let mut guard_stop = None;
+    if opts.io_uring == IoUring::Idle {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        guard_stop = Some(stop.clone());
+        spawn(
+            &mut workers,
+            "rcufs-uring-guard",
+            "the io_uring guard thread",
+            move || {
+                crate::uring_guard::run(&stop);
+            },
+        )?;
+    }
     Ok(Mounted {
         mountpoint: opts.mountpoint,
         running: Some(running),
         workers,
         watch_stop,
+        guard_stop,
         fs,
     })
 }

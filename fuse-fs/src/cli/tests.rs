@@ -93,6 +93,7 @@ fn mount_defaults() {
     // Chosen at mount time by the kind of source (`slow_source.rs`).
     assert_eq!(m.threads, None);
     assert_eq!(m.poll_us, 0, "no polling unless asked for");
+    assert_eq!(m.io_uring, IoUring::Off, "/dev/fuse unless io_uring is asked for");
     assert!(default_threads() >= 2);
     assert_eq!(m.dcache_entries, 1_000_000);
     assert_eq!(m.dcache_negative, None);
@@ -124,6 +125,8 @@ fn mount_options_split_on_commas_and_repeat() {
         "1000",
         "--poll-us",
         "10000",
+        "--io-uring",
+        "on",
     ])
     .unwrap();
     let Command::Mount(m) = cli.command else {
@@ -136,6 +139,7 @@ fn mount_options_split_on_commas_and_repeat() {
     assert_eq!(m.revalidate, Some(Duration::from_millis(500)));
     assert_eq!(m.dcache_entries, 1000);
     assert_eq!(m.poll_us, 10_000);
+    assert_eq!(m.io_uring, IoUring::On);
 }
 
 #[test]

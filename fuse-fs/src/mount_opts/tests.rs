@@ -10,6 +10,7 @@ use crate::cli::{Cli, Command, MountArgs};
 const SAMPLES: &[(&str, Option<&str>)] = &[
     ("threads", Some("3")),
     ("poll_us", Some("50")),
+    ("io_uring", Some("idle")),
     ("dcache_entries", Some("1000")),
     ("dcache_negative", Some("17")),
     ("page_cache_size", Some("1.5G")),

@@ -14,6 +14,7 @@ mod datapath;
 mod drop;
 mod harness;
 mod identity;
+mod io_uring;
 mod kernel_cache;
 mod lifecycle;
 mod ops;

@@ -1,0 +1,236 @@
+//! `--io-uring`: FUSE over io_uring on a real mount (the vendored fuser's
+//! `uring.rs`). The kernel offers it only while the fuse module's
+//! `enable_uring` parameter is set; these tests set it for their duration
+//! and put back what they found (one test, so that nothing else here
+//! changes it meanwhile; mounts without `--io-uring` never ask for it).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::harness::{Mount, content, mount_possible, rcufs};
+
+const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Sets `enable_uring` to `on`, giving back the value it had when dropped.
+struct Param(String);
+
+impl Param {
+    fn set(on: bool) -> std::io::Result<Param> {
+        let was = fs::read_to_string(PARAM)?;
+        fs::write(PARAM, if on { "1" } else { "0" })?;
+        Ok(Param(was.trim().to_string()))
+    }
+}
+
+impl Drop for Param {
+    fn drop(&mut self) {
+        let back = if self.0 == "Y" { "1" } else { "0" };
+        if let Err(e) = fs::write(PARAM, back) {
+            eprintln!("could not restore {PARAM} to {}: {e}", self.0);
+        }
+    }
+}
+
+/// CPU time (ns, `schedstat`) of the daemon's threads whose name starts
+/// with `prefix`.
+fn cpu_ns(pid: i32, prefix: &str) -> u64 {
+    let mut ns = 0;
+    for task in fs::read_dir(format!("/proc/{pid}/task")).expect("tasks") {
+        let dir = task.expect("task").path();
+        let comm = fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let sched = fs::read_to_string(dir.join("schedstat")).unwrap_or_default();
+        ns += sched
+            .split_whitespace()
+            .next()
+            .map_or(0, |v| v.parse::<u64>().expect("schedstat"));
+    }
+    ns
+}
+
+/// How many of the daemon's threads are io_uring queues.
+fn queue_threads(pid: i32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .filter(|t| {
+            let comm = fs::read_to_string(t.as_ref().expect("task").path().join("comm")).unwrap_or_default();
+            comm.starts_with("fuser-ring-")
+        })
+        .count()
+}
+
+#[repr(align(4096))]
+struct AlignedPage([u8; 4096]);
+
+/// Everything a mount does, through the queues: reads (cached and
+/// `O_DIRECT`) give the source's bytes, writes reach the source, names
+/// change, listings list; the queues' threads do the work (not the
+/// `/dev/fuse` workers); the mount goes away cleanly. Then, with the
+/// parameter off, `--io-uring on` fails with a message that says how to
+/// turn it on, rather than falling back silently. With `idle`, CPU-bound
+/// threads on every CPU make the guard (`uring_guard.rs`) move the starved
+/// queue threads to normal priority.
+#[test]
+fn requests_go_through_the_io_uring_queues_and_a_kernel_without_them_is_refused() {
+    if !mount_possible() {
+        return;
+    }
+    if !Path::new(PARAM).exists() {
+        eprintln!(
+            "SKIPPED: this kernel has no FUSE over io_uring ({PARAM} is missing: Linux 6.14+ with \
+             CONFIG_FUSE_IO_URING is needed)"
+        );
+        return;
+    }
+    let _param = Param::set(true).expect("setting enable_uring (root is needed)");
+    let data = content(11, (1 << 20) + 777);
+    for args in [
+        &["--io-uring", "on", "--coherence", "ttl"][..],
+        &["--io-uring", "on", "--coherence", "ttl", "--kernel-cache"],
+        &["--io-uring", "idle", "--coherence", "ttl"],
+    ] {
+        let mut m = Mount::with_env(args, &[("RUST_LOG", "info")], |src| {
+            fs::write(src.join("f"), &data).unwrap();
+            fs::create_dir(src.join("d")).unwrap();
+        })
+        .expect("mount");
+        let cpus = fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+        let possible = cpus
+            .trim()
+            .split(',')
+            .map(|p| p.rsplit('-').next().unwrap().parse::<usize>().unwrap())
+            .max()
+            .unwrap()
+            + 1;
+        assert_eq!(queue_threads(m.pid()), possible, "{args:?}: one queue per possible CPU");
+
+        // Reads, buffered and direct.
+        assert_eq!(fs::read(m.at("f")).unwrap(), data, "{args:?}: whole file");
+        let direct = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(m.at("f"))
+            .unwrap();
+        let mut page = AlignedPage([0; 4096]);
+        let (ring0, dev0) = (cpu_ns(m.pid(), "fuser-ring-"), cpu_ns(m.pid(), "fuser-"));
+        for i in 0..4000u64 {
+            let off = (i * 7919 % 256) * 4096;
+            let n = direct.read_at(&mut page.0, off).expect("pread");
+            assert_eq!(
+                &page.0[..n],
+                &data[off as usize..off as usize + n],
+                "{args:?}: page at {off}"
+            );
+        }
+        let ring = cpu_ns(m.pid(), "fuser-ring-") - ring0;
+        // "fuser-" counts the queues too.
+        let dev = cpu_ns(m.pid(), "fuser-") - dev0 - ring;
+        assert!(
+            ring > 3 * dev,
+            "{args:?}: 4000 READs cost the queue threads {ring} ns of CPU and the /dev/fuse workers {dev} ns"
+        );
+
+        if args[1] == "idle" {
+            // Every CPU busy with threads of normal priority: the queue
+            // threads (SCHED_IDLE) would get almost no CPU; the guard must
+            // notice and run them at normal priority, and the reads go on.
+            let stop = AtomicBool::new(false);
+            let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+            std::thread::scope(|s| {
+                for _ in 0..4 * cpus {
+                    s.spawn(|| {
+                        while !stop.load(Ordering::Relaxed) {
+                            std::hint::spin_loop();
+                        }
+                    });
+                }
+                for i in 0..300u64 {
+                    let off = (i * 104_729 % 256) * 4096;
+                    let n = direct.read_at(&mut page.0, off).expect("pread");
+                    assert_eq!(
+                        &page.0[..n],
+                        &data[off as usize..off as usize + n],
+                        "{args:?}: busy, page at {off}"
+                    );
+                }
+                stop.store(true, Ordering::Relaxed);
+            });
+            let log = m.log_text();
+            assert!(
+                log.contains("io_uring queue thread starved under SCHED_IDLE"),
+                "{args:?}: with every CPU busy the guard never moved a starved queue thread; log:\n{log}"
+            );
+        }
+
+        // Writes reach the source and read back.
+        let mut w = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(m.at("d/new"))
+            .unwrap();
+        let big = content(5, 300_000);
+        w.write_all(&big).unwrap();
+        w.sync_all().unwrap();
+        drop(w);
+        assert_eq!(
+            fs::read(m.src_at("d/new")).unwrap(),
+            big,
+            "{args:?}: write reached the source"
+        );
+        assert_eq!(fs::read(m.at("d/new")).unwrap(), big, "{args:?}: write reads back");
+
+        // Names and listings.
+        fs::rename(m.at("d/new"), m.at("d/moved")).unwrap();
+        assert!(m.src_at("d/moved").exists() && !m.src_at("d/new").exists());
+        let mut names: Vec<String> = fs::read_dir(m.at("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["moved"], "{args:?}");
+        fs::remove_file(m.at("d/moved")).unwrap();
+        assert!(!m.src_at("d/moved").exists());
+        drop(direct);
+        // SIGTERM: the daemon unmounts; the queues must end with it.
+        let status = m.stop_with(libc::SIGTERM);
+        assert!(
+            status.success(),
+            "{args:?}: the daemon exited with {status} after SIGTERM"
+        );
+    }
+
+    // Without the parameter: refused, with the way out in the message.
+    let _off = Param::set(false).expect("clearing enable_uring");
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, mnt) = (tmp.path().join("src"), tmp.path().join("mnt"));
+    fs::create_dir(&src).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let out = rcufs()
+        .arg("mount")
+        .arg(&src)
+        .arg(&mnt)
+        .args(["--io-uring", "on"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run rcufs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "--io-uring on without the kernel's offer mounted: {err}"
+    );
+    assert!(
+        err.contains("enable_uring"),
+        "the error does not say how to enable it: {err}"
+    );
+    assert!(
+        !crate::harness::rcufs_mount_at(&mnt),
+        "the refused mount was left in place"
+    );
+    let _ = File::open(&mnt);
+}
