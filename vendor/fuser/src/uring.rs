@@ -382,6 +382,7 @@ pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Res
         queue.pending.fetch_add(1, Ordering::Relaxed);
     }
     let mut buf = vec![0u8; IN_HEADER + OP_IN_LEN + queue.payload_len];
+    let mut lost = 0;
     loop {
         let pending = queue.pending.swap(0, Ordering::Relaxed) as u32;
         // SAFETY: no argument is passed; GETEVENTS waits for a completion.
@@ -416,11 +417,26 @@ pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Res
                 continue;
             }
             if res < 0 {
-                let e = io::Error::from_raw_os_error(-res);
-                return match -res {
-                    libc::ENOTCONN | libc::ENODEV | libc::ECANCELED | libc::ECONNABORTED => Ok(()),
-                    _ => Err(e),
-                };
+                match -res {
+                    // The connection is going away (unmount, abort).
+                    libc::ENOTCONN | libc::ENODEV | libc::ECANCELED | libc::ECONNABORTED => return Ok(()),
+                    // Anything else fails this entry only: the queue goes
+                    // on with the others (ending the thread would leave
+                    // the CPU's requests unserved).
+                    e => {
+                        log::error!(
+                            "io_uring queue {}: entry {ent} failed: {}; {} entries left",
+                            queue.qid,
+                            io::Error::from_raw_os_error(e),
+                            queue.ents.len() - 1 - lost
+                        );
+                        lost += 1;
+                        if lost == queue.ents.len() {
+                            return Err(io::Error::from_raw_os_error(e));
+                        }
+                        continue;
+                    }
+                }
             }
             let Some(len) = rebuild(&queue, ent, &mut buf) else {
                 warn!("io_uring queue {}: malformed request dropped", queue.qid);
