@@ -473,14 +473,9 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     if opts.io_uring == IoUring::Idle {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         guard_stop = Some(stop.clone());
-        spawn(
-            &mut workers,
-            "rcufs-uring-guard",
-            "the io_uring guard thread",
-            move || {
-                crate::uring_guard::run(&stop);
-            },
-        )?;
+        spawn(&mut workers, "rcufs-guard", "the io_uring guard thread", move || {
+            crate::uring_guard::run(&stop);
+        })?;
     }
     Ok(Mounted {
         mountpoint: opts.mountpoint,

@@ -57,7 +57,9 @@ pub const FORGET_AFTER: Duration = Duration::from_secs(60);
 /// The sampling interval while a queue thread is runnable.
 const BUSY_TICK: Duration = Duration::from_millis(5);
 /// The sampling interval while every queue thread sleeps.
-const IDLE_TICK: Duration = Duration::from_millis(50);
+const IDLE_TICK: Duration = Duration::from_millis(100);
+/// How often the queue threads are listed again.
+const RELIST: Duration = Duration::from_secs(1);
 
 /// What the guard knows of one queue thread.
 #[derive(Debug)]
@@ -124,17 +126,25 @@ pub fn run(stop: &Arc<AtomicBool>) -> u64 {
     let mut queues: HashMap<i32, Queue> = HashMap::new();
     let mut seen = false;
     let mut boosts = 0;
+    let mut tids = Vec::new();
+    let mut listed = None::<Instant>;
     while !stop.load(Ordering::Relaxed) {
-        let tids = queue_threads();
-        if tids.is_empty() && seen {
-            break;
+        // The queue threads are listed again every second (they are made
+        // once, at the start of the session) or when one has gone.
+        if listed.is_none_or(|t| t.elapsed() >= RELIST) {
+            tids = queue_threads();
+            listed = Some(Instant::now());
+            if tids.is_empty() && seen {
+                break;
+            }
+            seen |= !tids.is_empty();
+            queues.retain(|t, _| tids.contains(t));
         }
-        seen |= !tids.is_empty();
-        queues.retain(|t, _| tids.contains(t));
         let now = Instant::now();
         let mut busy = false;
-        for tid in tids {
+        for &tid in &tids {
             let Some((runnable, ran, waited)) = sample(tid) else {
+                listed = None;
                 continue;
             };
             let q = queues.entry(tid).or_insert_with(|| Queue {
