@@ -1,7 +1,9 @@
 //! The hot data rows of `cargo xtask fsbench`, interleaved: the native
 //! source, a default rcufs mount and a `--kernel-cache` mount of it (and,
 //! with `RCUFS_FSBENCH_BASE=/path/to/an/older/rcufs`, that binary's two
-//! mounts too, for A/B runs of a change) are all mounted at once, and each
+//! mounts too, for A/B runs of a change; with `RCUFS_FSBENCH_IO_URING=1`,
+//! mounts with `--io-uring on`, `on` and `--kernel-cache`, and `idle`) are
+//! all mounted at once, and each
 //! round runs one pass of a workload on each of them in turn, in an order
 //! that rotates from round to round. Rates are medians over the rounds; the
 //! ratios are medians of the per-round ratios against native, so that a
@@ -21,7 +23,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
 use super::{Measure, Mode, Mount, Scale, median, read_random, read_sequential};
@@ -117,6 +119,32 @@ pub fn run(
             mounts.push(m);
         }
     }
+    // RCUFS_FSBENCH_IO_URING=1: also FUSE over io_uring (`--io-uring on`,
+    // with and without `--kernel-cache`, and `--io-uring idle`), in the
+    // same rounds. The kernel offers it only while the fuse module's
+    // `enable_uring` is set: it is set for the run and put back after.
+    let _uring_param = if std::env::var_os("RCUFS_FSBENCH_IO_URING").is_some() {
+        let param = UringParam::set()?;
+        for (name, extra) in [
+            ("uring", &["--io-uring", "on"][..]),
+            ("uring-kc", &["--io-uring", "on", "--kernel-cache"]),
+            ("uring-idle", &["--io-uring", "idle"]),
+        ] {
+            let mnt = work.join(format!("mnt-data-{name}"));
+            let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            let m = Mount::new(rcufs, src, &mnt, &extra, &logs.join(format!("data-{name}.log")))?;
+            targets.push(Target {
+                name: name.into(),
+                mode: None,
+                dir: m.path().to_path_buf(),
+                pid: m.pid(),
+            });
+            mounts.push(m);
+        }
+        Some(param)
+    } else {
+        None
+    };
     let rounds = std::env::var("RCUFS_FSBENCH_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
@@ -224,4 +252,28 @@ pub fn run(
     }
     drop(mounts);
     Ok((measures, records, md))
+}
+
+/// The fuse module's `enable_uring`, set for a run and put back when
+/// dropped.
+struct UringParam(String);
+
+const URING_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+
+impl UringParam {
+    fn set() -> Result<UringParam> {
+        let was = std::fs::read_to_string(URING_PARAM)
+            .with_context(|| format!("reading {URING_PARAM} (a kernel with FUSE over io_uring is needed)"))?;
+        std::fs::write(URING_PARAM, "1").with_context(|| format!("setting {URING_PARAM} (root is needed)"))?;
+        Ok(UringParam(was.trim().to_string()))
+    }
+}
+
+impl Drop for UringParam {
+    fn drop(&mut self) {
+        let back = if self.0 == "Y" { "1" } else { "0" };
+        if let Err(e) = std::fs::write(URING_PARAM, back) {
+            eprintln!("xtask fsbench: could not put {URING_PARAM} back to {}: {e}", self.0);
+        }
+    }
 }
