@@ -17,8 +17,9 @@
 //!
 //! # What
 //! A thread of normal priority samples the queue threads (`fuser-ring-N`,
-//! `/proc/self/task/*/stat` and `schedstat`): a queue thread that is
-//! runnable and has not run since the last sample, or has spent at least
+//! `/proc/self/task/*/stat` and `schedstat`): a queue thread that was
+//! runnable at the last sample and is still, without having run in
+//! between, or has spent at least
 //! [`WAITING`] of that time waiting for its CPU, sample after sample for
 //! [`STALL`], is starved (the kernel adds to the waiting time only when the
 //! thread gets the CPU, hence both),
@@ -68,6 +69,8 @@ struct Queue {
     /// the last sample.
     ran: u64,
     waited: u64,
+    /// Whether it was runnable at the last sample.
+    runnable: bool,
     /// When the last sample was taken.
     at: Instant,
     /// How long it has been starving, sample after sample.
@@ -150,6 +153,7 @@ pub fn run(stop: &Arc<AtomicBool>) -> u64 {
             let q = queues.entry(tid).or_insert_with(|| Queue {
                 ran,
                 waited,
+                runnable: false,
                 at: now,
                 starving: Duration::ZERO,
                 boosted_until: None,
@@ -158,9 +162,12 @@ pub fn run(stop: &Arc<AtomicBool>) -> u64 {
             });
             busy |= runnable;
             let span = now.duration_since(q.at);
+            // Runnable at both samples and not run in between: runnable
+            // the whole time (a thread runs before it can sleep).
             let starved_now = !span.is_zero()
-                && ((runnable && ran == q.ran) || (waited - q.waited) as f64 >= WAITING * span.as_nanos() as f64);
-            (q.ran, q.waited, q.at) = (ran, waited, now);
+                && ((runnable && q.runnable && ran == q.ran)
+                    || (waited - q.waited) as f64 >= WAITING * span.as_nanos() as f64);
+            (q.ran, q.waited, q.runnable, q.at) = (ran, waited, runnable, now);
             if let Some(until) = q.boosted_until {
                 if now >= until {
                     q.boosted_until = None;

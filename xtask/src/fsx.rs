@@ -1,6 +1,8 @@
 //! `cargo xtask fsx [--ops N] [--mode default|kernel-cache|both] [--seed S]
-//! [--release] [--size BYTES]`: fsx-style random I/O on one file of an
-//! rcufs mount, checked against an exact model of the file.
+//! [--release] [--size BYTES] [--io-uring on|idle]`: fsx-style random I/O on
+//! one file of an rcufs mount, checked against an exact model of the file
+//! (`--io-uring`: the mount serves through FUSE over io_uring, with the fuse
+//! module's `enable_uring` set for the run).
 //!
 //! After the classic fsx (Apple/NeXT, then xfstests' `ltp/fsx.c`): one
 //! process, one file, a sequence of random operations, each read compared
@@ -277,7 +279,14 @@ fn map_io(f: &File, off: u64, len: usize, data: Option<&[u8]>) -> Result<Vec<u8>
     Ok(out)
 }
 
-fn run_mode(rcufs: &Path, kernel_cache: bool, ops: u64, seed: u64, size_limit: u64) -> Result<()> {
+fn run_mode(
+    rcufs: &Path,
+    kernel_cache: bool,
+    io_uring: Option<&str>,
+    ops: u64,
+    seed: u64,
+    size_limit: u64,
+) -> Result<()> {
     let name = if kernel_cache { "kernel-cache" } else { "default" };
     let work = tempfile_dir(name)?;
     let (src, mnt) = (work.join("src"), work.join("mnt"));
@@ -286,6 +295,9 @@ fn run_mode(rcufs: &Path, kernel_cache: bool, ops: u64, seed: u64, size_limit: u
     let mut args = vec!["--page-cache-size", "16M", "--coherence", "ttl"];
     if kernel_cache {
         args.push("--kernel-cache");
+    }
+    if let Some(mode) = io_uring {
+        args.extend(["--io-uring", mode]);
     }
     let log = target_dir().join(format!("rcufs-fsx/{name}.log"));
     std::fs::create_dir_all(log.parent().expect("a parent"))?;
@@ -357,6 +369,7 @@ pub fn fsx(args: &[String]) -> Result<()> {
         .map_or(1, |d| d.as_nanos() as u64);
     let mut release = false;
     let mut size = 1u64 << 20;
+    let mut io_uring = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = |what: &str| it.next().with_context(|| format!("{what} needs a value")).cloned();
@@ -365,6 +378,13 @@ pub fn fsx(args: &[String]) -> Result<()> {
             "--seed" => seed = val("--seed")?.parse().context("--seed")?,
             "--size" => size = val("--size")?.parse().context("--size")?,
             "--release" => release = true,
+            "--io-uring" => {
+                let m = val("--io-uring")?;
+                if m != "on" && m != "idle" {
+                    bail!("--io-uring takes on or idle, not {m}");
+                }
+                io_uring = Some(m);
+            }
             "--mode" => {
                 modes = match val("--mode")?.as_str() {
                     "default" => vec![false],
@@ -374,7 +394,7 @@ pub fn fsx(args: &[String]) -> Result<()> {
                 }
             }
             other => bail!(
-                "unknown argument {other}; usage: cargo xtask fsx [--ops N] [--mode default|kernel-cache|both] [--seed S] [--release] [--size BYTES]"
+                "unknown argument {other}; usage: cargo xtask fsx [--ops N] [--mode default|kernel-cache|both] [--seed S] [--release] [--size BYTES] [--io-uring on|idle]"
             ),
         }
     }
@@ -388,8 +408,13 @@ pub fn fsx(args: &[String]) -> Result<()> {
     }
     run(&mut build)?;
     let rcufs = target_dir().join(if release { "release/rcufs" } else { "debug/rcufs" });
+    // FUSE over io_uring needs the fuse module's `enable_uring` for the run.
+    let _param = match io_uring {
+        Some(_) => Some(crate::util::UringParam::set()?),
+        None => None,
+    };
     for kc in modes {
-        run_mode(&rcufs, kc, ops, seed, size)?;
+        run_mode(&rcufs, kc, io_uring.as_deref(), ops, seed, size)?;
     }
     Ok(())
 }

@@ -175,3 +175,27 @@ impl Drop for WorkDir {
         }
     }
 }
+
+/// The fuse module's `enable_uring`, set for a run and put back when
+/// dropped.
+pub struct UringParam(String);
+
+const URING_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+
+impl UringParam {
+    pub fn set() -> Result<UringParam> {
+        let was = std::fs::read_to_string(URING_PARAM)
+            .with_context(|| format!("reading {URING_PARAM} (a kernel with FUSE over io_uring is needed)"))?;
+        std::fs::write(URING_PARAM, "1").with_context(|| format!("setting {URING_PARAM} (root is needed)"))?;
+        Ok(UringParam(was.trim().to_string()))
+    }
+}
+
+impl Drop for UringParam {
+    fn drop(&mut self) {
+        let back = if self.0 == "Y" { "1" } else { "0" };
+        if let Err(e) = std::fs::write(URING_PARAM, back) {
+            eprintln!("xtask: could not put {URING_PARAM} back to {}: {e}", self.0);
+        }
+    }
+}

@@ -23,7 +23,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde_json::{Value, json};
 
 use super::{Measure, Mode, Mount, Scale, median, read_random, read_sequential};
@@ -124,7 +124,7 @@ pub fn run(
     // same rounds. The kernel offers it only while the fuse module's
     // `enable_uring` is set: it is set for the run and put back after.
     let _uring_param = if std::env::var_os("RCUFS_FSBENCH_IO_URING").is_some() {
-        let param = UringParam::set()?;
+        let param = crate::util::UringParam::set()?;
         for (name, extra) in [
             ("uring", &["--io-uring", "on"][..]),
             ("uring-kc", &["--io-uring", "on", "--kernel-cache"]),
@@ -252,28 +252,4 @@ pub fn run(
     }
     drop(mounts);
     Ok((measures, records, md))
-}
-
-/// The fuse module's `enable_uring`, set for a run and put back when
-/// dropped.
-struct UringParam(String);
-
-const URING_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
-
-impl UringParam {
-    fn set() -> Result<UringParam> {
-        let was = std::fs::read_to_string(URING_PARAM)
-            .with_context(|| format!("reading {URING_PARAM} (a kernel with FUSE over io_uring is needed)"))?;
-        std::fs::write(URING_PARAM, "1").with_context(|| format!("setting {URING_PARAM} (root is needed)"))?;
-        Ok(UringParam(was.trim().to_string()))
-    }
-}
-
-impl Drop for UringParam {
-    fn drop(&mut self) {
-        let back = if self.0 == "Y" { "1" } else { "0" };
-        if let Err(e) = std::fs::write(URING_PARAM, back) {
-            eprintln!("xtask fsbench: could not put {URING_PARAM} back to {}: {e}", self.0);
-        }
-    }
 }
