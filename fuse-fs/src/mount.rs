@@ -321,6 +321,15 @@ pub fn validate(opts: &MountOptions) -> Result<()> {
             }
         }
     }
+    if opts.io_uring == IoUring::Idle
+        && let Err(e) = crate::uring_guard::can_raise()
+    {
+        bail!(
+            "--io-uring idle needs the right to raise a thread from SCHED_IDLE back to normal priority \
+             (root, CAP_SYS_NICE, or RLIMIT_NICE of 20 or more), or its starved queue threads could not \
+             be helped: {e}; use --io-uring on"
+        );
+    }
     let _ = meta.dev();
     Ok(())
 }

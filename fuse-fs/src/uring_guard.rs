@@ -71,6 +71,8 @@ struct Queue {
     waited: u64,
     /// Whether it was runnable at the last sample.
     runnable: bool,
+    /// Whether raising it was refused (said once).
+    refused: bool,
     /// When the last sample was taken.
     at: Instant,
     /// How long it has been starving, sample after sample.
@@ -123,6 +125,21 @@ fn set_policy(tid: i32, policy: libc::c_int) -> std::io::Result<()> {
     }
 }
 
+/// Whether this process may raise a thread from `SCHED_IDLE` back to
+/// `SCHED_OTHER`, which the guard needs: root, `CAP_SYS_NICE`, or an
+/// `RLIMIT_NICE` of 20 or more (sched(7)); dropping to `SCHED_IDLE` is
+/// always allowed. Tried on a thread of its own, which ends.
+pub fn can_raise() -> std::io::Result<()> {
+    std::thread::spawn(|| {
+        // SAFETY: gettid(2) has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        set_policy(tid, libc::SCHED_IDLE)?;
+        set_policy(tid, libc::SCHED_OTHER)
+    })
+    .join()
+    .unwrap_or_else(|_| Err(std::io::Error::other("the probe thread panicked")))
+}
+
 /// The guard's loop; returns when `stop` is set or the queue threads are
 /// gone after it saw them. Returns how many boosts it made.
 pub fn run(stop: &Arc<AtomicBool>) -> u64 {
@@ -154,6 +171,7 @@ pub fn run(stop: &Arc<AtomicBool>) -> u64 {
                 ran,
                 waited,
                 runnable: false,
+                refused: false,
                 at: now,
                 starving: Duration::ZERO,
                 boosted_until: None,
@@ -166,7 +184,7 @@ pub fn run(stop: &Arc<AtomicBool>) -> u64 {
             // the whole time (a thread runs before it can sleep).
             let starved_now = !span.is_zero()
                 && ((runnable && q.runnable && ran == q.ran)
-                    || (waited - q.waited) as f64 >= WAITING * span.as_nanos() as f64);
+                    || waited.saturating_sub(q.waited) as f64 >= WAITING * span.as_nanos() as f64);
             (q.ran, q.waited, q.runnable, q.at) = (ran, waited, runnable, now);
             if let Some(until) = q.boosted_until {
                 if now >= until {
@@ -195,7 +213,16 @@ pub fn run(stop: &Arc<AtomicBool>) -> u64 {
                             q.last_boost = Some(now);
                             q.cool = (q.cool * 2).min(MAX_COOL);
                         }
-                        Err(e) => tracing::warn!(tid, "io_uring guard: SCHED_OTHER refused: {e}"),
+                        // `can_raise` was checked before the mount: this is
+                        // unexpected; said once per thread.
+                        Err(e) if !q.refused => {
+                            q.refused = true;
+                            tracing::error!(
+                                tid,
+                                "io_uring guard: SCHED_OTHER refused: {e}; this queue thread may starve"
+                            );
+                        }
+                        Err(_) => {}
                     }
                     q.starving = Duration::ZERO;
                 }

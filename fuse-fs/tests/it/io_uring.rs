@@ -234,3 +234,83 @@ fn requests_go_through_the_io_uring_queues_and_a_kernel_without_them_is_refused(
     );
     let _ = File::open(&mnt);
 }
+
+/// `--io-uring idle` as a user who may not raise a thread from `SCHED_IDLE`
+/// back to normal priority (no `CAP_SYS_NICE`, `RLIMIT_NICE` 0) is refused
+/// before anything is mounted: its guard could not help a starved queue.
+#[test]
+fn idle_is_refused_to_a_user_who_cannot_raise_threads_again() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: switching to another user needs root");
+        return;
+    }
+    if !Path::new("/usr/bin/fusermount3").exists() {
+        eprintln!("SKIPPED: a user mount needs /usr/bin/fusermount3 (fuse3) to get as far as this check");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (src, mnt) = (tmp.path().join("src"), tmp.path().join("mnt"));
+    fs::create_dir(&src).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    for d in [&src, &mnt] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let no_nice = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    let mut cmd = rcufs();
+    cmd.arg("mount")
+        .arg(&src)
+        .arg(&mnt)
+        .args(["--io-uring", "idle"])
+        .env("PATH", "/usr/bin:/bin")
+        .env("RUST_LOG", "warn")
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::null());
+    // SAFETY: the closure runs in the child before exec and only calls
+    // setrlimit, which is async-signal-safe, on a local.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setrlimit(libc::RLIMIT_NICE, &no_nice) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run rcufs as nobody");
+    // A daemon that accepted would serve until unmounted: stop it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::process::Command::new("umount").arg("-l").arg(&mnt).status();
+    }
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "idle was accepted without the right to raise threads (still running after 20 s, or exit 0): {err}"
+    );
+    assert!(err.contains("--io-uring idle needs"), "not the expected refusal: {err}");
+    assert!(!crate::harness::rcufs_mount_at(&mnt), "something was mounted");
+}

@@ -341,7 +341,23 @@ impl<FS: Filesystem> Session<FS> {
                 ring_threads.push(
                     thread::Builder::new()
                         .name(event_loop.thread_name.clone())
-                        .spawn(move || crate::uring::serve(q, uring_idle, &event_loop))?,
+                        .spawn(move || {
+                            let r = crate::uring::serve(q, uring_idle, &event_loop);
+                            if let Err(e) = &r {
+                                // The kernel keeps queueing this CPU's
+                                // requests here: rather than leave them
+                                // hanging, end the process's session the
+                                // way an operator would (SIGTERM: rcufs
+                                // unmounts, detaching if busy, and exits).
+                                error!(
+                                    "FUSE over io_uring: a queue failed ({e}); its CPU's requests \
+                                     cannot be served, ending the session"
+                                );
+                                // SAFETY: kill(2) of this process; no memory.
+                                unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+                            }
+                            r
+                        })?,
                 );
             }
             debug!("FUSE over io_uring: {} queues", ring.queues.len());
@@ -368,7 +384,7 @@ impl<FS: Filesystem> Session<FS> {
         for thread in ring_threads {
             match thread.join() {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => warn!("io_uring queue ended with an error: {e}"),
+                Ok(Err(e)) => error!("io_uring queue ended with an error: {e}"),
                 Err(_) => return Err(io::Error::other("io_uring queue thread panicked")),
             }
         }
@@ -598,7 +614,11 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
 
 impl<FS: Filesystem> crate::uring::Dispatch for SessionEventLoop<FS> {
     fn dispatch(&self, data: &[u8], slot: crate::uring::RingSlot) {
-        let Some(req) = RequestWithSender::new(self.ch.sender().ring(slot), data) else {
+        let Some(req) = RequestWithSender::new(self.ch.sender().ring(slot.clone()), data) else {
+            // Unparsable: answered EIO, so that its caller and the entry
+            // are not left waiting (over /dev/fuse the session would end).
+            let unique = data.get(8..16).map_or(0, |u| u64::from_ne_bytes(u.try_into().expect("8 bytes")));
+            slot.fail(unique, libc::EIO);
             return;
         };
         if let Ok(Operation::Destroy(_)) = req.request.operation() {

@@ -141,11 +141,14 @@ unsafe impl Send for Queue {}
 unsafe impl Sync for Queue {}
 
 /// Where a reply goes: an entry of a queue, with its request's commit id.
+/// Clones share one `taken` flag: the entry is committed at most once
+/// (a second send is an error, not a second write into the entry).
 #[derive(Clone)]
 pub(crate) struct RingSlot {
     queue: Arc<Queue>,
     ent: usize,
     commit_id: u64,
+    taken: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for RingSlot {
@@ -155,9 +158,36 @@ impl std::fmt::Debug for RingSlot {
 }
 
 impl RingSlot {
+    fn new(queue: Arc<Queue>, ent: usize, commit_id: u64) -> RingSlot {
+        RingSlot {
+            queue,
+            ent,
+            commit_id,
+            taken: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        }
+    }
+
+    /// Answers the request with `-errno` alone (one that could not be
+    /// parsed or dispatched), so that neither its caller nor the entry is
+    /// left waiting.
+    pub(crate) fn fail(&self, unique: u64, errno: i32) {
+        let mut h = [0u8; OUT_HEADER];
+        h[0..4].copy_from_slice(&(OUT_HEADER as u32).to_ne_bytes());
+        h[4..8].copy_from_slice(&(-errno).to_ne_bytes());
+        h[8..16].copy_from_slice(&unique.to_ne_bytes());
+        if let Err(e) = self.send(&[IoSlice::new(&h)]) {
+            log::error!("io_uring queue {}: an error reply could not be sent: {e}", self.queue.qid);
+        }
+    }
+
     /// Sends a reply (`fuse_out_header` then the arguments, as for
     /// `/dev/fuse`) through the entry and fetches its next request.
     pub(crate) fn send(&self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        // Relaxed: the flag only elects the one sender; the entry's bytes
+        // are handed to the kernel by the submission that follows.
+        if self.taken.swap(true, Ordering::Relaxed) {
+            return Err(io::Error::other("a second reply to one io_uring request"));
+        }
         let q = &self.queue;
         let ent = &q.ents[self.ent];
         let mut header = [0u8; OUT_HEADER];
@@ -312,15 +342,19 @@ impl std::fmt::Debug for Ring {
     }
 }
 
-/// The number of possible CPUs (the kernel's `nr_cpu_ids`, one queue each).
+/// The number of possible CPUs, as the kernel counts its queues
+/// (`num_possible_cpus()`; the kernel maps a caller's CPU number to the
+/// queue of that number, so the mask has no gaps where this works at all).
 fn possible_cpus() -> io::Result<usize> {
     let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
-    let mut max = 0usize;
+    let mut n = 0usize;
     for part in s.trim().split(',') {
-        let last = part.rsplit('-').next().unwrap_or(part);
-        max = max.max(last.parse::<usize>().map_err(io::Error::other)?);
+        let mut ends = part.splitn(2, '-').map(|x| x.parse::<usize>().map_err(io::Error::other));
+        let first = ends.next().ok_or_else(|| io::Error::other("empty CPU range"))??;
+        let last = ends.next().transpose()?.unwrap_or(first);
+        n += last.saturating_sub(first) + 1;
     }
-    Ok(max + 1)
+    Ok(n)
 }
 
 impl Ring {
@@ -358,13 +392,6 @@ pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Res
             debug!("io_uring queue {}: not pinned: {}", queue.qid, io::Error::last_os_error());
         }
     }
-    if idle {
-        let p = libc::sched_param { sched_priority: 0 };
-        // SAFETY: sched_setscheduler(2) of this thread with a valid param.
-        if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) } != 0 {
-            warn!("io_uring queue {}: SCHED_IDLE refused: {}", queue.qid, io::Error::last_os_error());
-        }
-    }
     for e in 0..queue.ents.len() {
         queue.submit(e, CMD_REGISTER, 0)?;
     }
@@ -380,6 +407,19 @@ pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Res
         unsafe { sq.push(&poll) }.map_err(|_| io::Error::other("io_uring submission queue full"))?;
         sq.sync();
         queue.pending.fetch_add(1, Ordering::Relaxed);
+    }
+    // The registrations go in at normal priority: the kernel holds every
+    // request of the mount back until each queue has registered, which a
+    // SCHED_IDLE thread on a busy CPU might not get to do for a long time.
+    if idle {
+        // SAFETY: as below; registers this queue's entries now.
+        let pending = queue.pending.swap(0, Ordering::Relaxed) as u32;
+        unsafe { queue.ring.submitter().enter::<libc::sigset_t>(pending, 0, 0, None) }?;
+        let p = libc::sched_param { sched_priority: 0 };
+        // SAFETY: sched_setscheduler(2) of this thread with a valid param.
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) } != 0 {
+            warn!("io_uring queue {}: SCHED_IDLE refused: {}", queue.qid, io::Error::last_os_error());
+        }
     }
     let mut buf = vec![0u8; IN_HEADER + OP_IN_LEN + queue.payload_len];
     let mut lost = 0;
@@ -405,7 +445,18 @@ pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Res
                 done.push((c.user_data(), c.result()));
             }
         }
-        for (ud, res) in done {
+        let batch = done.len();
+        for (i, (ud, res)) in done.into_iter().enumerate() {
+            // This thread's own replies wait in the submission queue until
+            // it next enters the kernel; with more requests of the batch
+            // to handle (one of which may be slow), send them now.
+            if i > 0 && i < batch {
+                let pending = queue.pending.swap(0, Ordering::Relaxed) as u32;
+                if pending > 0 {
+                    // SAFETY: submits only; no argument.
+                    unsafe { queue.ring.submitter().enter::<libc::sigset_t>(pending, 0, 0, None) }?;
+                }
+            }
             if ud == STOP {
                 return Ok(());
             }
@@ -420,6 +471,17 @@ pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Res
                 match -res {
                     // The connection is going away (unmount, abort).
                     libc::ENOTCONN | libc::ENODEV | libc::ECANCELED | libc::ECONNABORTED => return Ok(()),
+                    // A failed REGISTER turns io_uring off for the whole
+                    // connection: the kernel serves it through /dev/fuse.
+                    e if queue.ents[ent].last_cmd.load(Ordering::Relaxed) == CMD_REGISTER => {
+                        log::error!(
+                            "FUSE over io_uring: queue {} could not register ({}); the kernel serves the mount \
+                             through /dev/fuse",
+                            queue.qid,
+                            io::Error::from_raw_os_error(e)
+                        );
+                        return Ok(());
+                    }
                     // Anything else fails this entry only: the queue goes
                     // on with the others (ending the thread would leave
                     // the CPU's requests unserved).
@@ -438,21 +500,33 @@ pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Res
                     }
                 }
             }
+            // SAFETY: the entry's header was written by the kernel before
+            // the completion; the commit id and the request's unique id
+            // (in `fuse_in_header`) are at fixed offsets.
+            let (commit_id, unique) = unsafe {
+                let h = queue.ents[ent].header.ptr.as_ptr();
+                (
+                    std::ptr::read_unaligned(h.add(ENT_COMMIT_ID).cast::<u64>()),
+                    std::ptr::read_unaligned(h.add(IN_OUT + 8).cast::<u64>()),
+                )
+            };
+            let slot = RingSlot::new(queue.clone(), ent, commit_id);
             let Some(len) = rebuild(&queue, ent, &mut buf) else {
-                warn!("io_uring queue {}: malformed request dropped", queue.qid);
+                warn!("io_uring queue {}: malformed request answered EIO", queue.qid);
+                slot.fail(unique, libc::EIO);
                 continue;
             };
-            // SAFETY: the entry's header was written by the kernel before
-            // the completion; the commit id is at a fixed offset.
-            let commit_id = unsafe {
-                std::ptr::read_unaligned(queue.ents[ent].header.ptr.as_ptr().add(ENT_COMMIT_ID).cast::<u64>())
-            };
-            let slot = RingSlot {
-                queue: queue.clone(),
-                ent,
-                commit_id,
-            };
-            d.dispatch(&buf[..len], slot);
+            let unanswered = slot.clone();
+            let dispatched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.dispatch(&buf[..len], slot)));
+            if dispatched.is_err() {
+                // The reply (if any was made) was dropped on the unwind,
+                // which answers EIO; if not, answer here. A second answer
+                // is refused by the slot, so this is safe either way.
+                log::error!("io_uring queue {}: a request's dispatch panicked", queue.qid);
+                if !unanswered.taken.load(Ordering::Relaxed) {
+                    unanswered.fail(unique, libc::EIO);
+                }
+            }
         }
     }
 }
