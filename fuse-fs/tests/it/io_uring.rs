@@ -68,6 +68,20 @@ fn queue_threads(pid: i32) -> usize {
 #[repr(align(4096))]
 struct AlignedPage([u8; 4096]);
 
+/// `count` direct reads of the first 256 pages of `f`, in the order the
+/// `stride` gives, each checked against `data`.
+fn read_pages(f: &File, page: &mut AlignedPage, data: &[u8], count: u64, stride: u64, what: &str) {
+    for i in 0..count {
+        let off = (i * stride % 256) * 4096;
+        let n = f.read_at(&mut page.0, off).expect("pread");
+        assert_eq!(
+            &page.0[..n],
+            &data[off as usize..off as usize + n],
+            "{what}: page at {off}"
+        );
+    }
+}
+
 /// Everything a mount does, through the queues: reads (cached and
 /// `O_DIRECT`) give the source's bytes, writes reach the source, names
 /// change, listings list; the queues' threads do the work (not the
@@ -119,15 +133,7 @@ fn requests_go_through_the_io_uring_queues_and_a_kernel_without_them_is_refused(
             .unwrap();
         let mut page = AlignedPage([0; 4096]);
         let (ring0, dev0) = (cpu_ns(m.pid(), "fuser-ring-"), cpu_ns(m.pid(), "fuser-"));
-        for i in 0..4000u64 {
-            let off = (i * 7919 % 256) * 4096;
-            let n = direct.read_at(&mut page.0, off).expect("pread");
-            assert_eq!(
-                &page.0[..n],
-                &data[off as usize..off as usize + n],
-                "{args:?}: page at {off}"
-            );
-        }
+        read_pages(&direct, &mut page, &data, 4000, 7919, &format!("{args:?}"));
         let ring = cpu_ns(m.pid(), "fuser-ring-") - ring0;
         // "fuser-" counts the queues too.
         let dev = cpu_ns(m.pid(), "fuser-") - dev0 - ring;
@@ -150,15 +156,7 @@ fn requests_go_through_the_io_uring_queues_and_a_kernel_without_them_is_refused(
                         }
                     });
                 }
-                for i in 0..300u64 {
-                    let off = (i * 104_729 % 256) * 4096;
-                    let n = direct.read_at(&mut page.0, off).expect("pread");
-                    assert_eq!(
-                        &page.0[..n],
-                        &data[off as usize..off as usize + n],
-                        "{args:?}: busy, page at {off}"
-                    );
-                }
+                read_pages(&direct, &mut page, &data, 300, 104_729, &format!("{args:?}, CPUs busy"));
                 stop.store(true, Ordering::Relaxed);
             });
             let log = m.log_text();
