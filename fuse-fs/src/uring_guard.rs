@@ -39,7 +39,6 @@
 //!   (its stop flag, or the queue threads gone after it saw them).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -141,11 +140,10 @@ pub fn can_raise() -> std::io::Result<()> {
 }
 
 /// The guard's loop; returns when `stop` is set or the queue threads are
-/// gone after it saw them. Returns how many boosts it made.
-pub fn run(stop: &Arc<AtomicBool>) -> u64 {
+/// gone after it saw them.
+pub fn run(stop: &AtomicBool) {
     let mut queues: HashMap<i32, Queue> = HashMap::new();
     let mut seen = false;
-    let mut boosts = 0;
     let mut tids = Vec::new();
     let mut listed = None::<Instant>;
     while !stop.load(Ordering::Relaxed) {
@@ -201,7 +199,6 @@ pub fn run(stop: &Arc<AtomicBool>) -> u64 {
                     }
                     match set_policy(tid, libc::SCHED_OTHER) {
                         Ok(()) => {
-                            boosts += 1;
                             tracing::info!(
                                 tid,
                                 starving_ms = q.starving.as_millis() as u64,
@@ -232,5 +229,4 @@ pub fn run(stop: &Arc<AtomicBool>) -> u64 {
         }
         std::thread::sleep(if busy { BUSY_TICK } else { IDLE_TICK });
     }
-    boosts
 }

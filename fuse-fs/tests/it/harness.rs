@@ -150,21 +150,7 @@ impl Mount {
         let out = File::create(&log).unwrap();
         let mut cmd = rcufs();
         if let Some(limit) = nofile {
-            let lim = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
-            // SAFETY: the closure runs in the forked child before exec and
-            // only calls setrlimit, which is async-signal-safe, on a local.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::last_os_error())
-                    }
-                });
-            }
+            limit_in_child(&mut cmd, libc::RLIMIT_NOFILE, limit);
         }
         let child = cmd
             .arg("mount")
@@ -275,18 +261,11 @@ impl Mount {
     /// Waits for the daemon to exit on its own (for example after an
     /// external unmount).
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        let child = self.child.as_mut()?;
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                self.child = None;
-                return Some(status);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        let status = wait_timeout(self.child.as_mut()?, timeout);
+        if status.is_some() {
+            self.child = None;
         }
+        status
     }
 
     fn cleanup(&mut self) {
@@ -404,5 +383,39 @@ pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
             return false;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sets `resource` (soft and hard) to `limit` in `cmd`'s child, before exec.
+pub fn limit_in_child(cmd: &mut Command, resource: libc::__rlimit_resource_t, limit: u64) {
+    let lim = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: limit,
+    };
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls setrlimit, which is async-signal-safe, on a local.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setrlimit(resource, &lim) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+}
+
+/// Waits up to `timeout` for `child` to exit; its status, or None if it
+/// is still running.
+pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::harness::{Mount, content, mount_possible, rcufs};
+use crate::harness::{Mount, content, limit_in_child, mount_possible, rcufs, wait_timeout};
 
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
 
@@ -103,6 +103,16 @@ fn requests_go_through_the_io_uring_queues_and_a_kernel_without_them_is_refused(
         return;
     }
     let _param = Param::set(true).expect("setting enable_uring (root is needed)");
+    // The kernel's count (`num_possible_cpus()`): the members of the mask.
+    let possible: usize = fs::read_to_string("/sys/devices/system/cpu/possible")
+        .unwrap()
+        .trim()
+        .split(',')
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum();
     let data = content(11, (1 << 20) + 777);
     for args in [
         &["--io-uring", "on", "--coherence", "ttl"][..],
@@ -114,14 +124,6 @@ fn requests_go_through_the_io_uring_queues_and_a_kernel_without_them_is_refused(
             fs::create_dir(src.join("d")).unwrap();
         })
         .expect("mount");
-        let cpus = fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
-        let possible = cpus
-            .trim()
-            .split(',')
-            .map(|p| p.rsplit('-').next().unwrap().parse::<usize>().unwrap())
-            .max()
-            .unwrap()
-            + 1;
         assert_eq!(queue_threads(m.pid()), possible, "{args:?}: one queue per possible CPU");
 
         // Reads, buffered and direct.
@@ -230,7 +232,6 @@ fn requests_go_through_the_io_uring_queues_and_a_kernel_without_them_is_refused(
         !crate::harness::rcufs_mount_at(&mnt),
         "the refused mount was left in place"
     );
-    let _ = File::open(&mnt);
 }
 
 /// `--io-uring idle` as a user who may not raise a thread from `SCHED_IDLE`
@@ -257,10 +258,6 @@ fn idle_is_refused_to_a_user_who_cannot_raise_threads_again() {
     for d in [&src, &mnt] {
         fs::set_permissions(d, fs::Permissions::from_mode(0o777)).unwrap();
     }
-    let no_nice = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
     let mut cmd = rcufs();
     cmd.arg("mount")
         .arg(&src)
@@ -271,33 +268,14 @@ fn idle_is_refused_to_a_user_who_cannot_raise_threads_again() {
         .uid(65534)
         .gid(65534)
         .stdin(Stdio::null());
-    // SAFETY: the closure runs in the child before exec and only calls
-    // setrlimit, which is async-signal-safe, on a local.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setrlimit(libc::RLIMIT_NICE, &no_nice) == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        });
-    }
+    limit_in_child(&mut cmd, libc::RLIMIT_NICE, 0);
     let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("run rcufs as nobody");
     // A daemon that accepted would serve until unmounted: stop it.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if std::time::Instant::now() > deadline {
-            break None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let status = wait_timeout(&mut child, std::time::Duration::from_secs(20));
     if status.is_none() {
         let _ = child.kill();
         let _ = child.wait();

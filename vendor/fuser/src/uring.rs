@@ -79,7 +79,7 @@ const HEADER_ALLOC: usize = 4096;
 const IN_HEADER: usize = 40;
 const OUT_HEADER: usize = 16;
 /// Entries per queue.
-pub(crate) const QUEUE_DEPTH: usize = 8;
+const QUEUE_DEPTH: usize = 8;
 /// The completion that says the queue should stop.
 const STOP: u64 = u64::MAX;
 
@@ -127,9 +127,14 @@ pub(crate) struct Queue {
     ents: Vec<Ent>,
     payload_len: usize,
     stop: std::fs::File,
-    owner: std::sync::OnceLock<std::thread::ThreadId>,
-    /// SQEs pushed by the owner thread and not submitted yet.
+    /// SQEs pushed by the queue's own thread and not submitted yet.
     pending: AtomicU64,
+}
+
+std::thread_local! {
+    /// The queue this thread serves (`serve`), if any: its own commits are
+    /// submitted when it next enters the kernel, not one by one.
+    static SERVING: std::cell::Cell<*const Queue> = const { std::cell::Cell::new(std::ptr::null()) };
 }
 
 // SAFETY: the raw buffers are handed between the kernel, the queue's
@@ -275,7 +280,6 @@ impl Queue {
             ents,
             payload_len,
             stop,
-            owner: std::sync::OnceLock::new(),
             pending: AtomicU64::new(0),
         })
     }
@@ -306,19 +310,24 @@ impl Queue {
         unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
     }
 
-    /// Pushes `cmd` for `ent`; submits it at once unless the queue's own
-    /// thread is the caller (it submits when it next waits).
+    /// Pushes `cmd` for `ent` (see [`Queue::push`]).
     fn submit(&self, ent: usize, cmd: u32, commit_id: u64) -> io::Result<()> {
-        let own = self.owner.get() == Some(&std::thread::current().id());
-        let sqe = self.sqe(ent, cmd, commit_id);
         self.ents[ent].last_cmd.store(cmd, Ordering::Relaxed);
         self.ents[ent].last_commit.store(commit_id, Ordering::Relaxed);
+        self.push(&self.sqe(ent, cmd, commit_id))
+    }
+
+    /// Pushes `sqe`; submits it at once unless the queue's own thread is
+    /// the caller, which submits when it next enters the kernel
+    /// ([`Queue::enter`]).
+    fn push(&self, sqe: &squeue::Entry128) -> io::Result<()> {
+        let own = SERVING.with(|s| std::ptr::eq(s.get(), self));
         let _g = self.sq.lock();
         // SAFETY: the submission queue is only used under `sq`.
         let mut sq = unsafe { self.ring.submission_shared() };
-        // SAFETY: the SQE's buffers (the entry's iovecs) live as long as
-        // the queue, which outlives the ring's commands.
-        if unsafe { sq.push(&sqe) }.is_err() {
+        // SAFETY: an SQE's buffers (an entry's iovecs) live as long as the
+        // queue, which outlives the ring's commands.
+        if unsafe { sq.push(sqe) }.is_err() {
             return Err(io::Error::other("io_uring submission queue full"));
         }
         sq.sync();
@@ -328,6 +337,21 @@ impl Queue {
             return Ok(());
         }
         self.ring.submit().map(drop)
+    }
+
+    /// The queue's own thread: submits what it pushed, and with `wait`
+    /// waits for a completion (EINTR is not an error).
+    fn enter(&self, wait: bool) -> io::Result<()> {
+        let pending = self.pending.swap(0, Ordering::Relaxed) as u32;
+        if pending == 0 && !wait {
+            return Ok(());
+        }
+        let (min, flags) = if wait { (1, 1 /* IORING_ENTER_GETEVENTS */) } else { (0, 0) };
+        // SAFETY: no argument (signal mask or timeout) is passed.
+        match unsafe { self.ring.submitter().enter::<libc::sigset_t>(pending, min, flags, None) } {
+            Err(e) if e.raw_os_error() != Some(libc::EINTR) => Err(e),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -383,7 +407,7 @@ pub(crate) trait Dispatch {
 /// A queue's thread: pins itself to the queue's CPU, registers the
 /// entries, then serves requests until the connection ends or `stop`.
 pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Result<()> {
-    let _ = queue.owner.set(std::thread::current().id());
+    SERVING.with(|s| s.set(Arc::as_ptr(&queue)));
     // SAFETY: a zeroed cpu_set_t is valid; CPU_SET within its size.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
@@ -395,26 +419,15 @@ pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Res
     for e in 0..queue.ents.len() {
         queue.submit(e, CMD_REGISTER, 0)?;
     }
-    {
-        let poll = opcode::PollAdd::new(types::Fd(queue.stop.as_raw_fd()), libc::POLLIN as u32)
-            .build()
-            .user_data(STOP);
-        let poll: squeue::Entry128 = poll.into();
-        let _g = queue.sq.lock();
-        // SAFETY: as in `Queue::submit`.
-        let mut sq = unsafe { queue.ring.submission_shared() };
-        // SAFETY: the poll has no buffers.
-        unsafe { sq.push(&poll) }.map_err(|_| io::Error::other("io_uring submission queue full"))?;
-        sq.sync();
-        queue.pending.fetch_add(1, Ordering::Relaxed);
-    }
+    let poll = opcode::PollAdd::new(types::Fd(queue.stop.as_raw_fd()), libc::POLLIN as u32)
+        .build()
+        .user_data(STOP);
+    queue.push(&poll.into())?;
     // The registrations go in at normal priority: the kernel holds every
     // request of the mount back until each queue has registered, which a
     // SCHED_IDLE thread on a busy CPU might not get to do for a long time.
     if idle {
-        // SAFETY: as below; registers this queue's entries now.
-        let pending = queue.pending.swap(0, Ordering::Relaxed) as u32;
-        unsafe { queue.ring.submitter().enter::<libc::sigset_t>(pending, 0, 0, None) }?;
+        queue.enter(false)?;
         let p = libc::sched_param { sched_priority: 0 };
         // SAFETY: sched_setscheduler(2) of this thread with a valid param.
         if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) } != 0 {
@@ -423,39 +436,22 @@ pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Res
     }
     let mut buf = vec![0u8; IN_HEADER + OP_IN_LEN + queue.payload_len];
     let mut lost = 0;
+    let mut done = Vec::with_capacity(QUEUE_DEPTH + 1);
     loop {
-        let pending = queue.pending.swap(0, Ordering::Relaxed) as u32;
-        // SAFETY: no argument is passed; GETEVENTS waits for a completion.
-        match unsafe {
-            queue
-                .ring
-                .submitter()
-                .enter::<libc::sigset_t>(pending, 1, 1 /* IORING_ENTER_GETEVENTS */, None)
-        } {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-            Err(e) => return Err(e),
-        }
-        let mut done = Vec::new();
+        queue.enter(true)?;
+        done.clear();
         {
             // SAFETY: only this thread uses the completion queue.
             let mut cq = unsafe { queue.ring.completion_shared() };
             cq.sync();
-            for c in &mut cq {
-                done.push((c.user_data(), c.result()));
-            }
+            done.extend((&mut cq).map(|c| (c.user_data(), c.result())));
         }
-        let batch = done.len();
-        for (i, (ud, res)) in done.into_iter().enumerate() {
+        for (i, &(ud, res)) in done.iter().enumerate() {
             // This thread's own replies wait in the submission queue until
             // it next enters the kernel; with more requests of the batch
             // to handle (one of which may be slow), send them now.
-            if i > 0 && i < batch {
-                let pending = queue.pending.swap(0, Ordering::Relaxed) as u32;
-                if pending > 0 {
-                    // SAFETY: submits only; no argument.
-                    unsafe { queue.ring.submitter().enter::<libc::sigset_t>(pending, 0, 0, None) }?;
-                }
+            if i > 0 {
+                queue.enter(false)?;
             }
             if ud == STOP {
                 return Ok(());
