@@ -174,18 +174,10 @@ fn unknown_fuse_options_are_a_clear_error() {
 
 #[test]
 fn mounting_as_a_user_without_fusermount3_is_refused() {
-    use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: switching to another user needs root");
+    let Some((tmp, src, mnt)) = crate::harness::dirs_for_another_user() else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let (src, mnt) = (tmp.path().join("src"), tmp.path().join("mnt"));
-    fs::create_dir(&src).unwrap();
-    fs::create_dir(&mnt).unwrap();
+    };
     let out = rcufs()
         .arg("mount")
         .arg(&src)

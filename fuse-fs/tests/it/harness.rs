@@ -419,3 +419,20 @@ pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> 
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// For a test that runs rcufs as another user: a temporary directory that
+/// user can reach (0755) holding `src` and `mnt`; None (said loudly) when
+/// this process is not root and so cannot switch users.
+pub fn dirs_for_another_user() -> Option<(tempfile::TempDir, PathBuf, PathBuf)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: switching to another user needs root");
+        return None;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (src, mnt) = (tmp.path().join("src"), tmp.path().join("mnt"));
+    std::fs::create_dir(&src).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    Some((tmp, src, mnt))
+}

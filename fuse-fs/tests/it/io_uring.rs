@@ -241,20 +241,13 @@ fn requests_go_through_the_io_uring_queues_and_a_kernel_without_them_is_refused(
 fn idle_is_refused_to_a_user_who_cannot_raise_threads_again() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: switching to another user needs root");
-        return;
-    }
     if !Path::new("/usr/bin/fusermount3").exists() {
         eprintln!("SKIPPED: a user mount needs /usr/bin/fusermount3 (fuse3) to get as far as this check");
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let (src, mnt) = (tmp.path().join("src"), tmp.path().join("mnt"));
-    fs::create_dir(&src).unwrap();
-    fs::create_dir(&mnt).unwrap();
+    let Some((_tmp, src, mnt)) = crate::harness::dirs_for_another_user() else {
+        return;
+    };
     for d in [&src, &mnt] {
         fs::set_permissions(d, fs::Permissions::from_mode(0o777)).unwrap();
     }
