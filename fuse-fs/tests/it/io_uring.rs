@@ -10,10 +10,13 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use crate::harness::{Mount, content, limit_in_child, mount_possible, rcufs, wait_timeout};
 
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+/// What the guard logs when it raises a starved queue thread.
+const STARVED: &str = "io_uring queue thread starved under SCHED_IDLE";
 
 /// Sets `enable_uring` to `on`, giving back the value it had when dropped.
 struct Param(String);
@@ -158,13 +161,19 @@ fn requests_go_through_the_io_uring_queues_and_a_kernel_without_them_is_refused(
                         }
                     });
                 }
-                read_pages(&direct, &mut page, &data, 300, 104_729, &format!("{args:?}, CPUs busy"));
+                // Reads go on until the guard acts, for at most 30 s
+                // (without it, 100 reads took about a second here).
+                let t0 = std::time::Instant::now();
+                while !m.log_text().contains(STARVED) && t0.elapsed() < Duration::from_secs(30) {
+                    read_pages(&direct, &mut page, &data, 20, 104_729, &format!("{args:?}, CPUs busy"));
+                }
                 stop.store(true, Ordering::Relaxed);
             });
             let log = m.log_text();
             assert!(
-                log.contains("io_uring queue thread starved under SCHED_IDLE"),
-                "{args:?}: with every CPU busy the guard never moved a starved queue thread; log:\n{log}"
+                log.contains(STARVED),
+                "{args:?}: with every CPU busy for 30 s of reads the guard never moved a starved queue \
+                 thread; log:\n{log}"
             );
         }
 
@@ -268,7 +277,7 @@ fn idle_is_refused_to_a_user_who_cannot_raise_threads_again() {
         .spawn()
         .expect("run rcufs as nobody");
     // A daemon that accepted would serve until unmounted: stop it.
-    let status = wait_timeout(&mut child, std::time::Duration::from_secs(20));
+    let status = wait_timeout(&mut child, Duration::from_secs(20));
     if status.is_none() {
         let _ = child.kill();
         let _ = child.wait();
