@@ -100,6 +100,11 @@ for line in sys.stdin:
     cmd, path, count = line.split()
     if cmd != "open":
         break
+    # After a refusal the other jobs are read and skipped: this process
+    # must hold its descriptors until told "done", and a job line left
+    # unread would end the readline below (and the process) at once.
+    if err:
+        continue
     for _ in range(int(count)):
         try:
             held.append(os.open(path, os.O_RDONLY))
@@ -112,8 +117,6 @@ for line in sys.stdin:
                 except OSError:
                     pass
             break
-    if err:
-        break
 print("opened %d errno %d" % (len(held), err), flush=True)
 sys.stdin.readline()
 "#;
@@ -242,11 +245,12 @@ fn nobody_opening_many_files_is_refused_before_root() {
     assert_eq!(listed.expect("root's readdir after nobody's refusal"), FILES);
     assert!(warns <= 10, "{warns} warning lines logged during the opens");
     assert!(m.stat("inodes", "fd_refusals") >= 1);
-    // The descriptors come back when nobody closes them.
+    // The descriptors come back when nobody closes them: every one its
+    // opens took (a few of the inode pool's may come and go meanwhile).
     let mut after = fds;
     let back = eventually(Duration::from_secs(10), || {
         after = fd_count(m.pid());
-        after + n / 2 < fds
+        after + n <= fds + 16
     });
     assert!(
         back,
