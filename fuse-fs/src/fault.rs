@@ -123,6 +123,48 @@ pub fn lookup_delay(name: &[u8]) {
 #[inline(always)]
 pub fn lookup_delay(_name: &[u8]) {}
 
+/// A name and the closure its next lookup runs.
+#[cfg(test)]
+type LookupHook = (Vec<u8>, Box<dyn FnOnce()>);
+
+#[cfg(test)]
+thread_local! {
+    /// Unit tests: a closure run by this thread's next lookup of a name
+    /// between its read of the source and its store into the dcache.
+    static LOOKUP_HOOK: std::cell::RefCell<Option<LookupHook>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Unit tests: runs `hook` inside this thread's next lookup of `name`,
+/// between the read of the source and the store into the dcache (where
+/// [`lookup_delay`] sleeps), so that a change can land there.
+#[cfg(test)]
+pub fn on_next_lookup(name: &[u8], hook: impl FnOnce() + 'static) {
+    LOOKUP_HOOK.with(|h| *h.borrow_mut() = Some((name.to_vec(), Box::new(hook))));
+}
+
+/// Runs the hook [`on_next_lookup`] set for `name`, if any.
+#[cfg(test)]
+pub fn lookup_hook(name: &[u8]) {
+    let hook = LOOKUP_HOOK.with(|h| {
+        let mut h = h.borrow_mut();
+        match h.take() {
+            Some((n, f)) if n == name => Some(f),
+            other => {
+                *h = other;
+                None
+            }
+        }
+    });
+    if let Some(f) = hook {
+        f();
+    }
+}
+
+/// Outside unit tests: nothing.
+#[cfg(not(test))]
+#[inline(always)]
+pub fn lookup_hook(_name: &[u8]) {}
+
 /// Sleeps in every lookup in the source (debug builds with
 /// `RCUFS_FAULT=source-delay:MS` only): a slow source.
 #[cfg(debug_assertions)]

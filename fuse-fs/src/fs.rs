@@ -700,6 +700,7 @@ impl Fs {
             read = sys::fstatat(pfd.as_fd(), &cname, flags);
         }
         crate::fault::lookup_delay(name);
+        crate::fault::lookup_hook(name);
         match read {
             Ok(st) => {
                 if st.st_dev != parent.key.0 {

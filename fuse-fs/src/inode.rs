@@ -199,6 +199,11 @@ pub struct Inode {
     /// handle), held only while the kernel knows the node id so that it never
     /// forms a cycle with the payload; see `names.rs`.
     pub dentry: Mutex<Option<DentryHandle>>,
+    /// Directories: a change of names under this directory found no live
+    /// `dentry` to update, so a dentry of it still cached out of reach may
+    /// hold stale children; the next dentry it is given loses its cached
+    /// children first (`names.rs`). Written under the `dentry` lock only.
+    pub names_missed: AtomicBool,
     /// The directory (node id) and name this inode was last found under;
     /// used to find the inodes under a directory and to name them to the
     /// kernel when invalidating. Changed only by the table: a rename's
@@ -776,6 +781,7 @@ impl InodeTable {
             name_changes: RwLock::new(0),
             dir: Mutex::new(None),
             dentry: Mutex::new(None),
+            names_missed: AtomicBool::new(false),
             link: Link::new(ROOT_INO, Box::default(), None),
             reaper: None,
             hkey: Mutex::new(None),
@@ -892,6 +898,7 @@ impl InodeTable {
             name_changes: RwLock::new(0),
             dir: Mutex::new(None),
             dentry: Mutex::new(None),
+            names_missed: AtomicBool::new(false),
             link: Link::new(new.parent_ino, new.name.to_bytes().into(), parent_ref),
             reaper: Some(self.reaper.clone()),
             hkey: Mutex::new(None),

@@ -21,16 +21,24 @@
 //! - Lookups under a parent whose dentry was unhashed (dropped, renamed
 //!   over) bypass the cache until the parent is looked up again.
 //! - An inode the kernel knows keeps its handle while its dentry is cached
-//!   (a drop releases handles only after unhashing their dentries): every
-//!   operation here does nothing under a parent without a handle, so a
-//!   cached dentry out of reach would miss changes and could be taken back
-//!   stale by [`Names::attach`] or [`Names::insert`].
+//!   (a drop releases handles only after unhashing their dentries), as far
+//!   as this layer can keep it: a directory the kernel forgot while a child
+//!   held its dentry comes back without a handle when the lookup that
+//!   revives it caches nothing (a change under its parent came meanwhile).
+//!   Every change here does nothing under a parent without a live handle,
+//!   so such a dentry, cached out of reach, misses changes; the change
+//!   marks the directory (`Inode::names_missed`), and the dentry it is
+//!   given next ([`Names::attach`], [`Names::insert`]) loses its cached
+//!   children before it becomes the handle.
+//! - A live handle is never moved to another dentry: the old one would be
+//!   left cached with children that stop being updated.
 //! - What a lookup read from the source is cached only if no change of a
 //!   name under the parent through the mount came meanwhile, checked and
 //!   inserted in one step against the changes' own updates
 //!   (`Inode::cache_if_unchanged`, `Inode::change_names`; `fs.rs`).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use dcache::{Config, Dcache, Lookup};
 
@@ -96,6 +104,57 @@ impl Names {
         dir.dentry.lock().clone().filter(|d| d.is_hashed())
     }
 
+    /// The live dentry of `dir`, for a change of names under it. Without
+    /// one the change cannot reach a dentry of `dir` that may still be
+    /// cached out of reach (the kernel forgot `dir` while a child held its
+    /// dentry, then learnt it again from a lookup that cached nothing):
+    /// `dir` is marked, under the same lock, so that [`Names::adopt`]
+    /// drops that dentry's children before giving it back.
+    fn dentry_to_change(&self, dir: &Inode) -> Option<DentryHandle> {
+        if dir.ino == ROOT_INO {
+            return Some(self.root.clone());
+        }
+        let h = dir.dentry.lock();
+        let live = h.clone().filter(|d| d.is_hashed());
+        if live.is_none() {
+            // Relaxed: written and read under the `dentry` lock.
+            dir.names_missed.store(true, Ordering::Relaxed);
+        }
+        live
+    }
+
+    /// Gives `inode` the handle `d` unless it has a live one: moved to
+    /// another dentry, a live handle would leave its old dentry (cached,
+    /// perhaps renamed into reach later) missing the changes under `inode`
+    /// that follow. If a change under `inode` found no live handle, `d`
+    /// (which may be a dentry it had before, cached all along) first loses
+    /// what it has cached under it, before it becomes the handle (a lookup
+    /// under `inode` could read it from then on); a change that marks
+    /// `inode` meanwhile sends us round again.
+    fn adopt(&self, inode: &Inode, d: &DentryHandle) {
+        loop {
+            let old = {
+                let mut h = inode.dentry.lock();
+                if h.as_ref().is_some_and(|h| h.is_hashed()) {
+                    return;
+                }
+                // Relaxed: under the `dentry` lock, as every write of it.
+                if inode.names_missed.swap(false, Ordering::Relaxed) {
+                    None
+                } else {
+                    Some(h.replace(d.clone()))
+                }
+            };
+            match old {
+                // The old handle is released outside the lock.
+                Some(old) => return drop(old),
+                None => {
+                    self.cache.drop_subtree(d, |_| true);
+                }
+            }
+        }
+    }
+
     /// Looks `name` up under `parent`.
     pub fn lookup(&self, parent: &Inode, name: &[u8]) -> Hit {
         let Some(pd) = self.dentry_of(parent) else {
@@ -119,14 +178,15 @@ impl Names {
         if let Lookup::Positive(d) = self.cache.lookup(&pd, name)
             && d.payload().is_some_and(|p| std::ptr::eq(Arc::as_ptr(p), child))
         {
-            let old = child.dentry.lock().replace(d);
-            drop(old);
+            self.adopt(child, &d);
         }
     }
 
     /// Records `(parent, name) -> child` (`None`: a negative entry).
     pub fn insert(&self, parent: &Inode, name: &[u8], child: Option<&Arc<Inode>>) {
-        let Some(pd) = self.dentry_of(parent) else { return };
+        let Some(pd) = self.dentry_to_change(parent) else {
+            return;
+        };
         self.insert_under(&pd, name, child);
     }
 
@@ -146,11 +206,12 @@ impl Names {
         } else {
             self.cache.replace(pd, name, child.cloned())
         };
+        // A child the kernel knows takes this dentry as its handle (unless
+        // it has a live one).
         if let Some(c) = child
             && c.nlookup() > 0
         {
-            let old = c.dentry.lock().replace(d.clone());
-            drop(old);
+            self.adopt(c, &d);
         }
         d
     }
@@ -178,7 +239,7 @@ impl Names {
 
     /// Forgets `(parent, name)` and anything cached under it.
     pub fn remove(&self, parent: &Inode, name: &[u8]) {
-        if let Some(pd) = self.dentry_of(parent) {
+        if let Some(pd) = self.dentry_to_change(parent) {
             self.cache.remove(&pd, name);
         }
     }
@@ -190,7 +251,7 @@ impl Names {
 
     /// Moves `(op, on)` to `(np, nn)`.
     pub fn rename(&self, op: &Inode, on: &[u8], np: &Inode, nn: &[u8]) {
-        match (self.dentry_of(op), self.dentry_of(np)) {
+        match (self.dentry_to_change(op), self.dentry_to_change(np)) {
             (Some(o), Some(n)) => {
                 if !self.cache.rename(&o, on, &n, nn) {
                     self.cache.remove(&n, nn);
@@ -211,7 +272,7 @@ impl Names {
     /// accepts; the filter sees every positive payload under it, and negative
     /// entries under it are always dropped.
     pub fn drop_subtree(&self, dir: &Inode, mut filter: impl FnMut(&Arc<Inode>) -> bool) -> SubtreeDrop {
-        let Some(dd) = self.dentry_of(dir) else {
+        let Some(dd) = self.dentry_to_change(dir) else {
             return SubtreeDrop::default();
         };
         let s = self.cache.drop_subtree(&dd, |p: &Arc<Inode>| filter(p));

@@ -323,6 +323,41 @@ fn a_read_from_before_a_rename_does_not_undo_it(use_handles: bool) {
     assert_eq!(found.link(), (ROOT_INO, Box::from(&b"c"[..])));
 }
 
+/// A directory the kernel forgot keeps its cached dentry while a child
+/// the kernel still knows holds it. Looked up again from the source while
+/// a change under its parent lands between the read and the store, the
+/// lookup caches nothing and the directory comes back known without its
+/// dentry: a rename under it then has no dentry to update. The lookup
+/// that gives it its old dentry back must not bring back the name it
+/// renamed away.
+#[test]
+fn a_directory_known_again_without_its_dentry_does_not_bring_back_names_it_missed() {
+    let t = setup(FsConfig {
+        coherence: Coherence::Ttl,
+        revalidate: Duration::from_secs(3600),
+        ..default_cfg()
+    });
+    let fs = &t.fs;
+    let d = fs.lookup(ROOT_INO, b"d").expect("d").ino;
+    let e = fs.lookup(d, b"e").expect("e").ino;
+    let f = fs.lookup(e, b"f").expect("f").ino;
+    fs.forget(e, 1);
+    let dir_d = fs.table.get(d).expect("d is known");
+    let Hit::Positive(e_inode) = fs.names.lookup(&dir_d, b"e") else {
+        panic!("e's dentry went with its FORGET although f holds it");
+    };
+    // From the source (its attributes expired), with a change under `d`
+    // between the read and the store.
+    e_inode.expire_attr();
+    let changer = dir_d.clone();
+    crate::fault::on_next_lookup(b"e", move || changer.change_names(|| ()));
+    assert_eq!(fs.lookup(d, b"e").expect("e again").ino, e);
+    fs.rename(e, b"f", e, b"g", 0, ME).expect("rename f -> g");
+    assert_eq!(fs.lookup(d, b"e").expect("e once more").ino, e);
+    err(fs.lookup(e, b"f"), libc::ENOENT);
+    assert_eq!(fs.lookup(e, b"g").expect("g").ino, f);
+}
+
 #[test]
 fn a_read_from_before_a_rename_does_not_undo_it_by_handle() {
     if !sys::is_root() {
