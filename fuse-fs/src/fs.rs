@@ -1509,7 +1509,7 @@ impl Fs {
         self.table.remember(&inode, 1);
         parent.change_names_since(names_read, |alone| {
             if alone {
-                self.names.insert(&parent, name, Some(&inode));
+                self.names.insert_made(&parent, name, &inode);
             } else {
                 // Another change under the directory since the create began
                 // (an unlink of the new name, say) may have been applied

@@ -167,6 +167,51 @@ struct DirState {
 /// directory with more relies on the entry timeout for the rest.
 const MAX_KERNEL_NEGATIVES: usize = 4096;
 
+/// An inode's handle to its dentry, and what the name layer needs to give
+/// it one back safely (`names.rs`, "Invariants").
+#[derive(Default)]
+pub struct DentrySlot {
+    /// The handle: held only while the kernel knows the node id.
+    pub handle: Option<DentryHandle>,
+    /// Directories: changes of names under this one that found no live
+    /// handle to update (their dentries may hold stale children).
+    pub missed: u64,
+    /// The id of the dentry known to have seen every change until
+    /// `missed` reached `clean_at` (the handle as it was let go at FORGET,
+    /// or the dentry the warm walk fills), so that it may be taken back
+    /// with its children; 0 for none yet.
+    pub clean: u64,
+    pub clean_at: u64,
+}
+
+impl DentrySlot {
+    /// The handle if its dentry is still cached.
+    pub fn live(&self) -> Option<&DentryHandle> {
+        self.handle.as_ref().filter(|d| d.is_hashed())
+    }
+
+    /// Lets go of the handle (FORGET), remembering that its dentry's
+    /// children have seen every change so far.
+    pub fn let_go(&mut self) -> Option<DentryHandle> {
+        let h = self.handle.take();
+        if let Some(d) = &h {
+            (self.clean, self.clean_at) = (d.id(), self.missed);
+        }
+        h
+    }
+}
+
+impl std::fmt::Debug for DentrySlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DentrySlot")
+            .field("handle", &self.handle.as_ref().map(|d| d.id()))
+            .field("missed", &self.missed)
+            .field("clean", &self.clean)
+            .field("clean_at", &self.clean_at)
+            .finish()
+    }
+}
+
 /// One source inode known to the filesystem.
 #[derive(Debug)]
 pub struct Inode {
@@ -198,12 +243,7 @@ pub struct Inode {
     /// The dentry this inode was last found under (the dcache's counted
     /// handle), held only while the kernel knows the node id so that it never
     /// forms a cycle with the payload; see `names.rs`.
-    pub dentry: Mutex<Option<DentryHandle>>,
-    /// Directories: a change of names under this directory found no live
-    /// `dentry` to update, so a dentry of it still cached out of reach may
-    /// hold stale children; the next dentry it is given loses its cached
-    /// children first (`names.rs`). Written under the `dentry` lock only.
-    pub names_missed: AtomicBool,
+    pub dentry: Mutex<DentrySlot>,
     /// The directory (node id) and name this inode was last found under;
     /// used to find the inodes under a directory and to name them to the
     /// kernel when invalidating. Changed only by the table: a rename's
@@ -780,8 +820,7 @@ impl InodeTable {
             attr_invals: AtomicU32::new(0),
             name_changes: RwLock::new(0),
             dir: Mutex::new(None),
-            dentry: Mutex::new(None),
-            names_missed: AtomicBool::new(false),
+            dentry: Mutex::new(DentrySlot::default()),
             link: Link::new(ROOT_INO, Box::default(), None),
             reaper: None,
             hkey: Mutex::new(None),
@@ -897,8 +936,7 @@ impl InodeTable {
             attr_invals: AtomicU32::new(0),
             name_changes: RwLock::new(0),
             dir: Mutex::new(None),
-            dentry: Mutex::new(None),
-            names_missed: AtomicBool::new(false),
+            dentry: Mutex::new(DentrySlot::default()),
             link: Link::new(new.parent_ino, new.name.to_bytes().into(), parent_ref),
             reaper: Some(self.reaper.clone()),
             hkey: Mutex::new(None),
@@ -1160,7 +1198,7 @@ impl InodeTable {
             // that the dcache may evict it (and with it the payload's
             // reference). Taken under the shard lock so that a racing LOOKUP
             // that revives the node id attaches a dentry after this, not before.
-            let dentry = removed.dentry.lock().take();
+            let dentry = removed.dentry.lock().let_go();
             (removed, dentry)
         };
         let (removed, dentry) = removed;

@@ -27,9 +27,11 @@
 //!   revives it caches nothing (a change under its parent came meanwhile).
 //!   Every change here does nothing under a parent without a live handle,
 //!   so such a dentry, cached out of reach, misses changes; the change
-//!   marks the directory (`Inode::names_missed`), and the dentry it is
-//!   given next ([`Names::attach`], [`Names::insert`]) loses its cached
-//!   children before it becomes the handle.
+//!   counts the miss (`DentrySlot::missed`), and a dentry given to a
+//!   directory ([`Names::attach`], [`Names::insert`]) keeps its cached
+//!   children only if it is the handle let go at FORGET and no change
+//!   missed one since; otherwise they are dropped before it becomes the
+//!   handle.
 //! - A live handle is never moved to another dentry: the old one would be
 //!   left cached with children that stop being updated.
 //! - What a lookup read from the source is cached only if no change of a
@@ -38,7 +40,6 @@
 //!   (`Inode::cache_if_unchanged`, `Inode::change_names`; `fs.rs`).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use dcache::{Config, Dcache, Lookup};
 
@@ -88,7 +89,7 @@ impl Names {
             ..Config::default()
         };
         let cache = Dcache::new(config, root.clone());
-        *root.dentry.lock() = Some(cache.root());
+        root.dentry.lock().handle = Some(cache.root());
         Self {
             root: cache.root(),
             cache,
@@ -101,56 +102,64 @@ impl Names {
             // The root's dentry is never dropped or replaced.
             return Some(self.root.clone());
         }
-        dir.dentry.lock().clone().filter(|d| d.is_hashed())
+        dir.dentry.lock().live().cloned()
     }
 
     /// The live dentry of `dir`, for a change of names under it. Without
     /// one the change cannot reach a dentry of `dir` that may still be
     /// cached out of reach (the kernel forgot `dir` while a child held its
     /// dentry, then learnt it again from a lookup that cached nothing):
-    /// `dir` is marked, under the same lock, so that [`Names::adopt`]
-    /// drops that dentry's children before giving it back.
+    /// the miss is counted, under the same lock, so that [`Names::adopt`]
+    /// empties such a dentry before it becomes the handle.
     fn dentry_to_change(&self, dir: &Inode) -> Option<DentryHandle> {
         if dir.ino == ROOT_INO {
             return Some(self.root.clone());
         }
-        let h = dir.dentry.lock();
-        let live = h.clone().filter(|d| d.is_hashed());
+        let mut slot = dir.dentry.lock();
+        let live = slot.live().cloned();
         if live.is_none() {
-            // Relaxed: written and read under the `dentry` lock.
-            dir.names_missed.store(true, Ordering::Relaxed);
+            slot.missed += 1;
         }
         live
     }
 
-    /// Gives `inode` the handle `d` unless it has a live one: moved to
-    /// another dentry, a live handle would leave its old dentry (cached,
-    /// perhaps renamed into reach later) missing the changes under `inode`
-    /// that follow. If a change under `inode` found no live handle, `d`
-    /// (which may be a dentry it had before, cached all along) first loses
-    /// what it has cached under it, before it becomes the handle (a lookup
-    /// under `inode` could read it from then on); a change that marks
-    /// `inode` meanwhile sends us round again.
+    /// Gives `inode` the handle `d`, unless it has a live one (moved to
+    /// another dentry, a live handle would leave its old one cached with
+    /// children that stop being updated) or `d` is no longer cached.
+    ///
+    /// `d`'s cached children are kept only if no change under `inode`
+    /// has missed a handle since the last dentry known to be up to date
+    /// (the handle let go at FORGET, or the dentry the warm walk filled),
+    /// and `d` is that dentry (or there was none); otherwise they are
+    /// dropped first, before `d` becomes the handle (a lookup under
+    /// `inode` reads them from then on). A change that misses a handle
+    /// during that drop sends us round again; of two adopters, the first
+    /// to store wins and the other returns.
     fn adopt(&self, inode: &Inode, d: &DentryHandle) {
         loop {
-            let old = {
-                let mut h = inode.dentry.lock();
-                if h.as_ref().is_some_and(|h| h.is_hashed()) {
+            let missed = {
+                let mut slot = inode.dentry.lock();
+                if slot.live().is_some() || !d.is_hashed() {
                     return;
                 }
-                // Relaxed: under the `dentry` lock, as every write of it.
-                if inode.names_missed.swap(false, Ordering::Relaxed) {
-                    None
-                } else {
-                    Some(h.replace(d.clone()))
+                if slot.clean_at == slot.missed && (slot.clean == 0 || slot.clean == d.id()) {
+                    let old = slot.handle.replace(d.clone());
+                    drop(slot);
+                    // Released outside the lock.
+                    return drop(old);
                 }
+                slot.missed
             };
-            match old {
-                // The old handle is released outside the lock.
-                Some(old) => return drop(old),
-                None => {
-                    self.cache.drop_subtree(d, |_| true);
-                }
+            self.cache.drop_subtree(d, |_| true);
+            let mut slot = inode.dentry.lock();
+            if slot.live().is_some() || !d.is_hashed() {
+                return;
+            }
+            if slot.missed == missed {
+                (slot.clean, slot.clean_at) = (d.id(), missed);
+                let old = slot.handle.replace(d.clone());
+                drop(slot);
+                return drop(old);
             }
         }
     }
@@ -170,7 +179,7 @@ impl Names {
     /// Gives `child` (just remembered by the kernel) its dentry under
     /// `(parent, name)` if it has no live one.
     pub fn attach(&self, parent: &Inode, name: &[u8], child: &Inode) {
-        let has = child.dentry.lock().as_ref().is_some_and(|d| d.is_hashed());
+        let has = child.dentry.lock().live().is_some();
         if has || child.nlookup() == 0 {
             return;
         }
@@ -182,12 +191,21 @@ impl Names {
         }
     }
 
-    /// Records `(parent, name) -> child` (`None`: a negative entry).
+    /// Records what a lookup found, `(parent, name) -> child` (`None`: a
+    /// negative entry); nothing if `parent` has no live dentry (what a
+    /// dentry of it out of reach holds is not made wrong by a lookup: only
+    /// changes make it so).
     pub fn insert(&self, parent: &Inode, name: &[u8], child: Option<&Arc<Inode>>) {
+        let Some(pd) = self.dentry_of(parent) else { return };
+        self.insert_under(&pd, name, child);
+    }
+
+    /// Records a name made through the mount, `(parent, name) -> child`.
+    pub fn insert_made(&self, parent: &Inode, name: &[u8], child: &Arc<Inode>) {
         let Some(pd) = self.dentry_to_change(parent) else {
             return;
         };
-        self.insert_under(&pd, name, child);
+        self.insert_under(&pd, name, Some(child));
     }
 
     /// As [`Names::insert`], under the parent dentry `pd` itself, and
@@ -207,11 +225,19 @@ impl Names {
             self.cache.replace(pd, name, child.cloned())
         };
         // A child the kernel knows takes this dentry as its handle (unless
-        // it has a live one).
-        if let Some(c) = child
-            && c.nlookup() > 0
-        {
-            self.adopt(c, &d);
+        // it has a live one). One it does not know (the warm walk's) has
+        // this dentry marked as up to date, if nothing under it missed a
+        // change, so that the children the walk puts under it are kept
+        // when the kernel learns the child.
+        if let Some(c) = child {
+            if c.nlookup() > 0 {
+                self.adopt(c, &d);
+            } else {
+                let mut slot = c.dentry.lock();
+                if slot.live().is_none() && slot.clean_at == slot.missed {
+                    slot.clean = d.id();
+                }
+            }
         }
         d
     }
@@ -253,7 +279,11 @@ impl Names {
     pub fn rename(&self, op: &Inode, on: &[u8], np: &Inode, nn: &[u8]) {
         match (self.dentry_to_change(op), self.dentry_to_change(np)) {
             (Some(o), Some(n)) => {
+                // Refused (a directory moved under itself, as the cache
+                // sees it after a rename in the source itself): both
+                // names are forgotten.
                 if !self.cache.rename(&o, on, &n, nn) {
+                    self.cache.remove(&o, on);
                     self.cache.remove(&n, nn);
                 }
             }

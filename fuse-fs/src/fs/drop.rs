@@ -96,7 +96,7 @@ impl Fs {
         // link, is found there).
         let mut counted: std::collections::HashSet<u64> = found
             .values()
-            .filter(|(i, _)| i.dentry.lock().as_ref().is_some_and(|d| d.is_hashed()))
+            .filter(|(i, _)| i.dentry.lock().live().is_some())
             .map(|(i, _)| i.ino)
             .collect();
         let sub = self.names.drop_subtree(&dir, |inode| {
@@ -123,9 +123,9 @@ impl Fs {
             let (mut freed, mut were_busy) = (0, 0);
             for (inode, _) in found.values() {
                 let released = {
-                    let mut handle = inode.dentry.lock();
-                    if handle.as_ref().is_some_and(|d| !d.is_hashed()) {
-                        handle.take()
+                    let mut slot = inode.dentry.lock();
+                    if slot.handle.as_ref().is_some_and(|d| !d.is_hashed()) {
+                        slot.handle.take()
                     } else {
                         None
                     }

@@ -358,6 +358,56 @@ fn a_directory_known_again_without_its_dentry_does_not_bring_back_names_it_misse
     assert_eq!(fs.lookup(e, b"g").expect("g").ino, f);
 }
 
+/// A directory the kernel forgot and learns again, with no change under
+/// it meanwhile, takes its old dentry back with what is cached under it:
+/// from a cached hit and from a lookup in the source alike.
+#[test]
+fn a_directory_known_again_keeps_its_cached_children_when_nothing_changed() {
+    let t = setup(FsConfig {
+        coherence: Coherence::Ttl,
+        revalidate: Duration::from_secs(3600),
+        ..default_cfg()
+    });
+    let fs = &t.fs;
+    let d = fs.lookup(ROOT_INO, b"d").expect("d").ino;
+    let e = fs.lookup(d, b"e").expect("e").ino;
+    let f = fs.lookup(e, b"f").expect("f").ino;
+    let hits = || fs.names.stats_json()["hits"].as_u64().unwrap();
+    for from_source in [false, true] {
+        fs.forget(e, 1);
+        if from_source {
+            let Hit::Positive(e_inode) = fs.names.lookup(&fs.table.get(d).unwrap(), b"e") else {
+                panic!("e's dentry went with its FORGET");
+            };
+            e_inode.expire_attr();
+        }
+        assert_eq!(fs.lookup(d, b"e").expect("e again").ino, e);
+        let before = hits();
+        assert_eq!(fs.lookup(e, b"f").expect("f").ino, f);
+        assert_eq!(hits(), before + 1, "f was not a hit (from the source: {from_source})");
+    }
+}
+
+/// A rename the name cache refuses to mirror (it sees a directory moved
+/// under itself, having missed a move made in the source itself) forgets
+/// the old name as well as the new one.
+#[test]
+fn a_rename_the_cache_cannot_mirror_forgets_both_names() {
+    let t = setup(FsConfig {
+        coherence: Coherence::Ttl,
+        revalidate: Duration::from_secs(3600),
+        ..default_cfg()
+    });
+    let fs = &t.fs;
+    let d = fs.lookup(ROOT_INO, b"d").expect("d").ino;
+    let e = fs.lookup(d, b"e").expect("e").ino;
+    // In the source itself: d/e moves to the top, so d may move into it.
+    std::fs::rename(t.src.join("d/e"), t.src.join("e")).expect("rename in the source");
+    fs.rename(ROOT_INO, b"d", e, b"d", 0, ME).expect("d into e");
+    err(fs.lookup(ROOT_INO, b"d"), libc::ENOENT);
+    assert_eq!(fs.lookup(e, b"d").expect("e/d").ino, d);
+}
+
 #[test]
 fn a_read_from_before_a_rename_does_not_undo_it_by_handle() {
     if !sys::is_root() {

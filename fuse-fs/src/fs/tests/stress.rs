@@ -169,6 +169,7 @@ impl Worker<'_> {
                 let h = p
                     .dentry
                     .lock()
+                    .handle
                     .as_ref()
                     .map(|d| (d.id(), d.is_hashed(), d.parent().map(|x| x.id())));
                 let hit = match self.fs.names.lookup(&p, c.as_bytes()) {
