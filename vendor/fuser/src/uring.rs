@@ -43,6 +43,13 @@
 //!   are never read and written at once.
 //! - The submission queue is only touched under `Queue::sq`; the
 //!   completion queue only by the queue's own thread.
+//! - Only the queue's own thread submits a `COMMIT_AND_FETCH`: the fetch
+//!   half stays in flight until the next request, and io_uring cancels
+//!   the requests a thread submitted when that thread exits, which would
+//!   lose the entry. A reply from another thread (a deferred answer) goes
+//!   to `Queue::foreign` and wakes the queue's thread through its `wake`
+//!   eventfd (a plain write, no submission); the queue's thread moves it
+//!   to the submission queue when it next enters the kernel.
 //! - The buffers and the iovecs of REGISTER live as long as the queue;
 //!   the queue outlives its ring's commands (the ring, dropped with the
 //!   queue, cancels them).
@@ -82,6 +89,8 @@ const OUT_HEADER: usize = 16;
 const QUEUE_DEPTH: usize = 8;
 /// The completion that says the queue should stop.
 const STOP: u64 = u64::MAX;
+/// The completion that says another thread left a reply in `foreign`.
+const WAKE: u64 = u64::MAX - 1;
 
 /// A page-aligned buffer the kernel reads and writes through an entry.
 struct Buf {
@@ -127,6 +136,11 @@ pub(crate) struct Queue {
     ents: Vec<Ent>,
     payload_len: usize,
     stop: std::fs::File,
+    /// Written by another thread after it left a reply in `foreign`.
+    wake: std::fs::File,
+    /// Replies (`COMMIT_AND_FETCH` SQEs) from other threads, for the
+    /// queue's own thread to submit (module docs, "Invariants").
+    foreign: Mutex<Vec<squeue::Entry128>>,
     /// SQEs pushed by the queue's own thread and not submitted yet.
     pending: AtomicU64,
 }
@@ -240,8 +254,8 @@ impl RingSlot {
 impl Queue {
     fn new(qid: u16, dev: &DevFuse, payload_len: usize) -> io::Result<Queue> {
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
-            .setup_cqsize((QUEUE_DEPTH as u32 + 1) * 2)
-            .build(QUEUE_DEPTH as u32 + 1)?;
+            .setup_cqsize((QUEUE_DEPTH as u32 + 2) * 2)
+            .build(QUEUE_DEPTH as u32 + 2)?;
         ring.submitter().register_files(&[dev.as_raw_fd()])?;
         let mut ents = Vec::with_capacity(QUEUE_DEPTH);
         for _ in 0..QUEUE_DEPTH {
@@ -265,21 +279,15 @@ impl Queue {
                 last_commit: AtomicU64::new(0),
             });
         }
-        // SAFETY: eventfd(2) with valid flags; the descriptor is owned by
-        // the File below.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if efd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `efd` is a new descriptor nobody else owns.
-        let stop = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(efd) };
         Ok(Queue {
             qid,
             ring,
             sq: Mutex::new(()),
             ents,
             payload_len,
-            stop,
+            stop: eventfd()?,
+            wake: eventfd()?,
+            foreign: Mutex::new(Vec::new()),
             pending: AtomicU64::new(0),
         })
     }
@@ -317,11 +325,24 @@ impl Queue {
         self.push(&self.sqe(ent, cmd, commit_id))
     }
 
-    /// Pushes `sqe`; submits it at once unless the queue's own thread is
-    /// the caller, which submits when it next enters the kernel
-    /// ([`Queue::enter`]).
+    /// Pushes `sqe`, to be submitted by the queue's own thread when it
+    /// next enters the kernel ([`Queue::enter`]). From another thread it
+    /// goes to `foreign` and the queue's thread is woken (module docs).
     fn push(&self, sqe: &squeue::Entry128) -> io::Result<()> {
         let own = SERVING.with(|s| std::ptr::eq(s.get(), self));
+        if !own {
+            self.foreign.lock().push(sqe.clone());
+            // Nonblocking: a counter at its maximum is already readable.
+            return match std::io::Write::write(&mut &self.wake, &1u64.to_ne_bytes()) {
+                Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+                _ => Ok(()),
+            };
+        }
+        self.push_own(sqe)
+    }
+
+    /// Pushes `sqe` into the submission queue (the queue's own thread).
+    fn push_own(&self, sqe: &squeue::Entry128) -> io::Result<()> {
         let _g = self.sq.lock();
         // SAFETY: the submission queue is only used under `sq`.
         let mut sq = unsafe { self.ring.submission_shared() };
@@ -332,16 +353,19 @@ impl Queue {
         }
         sq.sync();
         drop(sq);
-        if own {
-            self.pending.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
-        }
-        self.ring.submit().map(drop)
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The queue's own thread: submits what it pushed, and with `wait`
     /// waits for a completion (EINTR is not an error).
     fn enter(&self, wait: bool) -> io::Result<()> {
+        // Other threads' replies first: their woken completion may be the
+        // one this thread is about to wait for.
+        let foreign = std::mem::take(&mut *self.foreign.lock());
+        for sqe in &foreign {
+            self.push_own(sqe)?;
+        }
         let pending = self.pending.swap(0, Ordering::Relaxed) as u32;
         if pending == 0 && !wait {
             return Ok(());
@@ -369,6 +393,18 @@ impl std::fmt::Debug for Ring {
 /// The number of possible CPUs, as the kernel counts its queues
 /// (`num_possible_cpus()`; the kernel maps a caller's CPU number to the
 /// queue of that number, so the mask has no gaps where this works at all).
+/// A new eventfd (nonblocking, close-on-exec).
+fn eventfd() -> io::Result<std::fs::File> {
+    // SAFETY: eventfd(2) with valid flags; the descriptor is owned by the
+    // File below.
+    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if efd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `efd` is a new descriptor nobody else owns.
+    Ok(unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(efd) })
+}
+
 fn possible_cpus() -> io::Result<usize> {
     let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
     let mut n = 0usize;
@@ -419,10 +455,15 @@ pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Res
     for e in 0..queue.ents.len() {
         queue.submit(e, CMD_REGISTER, 0)?;
     }
-    let poll = opcode::PollAdd::new(types::Fd(queue.stop.as_raw_fd()), libc::POLLIN as u32)
-        .build()
-        .user_data(STOP);
-    queue.push(&poll.into())?;
+    let poll = |fd: &std::fs::File, ud: u64| {
+        squeue::Entry128::from(
+            opcode::PollAdd::new(types::Fd(fd.as_raw_fd()), libc::POLLIN as u32)
+                .build()
+                .user_data(ud),
+        )
+    };
+    queue.push(&poll(&queue.stop, STOP))?;
+    queue.push(&poll(&queue.wake, WAKE))?;
     // The registrations go in at normal priority: the kernel holds every
     // request of the mount back until each queue has registered, which a
     // SCHED_IDLE thread on a busy CPU might not get to do for a long time.
@@ -455,6 +496,15 @@ pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Res
             }
             if ud == STOP {
                 return Ok(());
+            }
+            if ud == WAKE {
+                // Another thread's reply waits in `foreign`: `enter` moves
+                // it. Read the counter back to zero and watch again (a
+                // write in between makes the new poll complete at once).
+                let mut count = [0u8; 8];
+                let _ = std::io::Read::read(&mut &queue.wake, &mut count);
+                queue.push(&poll(&queue.wake, WAKE))?;
+                continue;
             }
             let ent = ud as usize;
             if res == -libc::EINTR || res == -libc::EAGAIN {
