@@ -109,7 +109,7 @@ impl Names {
     /// one the change cannot reach a dentry of `dir` that may still be
     /// cached out of reach (the kernel forgot `dir` while a child held its
     /// dentry, then learnt it again from a lookup that cached nothing):
-    /// the miss is counted, under the same lock, so that [`Names::adopt`]
+    /// the miss is counted, under the same lock, so that [`Names::vet`]
     /// empties such a dentry before it becomes the handle.
     fn dentry_to_change(&self, dir: &Inode) -> Option<DentryHandle> {
         if dir.ino == ROOT_INO {
@@ -123,43 +123,45 @@ impl Names {
         live
     }
 
-    /// Gives `inode` the handle `d`, unless it has a live one (moved to
-    /// another dentry, a live handle would leave its old one cached with
-    /// children that stop being updated) or `d` is no longer cached.
+    /// Makes `d` the dentry of `inode` known to be up to date, and with
+    /// `handle` gives it to `inode` as its handle; nothing if `inode` has
+    /// a live handle (moved to another dentry, a live handle would leave
+    /// its old one cached with children that stop being updated) or `d`
+    /// is no longer cached.
     ///
-    /// `d`'s cached children are kept only if no change under `inode`
-    /// has missed a handle since the last dentry known to be up to date
-    /// (the handle let go at FORGET, or the dentry the warm walk filled),
-    /// and `d` is that dentry (or there was none); otherwise they are
-    /// dropped first, before `d` becomes the handle (a lookup under
-    /// `inode` reads them from then on). A change that misses a handle
-    /// during that drop sends us round again; of two adopters, the first
-    /// to store wins and the other returns.
-    fn adopt(&self, inode: &Inode, d: &DentryHandle) {
+    /// A directory's `d` keeps its cached children only if no change under
+    /// `inode` has missed a handle since the last dentry known to be up to
+    /// date (the handle let go at FORGET, the last one given, or the one
+    /// the warm walk fills) and `d` is that dentry (or there was none);
+    /// otherwise they are dropped first, before `d` becomes the handle (a
+    /// lookup under `inode` reads them from then on). A change that misses
+    /// a handle during that drop sends us round again; of two callers, the
+    /// first to store wins and the other returns.
+    fn vet(&self, inode: &Inode, d: &DentryHandle, handle: bool) {
+        let mut dropped_at = None;
         loop {
-            let missed = {
+            let old = {
                 let mut slot = inode.dentry.lock();
                 if slot.live().is_some() || !d.is_hashed() {
                     return;
                 }
-                if slot.clean_at == slot.missed && (slot.clean == 0 || slot.clean == d.id()) {
-                    let old = slot.handle.replace(d.clone());
-                    drop(slot);
-                    // Released outside the lock.
-                    return drop(old);
+                let up_to_date = !inode.is_dir()
+                    || dropped_at == Some(slot.missed)
+                    || (slot.clean_at == slot.missed && (slot.clean == 0 || slot.clean == d.id()));
+                if !up_to_date {
+                    dropped_at = Some(slot.missed);
+                    None
+                } else {
+                    (slot.clean, slot.clean_at) = (d.id(), slot.missed);
+                    Some(if handle { slot.handle.replace(d.clone()) } else { None })
                 }
-                slot.missed
             };
-            self.cache.drop_subtree(d, |_| true);
-            let mut slot = inode.dentry.lock();
-            if slot.live().is_some() || !d.is_hashed() {
-                return;
-            }
-            if slot.missed == missed {
-                (slot.clean, slot.clean_at) = (d.id(), missed);
-                let old = slot.handle.replace(d.clone());
-                drop(slot);
-                return drop(old);
+            match old {
+                // Released outside the lock.
+                Some(old) => return drop(old),
+                None => {
+                    self.cache.drop_subtree(d, |_| true);
+                }
             }
         }
     }
@@ -187,7 +189,7 @@ impl Names {
         if let Lookup::Positive(d) = self.cache.lookup(&pd, name)
             && d.payload().is_some_and(|p| std::ptr::eq(Arc::as_ptr(p), child))
         {
-            self.adopt(child, &d);
+            self.vet(child, &d, true);
         }
     }
 
@@ -225,19 +227,12 @@ impl Names {
             self.cache.replace(pd, name, child.cloned())
         };
         // A child the kernel knows takes this dentry as its handle (unless
-        // it has a live one). One it does not know (the warm walk's) has
-        // this dentry marked as up to date, if nothing under it missed a
-        // change, so that the children the walk puts under it are kept
-        // when the kernel learns the child.
+        // it has a live one). For one it does not know (the warm walk's),
+        // the dentry is only made the one known to be up to date, so that
+        // the children the walk puts under it are kept when the kernel
+        // learns the child.
         if let Some(c) = child {
-            if c.nlookup() > 0 {
-                self.adopt(c, &d);
-            } else {
-                let mut slot = c.dentry.lock();
-                if slot.live().is_none() && slot.clean_at == slot.missed {
-                    slot.clean = d.id();
-                }
-            }
+            self.vet(c, &d, c.nlookup() > 0);
         }
         d
     }
