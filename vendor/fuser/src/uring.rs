@@ -140,9 +140,15 @@ pub(crate) struct Queue {
     wake: std::fs::File,
     /// Replies (`COMMIT_AND_FETCH` SQEs) from other threads, for the
     /// queue's own thread to submit (module docs, "Invariants").
-    foreign: Mutex<Vec<squeue::Entry128>>,
-    /// SQEs pushed by the queue's own thread and not submitted yet.
-    pending: AtomicU64,
+    foreign: Mutex<Foreign>,
+}
+
+/// Other threads' replies waiting for the queue's thread.
+#[derive(Default)]
+struct Foreign {
+    sqes: Vec<squeue::Entry128>,
+    /// The queue's thread has ended: nobody would submit them.
+    closed: bool,
 }
 
 std::thread_local! {
@@ -287,8 +293,7 @@ impl Queue {
             payload_len,
             stop: eventfd()?,
             wake: eventfd()?,
-            foreign: Mutex::new(Vec::new()),
-            pending: AtomicU64::new(0),
+            foreign: Mutex::new(Foreign::default()),
         })
     }
 
@@ -331,7 +336,13 @@ impl Queue {
     fn push(&self, sqe: &squeue::Entry128) -> io::Result<()> {
         let own = SERVING.with(|s| std::ptr::eq(s.get(), self));
         if !own {
-            self.foreign.lock().push(sqe.clone());
+            {
+                let mut f = self.foreign.lock();
+                if f.closed {
+                    return Err(io::Error::other(format!("io_uring queue {} has stopped", self.qid)));
+                }
+                f.sqes.push(sqe.clone());
+            }
             // Nonblocking: a counter at its maximum is already readable.
             return match std::io::Write::write(&mut &self.wake, &1u64.to_ne_bytes()) {
                 Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
@@ -352,8 +363,6 @@ impl Queue {
             return Err(io::Error::other("io_uring submission queue full"));
         }
         sq.sync();
-        drop(sq);
-        self.pending.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -362,11 +371,21 @@ impl Queue {
     fn enter(&self, wait: bool) -> io::Result<()> {
         // Other threads' replies first: their woken completion may be the
         // one this thread is about to wait for.
-        let foreign = std::mem::take(&mut *self.foreign.lock());
-        for sqe in &foreign {
-            self.push_own(sqe)?;
+        let foreign = std::mem::take(&mut self.foreign.lock().sqes);
+        for (i, sqe) in foreign.iter().enumerate() {
+            if let Err(e) = self.push_own(sqe) {
+                // Kept for the next time round rather than lost.
+                self.foreign.lock().sqes.splice(0..0, foreign[i..].iter().cloned());
+                return Err(e);
+            }
         }
-        let pending = self.pending.swap(0, Ordering::Relaxed) as u32;
+        // Everything in the submission queue that the kernel has not
+        // taken yet (after a short submit too).
+        let pending = {
+            let _g = self.sq.lock();
+            // SAFETY: the submission queue is only used under `sq`.
+            unsafe { self.ring.submission_shared() }.len() as u32
+        };
         if pending == 0 && !wait {
             return Ok(());
         }
@@ -442,8 +461,19 @@ pub(crate) trait Dispatch {
 
 /// A queue's thread: pins itself to the queue's CPU, registers the
 /// entries, then serves requests until the connection ends or `stop`.
+/// Once it ends, other threads' replies to the queue are refused.
 pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Result<()> {
-    SERVING.with(|s| s.set(Arc::as_ptr(&queue)));
+    let r = serve_queue(&queue, idle, d);
+    let mut f = queue.foreign.lock();
+    f.closed = true;
+    if !f.sqes.is_empty() {
+        debug!("io_uring queue {}: {} replies from other threads not sent (it stopped)", queue.qid, f.sqes.len());
+    }
+    r
+}
+
+fn serve_queue(queue: &Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Result<()> {
+    SERVING.with(|s| s.set(Arc::as_ptr(queue)));
     // SAFETY: a zeroed cpu_set_t is valid; CPU_SET within its size.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
@@ -557,7 +587,7 @@ pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Res
                 )
             };
             let slot = RingSlot::new(queue.clone(), ent, commit_id);
-            let Some(len) = rebuild(&queue, ent, &mut buf) else {
+            let Some(len) = rebuild(queue, ent, &mut buf) else {
                 warn!("io_uring queue {}: malformed request answered EIO", queue.qid);
                 slot.fail(unique, libc::EIO);
                 continue;
