@@ -29,9 +29,10 @@
 //!   so such a dentry, cached out of reach, misses changes; the change
 //!   counts the miss (`DentrySlot::missed`), and a dentry given to a
 //!   directory ([`Names::attach`], [`Names::insert`]) keeps its cached
-//!   children only if it is the handle let go at FORGET and no change
-//!   missed one since; otherwise they are dropped before it becomes the
-//!   handle.
+//!   children only if it is the one known to be up to date (the last
+//!   handle given or let go at FORGET, or the warm walk's) and no change
+//!   missed a handle since; otherwise they are dropped before it becomes
+//!   the handle.
 //! - A live handle is never moved to another dentry: the old one would be
 //!   left cached with children that stop being updated.
 //! - What a lookup read from the source is cached only if no change of a
