@@ -83,6 +83,23 @@ pub fn lookup_panics(_name: &[u8]) -> bool {
     false
 }
 
+/// How long a request waits for the source watcher to catch up, in place
+/// of `SYNC_WAIT` (debug builds with `RCUFS_FAULT=sync-wait:MS` only), so
+/// that a test that slows the watcher down on purpose does not also
+/// depend on how loaded the machine is.
+#[cfg(debug_assertions)]
+pub fn sync_wait() -> Option<std::time::Duration> {
+    static WAIT: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    *WAIT.get_or_init(|| fault_ms("sync-wait"))
+}
+
+/// Release builds: never.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn sync_wait() -> Option<std::time::Duration> {
+    None
+}
+
 /// How long the source watcher sleeps before it reads its first batch of
 /// events (debug builds with `RCUFS_FAULT=watch-stall:MS` only), so that a
 /// test can overflow the kernel's event queue.

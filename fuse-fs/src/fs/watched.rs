@@ -291,7 +291,7 @@ impl Fs {
             return;
         };
         self.watched.syncs.fetch_add(1, Ordering::Relaxed);
-        if !syncer.sync(SYNC_WAIT) {
+        if !syncer.sync(crate::fault::sync_wait().unwrap_or(SYNC_WAIT)) {
             self.watched.sync_timeouts.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -420,8 +420,8 @@ impl Fs {
         }
         drop(actions);
         if overflow {
-            let n = w.overflows.fetch_add(1, Ordering::Relaxed);
-            if n == 0 {
+            // The watcher's thread alone applies events (and counts these).
+            if w.overflows.load(Ordering::Relaxed) == 0 {
                 tracing::warn!(
                     "the source watch lost events (its queue overflowed): dropping every cache of the mount; \
                      further overflows are counted in the stats (coherence.overflows)"
@@ -432,6 +432,9 @@ impl Fs {
                 Ok(out) => inval.extend(out.inval),
                 Err(e) => tracing::error!("dropping the caches after a watch overflow: {e}"),
             }
+            // Counted once handled: a reader of the stats that sees the
+            // overflow sees the caches it dropped gone.
+            w.overflows.fetch_add(1, Ordering::Relaxed);
         }
         if attrs && !inval.is_empty() {
             let dropped = self.inval.push_waiting(inval, INVAL_WAIT);

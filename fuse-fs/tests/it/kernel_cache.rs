@@ -224,7 +224,7 @@ fn a_drops_invalidations_go_through_the_bounded_queue_and_drain() {
     sys::drop_dir(&m.at("d"), DropMode::All).unwrap();
     // The adapter queues them right after the reply: allow it a moment.
     let mut pushed = 0;
-    let queued = eventually(Duration::from_secs(5), || {
+    let queued = eventually(Duration::from_secs(20), || {
         pushed = m.stat("kernel_inval", "pushed");
         // An entry and an inode invalidation for each of the ten files.
         pushed >= 20
@@ -232,7 +232,7 @@ fn a_drops_invalidations_go_through_the_bounded_queue_and_drain() {
     assert!(queued, "{pushed} invalidations queued by a drop of 10 files");
     assert_eq!(m.stat("kernel_inval", "overflows"), 0);
     assert!(
-        eventually(Duration::from_secs(5), || m.stat("kernel_inval", "queued") == 0),
+        eventually(Duration::from_secs(20), || m.stat("kernel_inval", "queued") == 0),
         "the invalidation thread did not drain the queue"
     );
 }
@@ -298,7 +298,7 @@ fn a_drop_reaches_an_open_file_in_a_directory_the_kernel_forgot() {
     let known = |m: &Mount| m.stat("inodes", "known");
     // Root, d, o and the open file (o/ is not looked up yet).
     assert!(
-        eventually(Duration::from_secs(5), || known(&m) <= 3),
+        eventually(Duration::from_secs(20), || known(&m) <= 3),
         "the kernel did not forget d/sub ({} inodes known)",
         known(&m)
     );
@@ -318,7 +318,7 @@ fn a_drop_reaches_an_open_file_in_a_directory_the_kernel_forgot() {
         .unwrap();
     let out = sys::drop_dir(&m.at("d/sub"), DropMode::Pages).unwrap();
     assert!(
-        eventually(Duration::from_secs(5), || {
+        eventually(Duration::from_secs(20), || {
             open.read_exact_at(&mut buf, 0).unwrap();
             buf == content(2, 20000)
         }),

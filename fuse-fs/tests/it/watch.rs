@@ -16,7 +16,7 @@ const KERNEL: &[&str] = &["--coherence", "watch", "--kernel-cache"];
 
 /// Generous: the watch applies a change within milliseconds; the point is
 /// that nothing else (an interval of an hour) would show it within this.
-const SOON: Duration = Duration::from_secs(3);
+const SOON: Duration = Duration::from_secs(20);
 
 fn tree(src: &std::path::Path) {
     write_tree(
@@ -326,7 +326,9 @@ fn listings_are_kept_and_follow_source_changes_with_kernel_cache() {
 /// up before answering").
 #[test]
 fn a_fresh_open_after_a_source_change_reads_the_new_size_however_late_the_watcher() {
-    let env = [("RCUFS_FAULT", "watch-apply-delay:20,getattr-delay:300")];
+    // The watcher 20 ms late on purpose; the open's wait for it raised
+    // from 50 ms so that a loaded machine's scheduling does not time it out.
+    let env = [("RCUFS_FAULT", "watch-apply-delay:20,getattr-delay:300,sync-wait:5000")];
     let Some(m) = Mount::with_env(KERNEL, &env, |src| write_tree(src, &[("f", &content(1, 5000))])) else {
         return;
     };
@@ -503,9 +505,17 @@ fn races_settle(args: &[&str]) {
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
     });
-    // The last events are applied within milliseconds; then every answer
-    // must be the source's, and stay so (nothing times out for an hour).
-    std::thread::sleep(Duration::from_millis(300));
+    // The last events are applied within milliseconds on a quiet machine
+    // (a loaded one may take longer to drain the churn's backlog); then
+    // every answer must be the source's, and stay so (nothing times out
+    // for an hour, so a stale answer would never settle).
+    let mode = |p: &std::path::Path| fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+    eventually(SOON, || {
+        (0..NAMES).all(|i| {
+            let rel = format!("d/t{i}");
+            m.src_at(&rel).exists() == fs::symlink_metadata(m.at(&rel)).is_ok()
+        }) && mode(&m.src_at("d/m")) == mode(&m.at("d/m"))
+    });
     for round in 0..3 {
         for i in 0..NAMES {
             let rel = format!("d/t{i}");
@@ -517,7 +527,6 @@ fn races_settle(args: &[&str]) {
                 m.stats()
             );
         }
-        let mode = |p: &std::path::Path| fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&m.src_at("d/m")), mode(&m.at("d/m")), "d/m's mode ({args:?})");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -552,8 +561,10 @@ fn a_lookup_overtaken_by_a_change_caches_nothing(args: &[&str]) {
         // The overlapping LOOKUP may answer either way.
         let _ = slow.join().unwrap();
     });
-    // Well after the event: the name is there, through every later lookup.
-    std::thread::sleep(Duration::from_millis(100));
+    // Once the watcher has applied the create (milliseconds, longer on a
+    // loaded machine; a stale negative entry would never go, nothing
+    // expires it): the name is there, through every later lookup.
+    eventually(SOON, || fs::read(m.at("d/late")).is_ok());
     for _ in 0..3 {
         assert_eq!(
             fs::read(m.at("d/late")).ok().as_deref(),
