@@ -156,7 +156,7 @@ fn requests_go_through_the_io_uring_queues_and_a_kernel_without_them_is_refused(
             let stop = AtomicBool::new(false);
             let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
             std::thread::scope(|s| {
-                for _ in 0..4 * cpus {
+                for _ in 0..2 * cpus {
                     s.spawn(|| {
                         while !stop.load(Ordering::Relaxed) {
                             std::hint::spin_loop();
