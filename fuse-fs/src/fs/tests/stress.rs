@@ -166,12 +166,14 @@ impl Worker<'_> {
                     out += &format!(" [{c}: parent {ino} unknown]");
                     break;
                 };
-                let h = p
-                    .dentry
-                    .lock()
-                    .handle
-                    .as_ref()
-                    .map(|d| (d.id(), d.is_hashed(), d.parent().map(|x| x.id())));
+                let h = {
+                    let slot = p.dentry.lock();
+                    let h = slot
+                        .handle
+                        .as_ref()
+                        .map(|d| (d.id(), d.is_hashed(), d.parent().map(|x| x.id())));
+                    (h, slot.missed, slot.clean, slot.clean_at)
+                };
                 let hit = match self.fs.names.lookup(&p, c.as_bytes()) {
                     crate::names::Hit::Positive(i) => {
                         format!("pos ino {} stale {} nl {}", i.ino, i.is_stale(), i.nlookup())
