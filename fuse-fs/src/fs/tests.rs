@@ -323,6 +323,20 @@ fn a_read_from_before_a_rename_does_not_undo_it(use_handles: bool) {
     assert_eq!(found.link(), (ROOT_INO, Box::from(&b"c"[..])));
 }
 
+/// `ttl` coherence with an hour's interval, `d`, `d/e` and `d/e/f` looked
+/// up (one kernel reference each): the mount and their node ids.
+fn known_d_e_f() -> (T, u64, u64, u64) {
+    let t = setup(FsConfig {
+        coherence: Coherence::Ttl,
+        revalidate: Duration::from_secs(3600),
+        ..default_cfg()
+    });
+    let d = t.fs.lookup(ROOT_INO, b"d").expect("d").ino;
+    let e = t.fs.lookup(d, b"e").expect("e").ino;
+    let f = t.fs.lookup(e, b"f").expect("f").ino;
+    (t, d, e, f)
+}
+
 /// A directory the kernel forgot keeps its cached dentry while a child
 /// the kernel still knows holds it. Looked up again from the source while
 /// a change under its parent lands between the read and the store, the
@@ -332,15 +346,8 @@ fn a_read_from_before_a_rename_does_not_undo_it(use_handles: bool) {
 /// renamed away.
 #[test]
 fn a_directory_known_again_without_its_dentry_does_not_bring_back_names_it_missed() {
-    let t = setup(FsConfig {
-        coherence: Coherence::Ttl,
-        revalidate: Duration::from_secs(3600),
-        ..default_cfg()
-    });
+    let (t, d, e, f) = known_d_e_f();
     let fs = &t.fs;
-    let d = fs.lookup(ROOT_INO, b"d").expect("d").ino;
-    let e = fs.lookup(d, b"e").expect("e").ino;
-    let f = fs.lookup(e, b"f").expect("f").ino;
     fs.forget(e, 1);
     let dir_d = fs.table.get(d).expect("d is known");
     let Hit::Positive(e_inode) = fs.names.lookup(&dir_d, b"e") else {
@@ -363,15 +370,8 @@ fn a_directory_known_again_without_its_dentry_does_not_bring_back_names_it_misse
 /// from a cached hit and from a lookup in the source alike.
 #[test]
 fn a_directory_known_again_keeps_its_cached_children_when_nothing_changed() {
-    let t = setup(FsConfig {
-        coherence: Coherence::Ttl,
-        revalidate: Duration::from_secs(3600),
-        ..default_cfg()
-    });
+    let (t, d, e, f) = known_d_e_f();
     let fs = &t.fs;
-    let d = fs.lookup(ROOT_INO, b"d").expect("d").ino;
-    let e = fs.lookup(d, b"e").expect("e").ino;
-    let f = fs.lookup(e, b"f").expect("f").ino;
     let hits = || fs.names.stats_json()["hits"].as_u64().unwrap();
     for from_source in [false, true] {
         fs.forget(e, 1);
@@ -393,14 +393,8 @@ fn a_directory_known_again_keeps_its_cached_children_when_nothing_changed() {
 /// the old name as well as the new one.
 #[test]
 fn a_rename_the_cache_cannot_mirror_forgets_both_names() {
-    let t = setup(FsConfig {
-        coherence: Coherence::Ttl,
-        revalidate: Duration::from_secs(3600),
-        ..default_cfg()
-    });
+    let (t, d, e, _) = known_d_e_f();
     let fs = &t.fs;
-    let d = fs.lookup(ROOT_INO, b"d").expect("d").ino;
-    let e = fs.lookup(d, b"e").expect("e").ino;
     // In the source itself: d/e moves to the top, so d may move into it.
     std::fs::rename(t.src.join("d/e"), t.src.join("e")).expect("rename in the source");
     fs.rename(ROOT_INO, b"d", e, b"d", 0, ME).expect("d into e");
