@@ -177,9 +177,10 @@ pub struct DentrySlot {
     /// handle to update (their dentries may hold stale children).
     pub missed: u64,
     /// The id of the dentry known to have seen every change until
-    /// `missed` reached `clean_at` (the handle as it was let go at FORGET,
-    /// or the dentry the warm walk fills), so that it may be taken back
-    /// with its children; 0 for none yet.
+    /// `missed` reached `clean_at` (the last handle given, the handle as
+    /// it was let go at FORGET, or the dentry the warm walk fills), so
+    /// that it may be taken back with its children; 0 for none yet (no
+    /// dentry has id 0 but the root's).
     pub clean: u64,
     pub clean_at: u64,
 }

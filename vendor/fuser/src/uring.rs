@@ -409,9 +409,6 @@ impl std::fmt::Debug for Ring {
     }
 }
 
-/// The number of possible CPUs, as the kernel counts its queues
-/// (`num_possible_cpus()`; the kernel maps a caller's CPU number to the
-/// queue of that number, so the mask has no gaps where this works at all).
 /// A new eventfd (nonblocking, close-on-exec).
 fn eventfd() -> io::Result<std::fs::File> {
     // SAFETY: eventfd(2) with valid flags; the descriptor is owned by the
@@ -424,6 +421,9 @@ fn eventfd() -> io::Result<std::fs::File> {
     Ok(unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(efd) })
 }
 
+/// The number of possible CPUs, as the kernel counts its queues
+/// (`num_possible_cpus()`; the kernel maps a caller's CPU number to the
+/// queue of that number, so the mask has no gaps where this works at all).
 fn possible_cpus() -> io::Result<usize> {
     let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
     let mut n = 0usize;
