@@ -7,13 +7,13 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use fuse_fs::protocol::DropMode;
 
-use crate::harness::{Mount, content, write_tree};
+use crate::harness::{AlignedPage, Mount, content, open_direct, threads_named, write_tree};
 use crate::sys;
 
 /// The two modes, with timeouts only (no watch), so that a change made in
@@ -492,20 +492,16 @@ fn a_read_after_a_write_returns_it_while_readahead_races_the_writes() {
 /// The CPU time, in clock ticks (`utime + stime`), of the daemon's FUSE
 /// worker threads (named `fuser-N`).
 fn workers_ticks(pid: i32) -> u64 {
-    let mut ticks = 0;
-    for task in fs::read_dir(format!("/proc/{pid}/task")).expect("tasks") {
-        let dir = task.expect("task").path();
-        let comm = fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        if !comm.starts_with("fuser-") {
-            continue;
-        }
-        let stat = fs::read_to_string(dir.join("stat")).unwrap_or_default();
-        // After the `(comm)`: field 3 (state) comes first; utime is 14, stime 15.
-        let rest = &stat[stat.rfind(')').expect("comm") + 2..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        ticks += f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime");
-    }
-    ticks
+    threads_named(pid, "fuser-")
+        .iter()
+        .map(|dir| {
+            let stat = fs::read_to_string(dir.join("stat")).unwrap_or_default();
+            // After the `(comm)`: field 3 (state) comes first; utime is 14, stime 15.
+            let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
+        })
+        .sum()
 }
 
 /// `--poll-us`: after a request, one worker keeps polling for the next one
@@ -532,12 +528,7 @@ fn a_polling_worker_stays_busy_between_requests_and_sleeps_when_they_stop() {
                 "{args:?}: {len} bytes at {off}"
             );
         }
-        // O_DIRECT: every read is a READ request, with --kernel-cache too.
-        let direct = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(m.at("f"))
-            .unwrap();
+        let direct = open_direct(&m.at("f"));
         let mut buf = AlignedPage([0; 4096]);
         let (t0, start) = (workers_ticks(m.pid()), Instant::now());
         for i in 0..300u64 {
@@ -571,7 +562,3 @@ fn a_polling_worker_stays_busy_between_requests_and_sleeps_when_they_stop() {
         drop((f, direct));
     }
 }
-
-/// A page-aligned buffer for `O_DIRECT`.
-#[repr(align(4096))]
-struct AlignedPage([u8; 4096]);

@@ -372,6 +372,31 @@ pub fn content(i: usize, len: usize) -> Vec<u8> {
     (0..len).map(|j| (i * 31 + j * 7 + j / 4096) as u8).collect()
 }
 
+/// A page-aligned buffer for `O_DIRECT`.
+#[repr(align(4096))]
+pub struct AlignedPage(pub [u8; 4096]);
+
+/// `path` opened for reading with `O_DIRECT`: every read is a READ
+/// request, with `--kernel-cache` too.
+pub fn open_direct(path: &Path) -> File {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .unwrap_or_else(|e| panic!("O_DIRECT open of {}: {e}", path.display()))
+}
+
+/// The `/proc` directories of process `pid`'s threads whose name starts
+/// with `prefix`.
+pub fn threads_named(pid: i32, prefix: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .map(|t| t.expect("task").path())
+        .filter(|dir| std::fs::read_to_string(dir.join("comm")).is_ok_and(|c| c.starts_with(prefix)))
+        .collect()
+}
+
 /// Polls `f` until it returns true or `timeout` passes; returns its last answer.
 pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;

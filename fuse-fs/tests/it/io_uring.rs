@@ -6,7 +6,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use fuse_fs::protocol::DropMode;
 
-use crate::harness::{Mount, content, limit_in_child, mount_possible, rcufs, wait_timeout};
+use crate::harness::{
+    AlignedPage, Mount, content, limit_in_child, mount_possible, open_direct, rcufs, threads_named, wait_timeout,
+};
 
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
 /// What the guard logs when it raises a starved queue thread.
@@ -43,35 +45,17 @@ impl Drop for Param {
 /// CPU time (ns, `schedstat`) of the daemon's threads whose name starts
 /// with `prefix`.
 fn cpu_ns(pid: i32, prefix: &str) -> u64 {
-    let mut ns = 0;
-    for task in fs::read_dir(format!("/proc/{pid}/task")).expect("tasks") {
-        let dir = task.expect("task").path();
-        let comm = fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        if !comm.starts_with(prefix) {
-            continue;
-        }
-        let sched = fs::read_to_string(dir.join("schedstat")).unwrap_or_default();
-        ns += sched
-            .split_whitespace()
-            .next()
-            .map_or(0, |v| v.parse::<u64>().expect("schedstat"));
-    }
-    ns
-}
-
-/// How many of the daemon's threads are io_uring queues.
-fn queue_threads(pid: i32) -> usize {
-    fs::read_dir(format!("/proc/{pid}/task"))
-        .expect("tasks")
-        .filter(|t| {
-            let comm = fs::read_to_string(t.as_ref().expect("task").path().join("comm")).unwrap_or_default();
-            comm.starts_with("fuser-ring-")
+    threads_named(pid, prefix)
+        .iter()
+        .map(|dir| {
+            let sched = fs::read_to_string(dir.join("schedstat")).unwrap_or_default();
+            sched
+                .split_whitespace()
+                .next()
+                .map_or(0, |v| v.parse::<u64>().expect("schedstat"))
         })
-        .count()
+        .sum()
 }
-
-#[repr(align(4096))]
-struct AlignedPage([u8; 4096]);
 
 /// `count` direct reads of the first 256 pages of `f`, in the order the
 /// `stride` gives, each checked against `data`.
@@ -129,15 +113,15 @@ fn requests_go_through_the_io_uring_queues_and_a_kernel_without_them_is_refused(
             fs::create_dir(src.join("d")).unwrap();
         })
         .expect("mount");
-        assert_eq!(queue_threads(m.pid()), possible, "{args:?}: one queue per possible CPU");
+        assert_eq!(
+            threads_named(m.pid(), "fuser-ring-").len(),
+            possible,
+            "{args:?}: one queue per possible CPU"
+        );
 
         // Reads, buffered and direct.
         assert_eq!(fs::read(m.at("f")).unwrap(), data, "{args:?}: whole file");
-        let direct = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(m.at("f"))
-            .unwrap();
+        let direct = open_direct(&m.at("f"));
         let mut page = AlignedPage([0; 4096]);
         let (ring0, dev0) = (cpu_ns(m.pid(), "fuser-ring-"), cpu_ns(m.pid(), "fuser-"));
         read_pages(&direct, &mut page, &data, 4000, 7919, &format!("{args:?}"));
