@@ -140,15 +140,24 @@ pub fn lookup_delay(name: &[u8]) {
 #[inline(always)]
 pub fn lookup_delay(_name: &[u8]) {}
 
-/// A name and the closure its next lookup runs.
+/// Where a unit test's hook runs (see [`on_next_lookup`] and
+/// [`on_next_publish`]).
 #[cfg(test)]
-type LookupHook = (Vec<u8>, Box<dyn FnOnce()>);
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HookPoint {
+    Lookup,
+    Publish,
+}
+
+/// A hook's point, the name it waits for and the closure it runs.
+#[cfg(test)]
+type Hook = (HookPoint, Vec<u8>, Box<dyn FnOnce()>);
 
 #[cfg(test)]
 thread_local! {
-    /// Unit tests: a closure run by this thread's next lookup of a name
-    /// between its read of the source and its store into the dcache.
-    static LOOKUP_HOOK: std::cell::RefCell<Option<LookupHook>> = const { std::cell::RefCell::new(None) };
+    /// Unit tests: a closure this thread runs the next time it reaches
+    /// the hook's point for the hook's name.
+    static HOOK: std::cell::RefCell<Option<Hook>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Unit tests: runs `hook` inside this thread's next lookup of `name`,
@@ -156,16 +165,25 @@ thread_local! {
 /// [`lookup_delay`] sleeps), so that a change can land there.
 #[cfg(test)]
 pub fn on_next_lookup(name: &[u8], hook: impl FnOnce() + 'static) {
-    LOOKUP_HOOK.with(|h| *h.borrow_mut() = Some((name.to_vec(), Box::new(hook))));
+    HOOK.with(|h| *h.borrow_mut() = Some((HookPoint::Lookup, name.to_vec(), Box::new(hook))));
 }
 
-/// Runs the hook [`on_next_lookup`] set for `name`, if any.
+/// Unit tests: runs `hook` when this thread next makes a new inode for
+/// `name` (`InodeTable::intern`), right after the inode became findable
+/// by its key and the key's lock was let go: where another lookup of the
+/// same object can first find it.
 #[cfg(test)]
-pub fn lookup_hook(name: &[u8]) {
-    let hook = LOOKUP_HOOK.with(|h| {
+pub fn on_next_publish(name: &[u8], hook: impl FnOnce() + 'static) {
+    HOOK.with(|h| *h.borrow_mut() = Some((HookPoint::Publish, name.to_vec(), Box::new(hook))));
+}
+
+/// Runs this thread's hook if it waits for `point` and `name`.
+#[cfg(test)]
+fn run_hook(point: HookPoint, name: &[u8]) {
+    let hook = HOOK.with(|h| {
         let mut h = h.borrow_mut();
         match h.take() {
-            Some((n, f)) if n == name => Some(f),
+            Some((p, n, f)) if p == point && n == name => Some(f),
             other => {
                 *h = other;
                 None
@@ -177,10 +195,27 @@ pub fn lookup_hook(name: &[u8]) {
     }
 }
 
+/// Runs the hook [`on_next_lookup`] set for `name`, if any.
+#[cfg(test)]
+pub fn lookup_hook(name: &[u8]) {
+    run_hook(HookPoint::Lookup, name);
+}
+
 /// Outside unit tests: nothing.
 #[cfg(not(test))]
 #[inline(always)]
 pub fn lookup_hook(_name: &[u8]) {}
+
+/// Runs the hook [`on_next_publish`] set for `name`, if any.
+#[cfg(test)]
+pub fn publish_hook(name: &[u8]) {
+    run_hook(HookPoint::Publish, name);
+}
+
+/// Outside unit tests: nothing.
+#[cfg(not(test))]
+#[inline(always)]
+pub fn publish_hook(_name: &[u8]) {}
 
 /// Sleeps in every lookup in the source (debug builds with
 /// `RCUFS_FAULT=source-delay:MS` only): a slow source.

@@ -948,13 +948,24 @@ impl InodeTable {
             match existing {
                 Some(inode) if inode.kind == kind && !inode.is_stale() => (inode, Some(fresh)),
                 other => {
+                    // Into the handle index before the key lock is let go:
+                    // from then on another lookup can find the inode by
+                    // its key (the found path above) and cache names under
+                    // its dentry, and the watcher finds directories by
+                    // handle. Listed only after that, an event for a name
+                    // made in the directory meanwhile was dropped as one
+                    // of an object rcufs does not know, and a negative
+                    // entry cached there stayed (found by the name stress
+                    // test). Lock order: key shard, then the handle
+                    // index's (`reap` and `find_handle` never nest them).
+                    self.index_handle(&fresh);
                     map.insert(key, Arc::downgrade(&fresh));
                     (fresh, other)
                 }
             }
         };
         drop(displaced); // Any Arc<Inode> is dropped outside the key lock.
-        self.index_handle(&result);
+        crate::fault::publish_hook(new.name.to_bytes());
         if self.interns.fetch_add(1, Ordering::Relaxed) % 65_536 == 65_535 {
             self.sweep_keys();
         }
@@ -1356,7 +1367,8 @@ impl InodeTable {
         Ok(())
     }
 
-    /// Lists `inode` in the handle index, if the table keeps one.
+    /// Lists `inode` in the handle index, if the table keeps one (`intern`
+    /// calls it under the key shard's lock, before the key entry is made).
     fn index_handle(&self, inode: &Arc<Inode>) {
         let (Some(index), Backing::Handle { handle, mount_id }) = (&self.by_handle, &inode.backing) else {
             return;
