@@ -684,6 +684,7 @@ impl Fs {
         self.reap();
         let pfd = self.table.path_fd(parent)?;
         let cname = cstr(name)?;
+        let _interning = self.interning();
         let before = self.source_seq();
         let names_read = parent.reading_names();
         let renames = self.table.watch_renames();
@@ -1487,6 +1488,7 @@ impl Fs {
         let renames = self.table.watch_renames();
         let fd = self.create_fd(&parent, &pfd, name, &cname, mode, flags, caller)?;
         self.touched_dir(&parent);
+        let interning = self.interning();
         let before = self.source_seq();
         let interned = sys::fstat(fd.as_fd()).and_then(|st| {
             let inode = self.table.intern(NewInode {
@@ -1521,6 +1523,7 @@ impl Fs {
             self.names.remove(&parent, name);
             inode.expire_attr();
         }
+        drop(interning);
         // A new (or truncated) file: whatever the cache held is stale.
         self.data.drop_inode(inode.ino);
         *inode.data_stamp.lock() = Some(Stamp::of(&st));

@@ -167,6 +167,11 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
         "Event batches that touched something rcufs knows",
     ),
     (
+        "coherence.unknown_rechecked",
+        Kind::Counter,
+        "Events for objects rcufs did not know, looked up again because a read of the source was in flight",
+    ),
+    (
         "coherence.overflows",
         Kind::Counter,
         "Watcher queue overflows (every cache of the mount was then dropped)",

@@ -1482,6 +1482,41 @@ fn a_directory_another_lookup_is_still_making_gets_its_events() {
     });
 }
 
+/// A change to an object that a lookup has read but not yet made an
+/// inode for: the watcher finds nothing under its handle, but a read is in
+/// flight, so it bumps the change sequence and the lookup does not keep
+/// what it read. (Without that, the old mode was answered for the hour
+/// the watch trusts cached attributes.)
+#[test]
+fn a_change_to_an_object_a_lookup_has_read_but_not_yet_made_is_not_lost() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(t) = watched() else { return };
+    let (read, wait_read) = std::sync::mpsc::channel();
+    let (go_on, wait_go_on) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let lookup = s.spawn(|| {
+            crate::fault::on_next_lookup(b"a.txt", move || {
+                read.send(()).expect("the test waits");
+                wait_go_on.recv().expect("the test lets the lookup go on");
+            });
+            t.fs.lookup(ROOT_INO, b"a.txt").map(|e| e.ino)
+        });
+        wait_read.recv().expect("the lookup read a.txt");
+        std::fs::set_permissions(t.src.join("a.txt"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let (bytes, handle_type, fsid) = handle_of(&t, "a.txt");
+        let h = crate::watch::Handle {
+            fsid,
+            handle_type,
+            bytes: &bytes,
+        };
+        t.fs.apply_source_events(&[crate::watch::Event::Attrib(h)]);
+        go_on.send(()).expect("the lookup waits");
+        let ino = lookup.join().expect("lookup thread").expect("a.txt");
+        assert_eq!(t.fs.getattr(ino, None).expect("getattr").perm, 0o600);
+    });
+    assert_eq!(t.fs.stats_json()["coherence"]["unknown_rechecked"], 1);
+}
+
 /// The default mode lends the kernel a reply's attributes for a
 /// millisecond only with the watch (`fs/watched.rs`, "Attributes lent to
 /// the kernel"), and then every applied event and every drop queues the

@@ -289,6 +289,7 @@ impl Fs {
     ) -> FsResult<Option<(DentryHandle, Arc<Inode>)>> {
         self.reap();
         let cname = sys::cstr(name)?;
+        let _interning = self.interning();
         let before = self.source_seq();
         let names_read = parent.reading_names();
         let renames = self.table.watch_renames();
@@ -325,8 +326,9 @@ impl Fs {
     /// caches them).
     fn warm_file(&self, inode: &Arc<Inode>) -> FsResult<u64> {
         let fd = self.table.open(inode, libc::O_RDONLY | libc::O_NOFOLLOW)?;
+        let before = self.source_seq();
         let st = sys::fstat(fd.as_fd())?;
-        inode.set_attr(st);
+        self.store_attr(inode, st, before);
         // The open's stamp check (see `Fs::opened`): pages cached under an
         // older stamp cannot be trusted; the new stamp vouches for the pages
         // read now, so the next open through the kernel keeps them.

@@ -41,6 +41,22 @@
 //! it ([`Inode::cache_if_unchanged`]) instead of caching the old state for
 //! the moment until its check of the sequence undoes it.
 //!
+//! An event for an object that is not known is normally dropped without a
+//! bump (most events under a busy filesystem are), but the object may be
+//! known a moment later: a lookup that read it before the change interns
+//! it after the watcher looked for it, and its attributes (or, for a
+//! directory, the fact that its names changed) would be lost for the hour.
+//! So the paths that read the source and may make a new inode count
+//! themselves in `interning` ([`Fs::interning`]) before they take the
+//! sequence, until their check. The watcher loads that count before it
+//! looks the batch's objects up; if some were not found and a read was in
+//! flight, it bumps the sequence and looks those up again. Then a read
+//! whose check comes before the bump had already listed its inode in the
+//! handle index (it does so before it can be found at all, see
+//! `InodeTable::intern`), so the second look finds it and the event is
+//! applied to it; a read whose check comes after sees the bump; and a read
+//! counted after the watcher's load read the source after the change.
+//!
 //! Kernel invalidations (`--kernel-cache`) go through the same bounded
 //! queue as drops; the watcher waits for room rather than dropping one
 //! (with the watch, the kernel's timeouts are an hour), and gives up after
@@ -107,7 +123,7 @@
 use std::collections::HashSet;
 use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -162,12 +178,18 @@ pub const SYNC_WAIT: Duration = Duration::from_millis(50);
 pub struct Watched {
     /// The change sequence (see the module docs).
     seq: AtomicU64,
+    /// Reads of the source that may make a new inode, in flight (see the
+    /// module docs).
+    interning: AtomicUsize,
     /// Events read (after the daemon's own were skipped).
     events: AtomicU64,
     /// Events about objects rcufs knows (applied).
     applied: AtomicU64,
-    /// Batches that touched something known (= bumps of `seq`).
+    /// Batches that touched something known (each bumped `seq`).
     batches: AtomicU64,
+    /// Events for objects not known, looked up again after a bump because
+    /// a read of the source was in flight (see the module docs).
+    unknown_rechecked: AtomicU64,
     /// Queue overflows (everything dropped).
     overflows: AtomicU64,
     /// Kernel invalidations the watcher could not queue.
@@ -185,6 +207,19 @@ pub struct Watched {
     /// Set once the invalidation queue dropped something: the default mode
     /// lends no more attributes (see the module docs).
     lending_stopped: AtomicBool,
+}
+
+/// A read of the source counted in `Watched::interning`.
+pub(super) struct Interning<'a>(Option<&'a AtomicUsize>);
+
+impl Drop for Interning<'_> {
+    fn drop(&mut self) {
+        if let Some(n) = self.0 {
+            // SeqCst: after the reader's check of the sequence; pairs with
+            // the load in `apply_source_events`.
+            n.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// What one event does.
@@ -216,6 +251,19 @@ impl Fs {
             return false;
         }
         true
+    }
+
+    /// Counts a read of the source that may make a new inode until the
+    /// guard drops (see the module docs): taken before [`source_seq`](Self::source_seq),
+    /// dropped after [`source_changed_since`](Self::source_changed_since).
+    pub(super) fn interning(&self) -> Interning<'_> {
+        if !self.watching() {
+            return Interning(None);
+        }
+        // SeqCst: before the caller's load of the sequence and its read of
+        // the source; pairs with the load in `apply_source_events`.
+        self.watched.interning.fetch_add(1, Ordering::SeqCst);
+        Interning(Some(&self.watched.interning))
     }
 
     /// The change sequence, taken before reading the source.
@@ -331,31 +379,51 @@ impl Fs {
         self.table.find_handle(h.fsid, h.handle_type, h.bytes)
     }
 
+    /// What `ev` does to a known object; None for an overflow and for
+    /// an object not known.
+    fn action_of<'e>(&self, ev: &'e Event<'e>) -> Option<Action<'e>> {
+        match ev {
+            Event::Overflow => None,
+            Event::Name { dir, name } => self.find(dir).map(|d| Action::Name(d, name)),
+            Event::Attrib(h) => self.find(h).map(Action::Attrib),
+            Event::Data(h) => self.find(h).map(Action::Data),
+        }
+    }
+
+    /// Bumps the change sequence before a batch is applied.
+    fn bump_seq(&self) {
+        self.watched.seq.fetch_add(1, Ordering::SeqCst);
+        // SeqCst fence: the bump is visible before anything after it
+        // removes a cached entry or looks an object up; pairs with the
+        // fence in `source_changed_since`.
+        fence(Ordering::SeqCst);
+    }
+
     /// Applies a batch of source events (the watcher thread calls this).
     pub fn apply_source_events(&self, events: &[Event<'_>]) {
         let w = &self.watched;
         w.events.fetch_add(events.len() as u64, Ordering::Relaxed);
+        // SeqCst: before the lookups below; pairs with the increment and
+        // the decrement in `interning` (see the module docs).
+        let interning = w.interning.load(Ordering::SeqCst);
         let mut overflow = false;
         let mut actions = Vec::new();
+        let mut unknown = Vec::new();
         for ev in events {
-            match ev {
-                Event::Overflow => overflow = true,
-                Event::Name { dir, name } => {
-                    if let Some(d) = self.find(dir) {
-                        actions.push(Action::Name(d, name));
-                    }
-                }
-                Event::Attrib(h) => {
-                    if let Some(i) = self.find(h) {
-                        actions.push(Action::Attrib(i));
-                    }
-                }
-                Event::Data(h) => {
-                    if let Some(i) = self.find(h) {
-                        actions.push(Action::Data(i));
-                    }
-                }
+            match self.action_of(ev) {
+                Some(a) => actions.push(a),
+                None if matches!(ev, Event::Overflow) => overflow = true,
+                None => unknown.push(ev),
             }
+        }
+        let mut bumped = false;
+        if !unknown.is_empty() && interning > 0 {
+            // A read in flight may be about to make an inode for one of
+            // them: bump first, then look them up again.
+            self.bump_seq();
+            bumped = true;
+            w.unknown_rechecked.fetch_add(unknown.len() as u64, Ordering::Relaxed);
+            actions.extend(unknown.into_iter().filter_map(|ev| self.action_of(ev)));
         }
         if actions.is_empty() && !overflow {
             return;
@@ -363,10 +431,9 @@ impl Fs {
         crate::fault::watch_apply_delay();
         w.applied.fetch_add(actions.len() as u64, Ordering::Relaxed);
         w.batches.fetch_add(1, Ordering::Relaxed);
-        w.seq.fetch_add(1, Ordering::SeqCst);
-        // SeqCst fence: the bump is visible before anything below removes a
-        // cached entry; pairs with the fence in `source_changed_since`.
-        fence(Ordering::SeqCst);
+        if !bumped {
+            self.bump_seq();
+        }
         let kc = self.cfg.kernel_cache;
         // Attributes the kernel may hold: kernel-cache mode's, or lent ones.
         let attrs = self.kernel_keeps_attrs();
@@ -454,6 +521,7 @@ impl Fs {
             "events": w.events.load(Ordering::Relaxed),
             "applied": w.applied.load(Ordering::Relaxed),
             "batches": w.batches.load(Ordering::Relaxed),
+            "unknown_rechecked": w.unknown_rechecked.load(Ordering::Relaxed),
             "overflows": w.overflows.load(Ordering::Relaxed),
             "inval_dropped": w.inval_dropped.load(Ordering::Relaxed),
             "unwatched_filesystems": w.unwatched.load(Ordering::Relaxed),
