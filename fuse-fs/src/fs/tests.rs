@@ -1517,6 +1517,33 @@ fn a_change_to_an_object_a_lookup_has_read_but_not_yet_made_is_not_lost() {
     assert_eq!(t.fs.stats_json()["coherence"]["unknown_rechecked"], 1);
 }
 
+/// Extended attributes changed through the mount: the watch skips the
+/// daemon's own events, so the cached attributes (the ctime here) must
+/// not outlive the change.
+#[test]
+fn an_xattr_change_through_the_mount_expires_the_cached_attributes() {
+    let Some(t) = watched() else { return };
+    let a = walk(&t.fs, "a.txt").expect("a");
+    let ctime = || {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(t.src.join("a.txt")).expect("stat");
+        (m.ctime(), m.ctime_nsec())
+    };
+    for set in [true, false] {
+        let before = t.fs.getattr(a.ino, None).expect("getattr").ctime;
+        let source_before = ctime();
+        std::thread::sleep(Duration::from_millis(20));
+        if set {
+            t.fs.setxattr(a.ino, b"user.color", b"blue", 0, ME).expect("setxattr");
+        } else {
+            t.fs.removexattr(a.ino, b"user.color", ME).expect("removexattr");
+        }
+        assert_ne!(ctime(), source_before, "the source's ctime did not move");
+        let after = t.fs.getattr(a.ino, None).expect("getattr").ctime;
+        assert!(after > before, "set {set}: ctime {after:?}, before {before:?}");
+    }
+}
+
 /// The default mode lends the kernel a reply's attributes for a
 /// millisecond only with the watch (`fs/watched.rs`, "Attributes lent to
 /// the kernel"), and then every applied event and every drop queues the

@@ -35,6 +35,7 @@ impl Fs {
         let (_fd, path) = self.xattr_path(&inode)?;
         let _g = self.creds.act_as(caller)?;
         sys::setxattr(&path, &cstr(name)?, value, flags)?;
+        xattr_changed(&inode);
         Ok(Vec::new())
     }
 
@@ -135,6 +136,16 @@ impl Fs {
         }
         let (_fd, path) = self.xattr_path(&inode)?;
         let _g = self.creds.act_as(caller)?;
-        sys::removexattr(&path, &cstr(name)?)
+        sys::removexattr(&path, &cstr(name)?)?;
+        xattr_changed(&inode);
+        Ok(())
     }
+}
+
+/// After a change of `inode`'s extended attributes in the source: its
+/// cached attributes are out of date (the ctime, and the mode when an
+/// access ACL changed it). The watch skips the daemon's own events, and
+/// `ttl` would keep them to the end of the interval, so they expire here.
+fn xattr_changed(inode: &Inode) {
+    inode.expire_attr();
 }
