@@ -120,7 +120,7 @@
 //! kernel's next check of each inode asks again and forgets the ACL. With
 //! `ttl` coherence nothing reports changes, and nothing is lent.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
@@ -196,7 +196,7 @@ pub struct Watched {
     inval_dropped: AtomicU64,
     /// How to mark filesystems mounted under the source after the mount
     /// started, and the devices marked (or found unwatchable) so far.
-    marker: OnceLock<(Marker, Mutex<HashSet<u64>>)>,
+    marker: OnceLock<(Marker, Mutex<HashMap<u64, Marked>>)>,
     /// Filesystems under the source that could not be watched.
     unwatched: AtomicU64,
     /// How to wait for the watcher to catch up.
@@ -207,6 +207,17 @@ pub struct Watched {
     /// Set once the invalidation queue dropped something: the default mode
     /// lends no more attributes (see the module docs).
     lending_stopped: AtomicBool,
+}
+
+/// A filesystem under the source and its mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marked {
+    /// Marked by the watch before the mount started.
+    AtStart,
+    /// Marked when a lookup first entered it.
+    Later,
+    /// Could not be marked.
+    Failed,
 }
 
 /// A read of the source counted in `Watched::interning`.
@@ -315,10 +326,8 @@ impl Fs {
     /// Lets the filesystem mark filesystems mounted under the source later
     /// (`devs`: the devices the watch marked at the start).
     pub fn set_watch_marker(&self, marker: Marker, devs: impl IntoIterator<Item = u64>) {
-        let _ = self
-            .watched
-            .marker
-            .set((marker, Mutex::new(devs.into_iter().collect())));
+        let devs = devs.into_iter().map(|d| (d, Marked::AtStart)).collect();
+        let _ = self.watched.marker.set((marker, Mutex::new(devs)));
     }
 
     /// Lets requests wait for the watcher to catch up.
@@ -348,15 +357,24 @@ impl Fs {
     /// its parent's: a mount under the source. Marks its filesystem if the
     /// watch has not yet; one that cannot be marked is logged and counted
     /// (its changes are then seen only through a drop or the interval).
-    /// Returns whether a mark was added (the caller re-reads what it read).
+    /// Returns whether the caller must read again what it read: the
+    /// filesystem was marked after the mount started, perhaps after that
+    /// read, whose result a change made before the mark would not correct.
+    /// (The lock is held while marking, so a lookup that finds the device
+    /// listed finds its mark made; only lookups that cross into the
+    /// filesystem, its root's, read again.)
     pub(super) fn entered_filesystem(&self, dir: BorrowedFd<'_>, name: &CStr, dev: u64) -> bool {
         let Some((marker, devs)) = self.watched.marker.get() else {
             return false;
         };
-        if !devs.lock().insert(dev) {
-            return false;
+        let mut devs = devs.lock();
+        if let Some(m) = devs.get(&dev) {
+            return *m == Marked::Later;
         }
-        match marker.mark(dir, name) {
+        let marked = marker.mark(dir, name);
+        devs.insert(dev, if marked.is_ok() { Marked::Later } else { Marked::Failed });
+        drop(devs);
+        match marked {
             Ok(()) => {
                 tracing::info!(name = %name.to_string_lossy(), dev, "watching a filesystem mounted under the source");
                 true
