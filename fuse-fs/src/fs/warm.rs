@@ -293,7 +293,16 @@ impl Fs {
         let before = self.source_seq();
         let names_read = parent.reading_names();
         let renames = self.table.watch_renames();
-        match sys::fstatat(pfd, &cname, libc::AT_SYMLINK_NOFOLLOW) {
+        let mut read = sys::fstatat(pfd, &cname, libc::AT_SYMLINK_NOFOLLOW);
+        if let Ok(st) = &read
+            && st.st_dev != parent.key.0
+            && self.entered_filesystem(pfd, &cname, st.st_dev)
+        {
+            // As `Fs::lookup_source` does: a filesystem mounted under the
+            // source after the start is marked by the first walk into it.
+            read = sys::fstatat(pfd, &cname, libc::AT_SYMLINK_NOFOLLOW);
+        }
+        match read {
             Ok(st) => {
                 let inode = self.table.intern(NewInode {
                     parent_ino: parent.ino,

@@ -461,3 +461,15 @@ pub fn dirs_for_another_user() -> Option<(tempfile::TempDir, PathBuf, PathBuf)> 
     std::fs::create_dir(&mnt).unwrap();
     Some((tmp, src, mnt))
 }
+
+/// Waits for the daemon-side warm to finish (`warm.completed` reaching
+/// `n`); returns the stats then.
+pub fn wait_warm(m: &Mount, n: u64) -> Value {
+    let mut last = Value::Null;
+    let done = eventually(Duration::from_secs(30), || {
+        last = m.stats();
+        last["warm"]["completed"].as_u64() == Some(n) && last["warm"]["running"].as_u64() == Some(0)
+    });
+    assert!(done, "the warm did not finish: {last}\n{}", m.log_text());
+    last
+}

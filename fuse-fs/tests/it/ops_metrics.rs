@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use crate::harness::{Mount, content, eventually, rcufs, write_tree};
+use crate::harness::{Mount, content, eventually, rcufs, wait_warm, write_tree};
 
 fn tool(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
@@ -492,18 +492,6 @@ fn warm_rejects_what_is_not_an_rcufs_directory() {
     let out = run(&["warm".as_ref(), m.src.as_os_str()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not on an rcufs mount"));
-}
-
-/// Waits for the daemon-side warm to finish (`warm.completed` reaching
-/// `n`); returns the stats then.
-fn wait_warm(m: &Mount, n: u64) -> serde_json::Value {
-    let mut last = serde_json::Value::Null;
-    let done = eventually(Duration::from_secs(30), || {
-        last = m.stats();
-        last["warm"]["completed"].as_u64() == Some(n) && last["warm"]["running"].as_u64() == Some(0)
-    });
-    assert!(done, "the warm did not finish: {last}\n{}", m.log_text());
-    last
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::fs;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::time::{Duration, Instant};
 
-use crate::harness::{Mount, content, eventually, listed, write_tree};
+use crate::harness::{Mount, content, eventually, listed, wait_warm, write_tree};
 use crate::sys::errno;
 
 const DEFAULT: &[&str] = &["--coherence", "watch"];
@@ -599,6 +599,18 @@ impl Drop for Submount {
 
 #[test]
 fn a_filesystem_mounted_under_the_source_later_is_watched_too() {
+    mounted_later_is_watched(false);
+}
+
+/// The same, with a daemon-side warm walk the first to enter the
+/// filesystem: the lookups after it are hits that never cross into it
+/// again, so the walk must mark it.
+#[test]
+fn a_filesystem_mounted_under_the_source_later_and_warmed_first_is_watched_too() {
+    mounted_later_is_watched(true);
+}
+
+fn mounted_later_is_watched(warm_first: bool) {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("SKIPPED: mounting a tmpfs inside the source needs root");
@@ -615,6 +627,11 @@ fn a_filesystem_mounted_under_the_source_later_is_watched_too() {
     assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
     let _guard = Submount(sub.clone());
     fs::write(sub.join("a"), b"a").unwrap();
+    if warm_first {
+        crate::sys::setxattr(&m.mnt, fuse_fs::protocol::XATTR_WARM, b"all", 0).expect("setxattr user.rcufs.warm");
+        let s = wait_warm(&m, 1);
+        assert_eq!(s["warm"]["files"], 1, "the warm walk did not enter the submount: {s}");
+    }
     assert_eq!(fs::read(m.at("sub/a")).unwrap(), b"a");
     assert_eq!(errno(&fs::metadata(m.at("sub/b"))), Some(libc::ENOENT));
     fs::write(sub.join("b"), b"b").unwrap();
