@@ -720,7 +720,9 @@ impl Fs {
                 let cached = parent
                     .cache_if_unchanged(names_read, || self.names.insert(parent, name, Some(&inode)))
                     .is_some();
-                if !cached || self.source_changed_since(before) {
+                // `lost_event_for` before the sequence (see `fs/watched.rs`).
+                let lost = self.lost_event_for(&inode);
+                if !cached || lost || self.source_changed_since(before) {
                     // A name under the directory changed through the mount,
                     // or the source changed, while this was read: cache
                     // nothing.
@@ -1519,7 +1521,8 @@ impl Fs {
                 self.names.remove(&parent, name);
             }
         });
-        if self.source_changed_since(before) {
+        let lost = self.lost_event_for(&inode);
+        if lost || self.source_changed_since(before) {
             self.names.remove(&parent, name);
             inode.expire_attr();
         }

@@ -460,6 +460,12 @@ impl Inode {
         self.link.lock().parent
     }
 
+    /// This inode's key in the table's handle index, once it is listed
+    /// there (with the watch only).
+    pub fn handle_key(&self) -> Option<Box<[u8]>> {
+        self.hkey.lock().clone()
+    }
+
     /// Forgets the cached attributes, so the next use reads the source.
     pub fn expire_attr(&self) {
         let mut a = self.attr.lock();
@@ -1387,6 +1393,13 @@ impl InodeTable {
             .lock()
             .insert(key.clone(), Arc::downgrade(inode));
         *hk = Some(key);
+    }
+
+    /// The key `handle` has in the handle index (see [`Inode::handle_key`]).
+    pub fn handle_key(fsid: u64, handle_type: i32, bytes: &[u8]) -> Box<[u8]> {
+        let mut buf = [0u8; 12 + sys::MAX_HANDLE_SZ];
+        let n = pack_handle(fsid, handle_type, bytes, &mut buf);
+        buf[..n].into()
     }
 
     /// The live inode whose source object has this file handle, if any

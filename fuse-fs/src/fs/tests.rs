@@ -1517,6 +1517,48 @@ fn a_change_to_an_object_a_lookup_has_read_but_not_yet_made_is_not_lost() {
     assert_eq!(t.fs.stats_json()["coherence"]["unknown_rechecked"], 1);
 }
 
+/// The same race with an event for another object not known (churn
+/// elsewhere on the filesystem): the lookup in flight still caches what
+/// it read, and the record of the unknown object goes with the next batch
+/// that finds no read in flight.
+#[test]
+fn an_event_for_another_unknown_object_does_not_stop_a_lookup_from_caching() {
+    let Some(t) = watched() else { return };
+    let attrib = |rel: &str| {
+        let (bytes, handle_type, fsid) = handle_of(&t, rel);
+        let h = crate::watch::Handle {
+            fsid,
+            handle_type,
+            bytes: &bytes,
+        };
+        t.fs.apply_source_events(&[crate::watch::Event::Attrib(h)]);
+    };
+    let (read, wait_read) = std::sync::mpsc::channel();
+    let (go_on, wait_go_on) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let lookup = s.spawn(|| {
+            crate::fault::on_next_lookup(b"a.txt", move || {
+                read.send(()).expect("the test waits");
+                wait_go_on.recv().expect("the test lets the lookup go on");
+            });
+            t.fs.lookup(ROOT_INO, b"a.txt").map(|e| e.ino)
+        });
+        wait_read.recv().expect("the lookup read a.txt");
+        attrib("d");
+        go_on.send(()).expect("the lookup waits");
+        lookup.join().expect("lookup thread").expect("a.txt");
+    });
+    let root = t.fs.table.get(ROOT_INO).expect("root");
+    assert!(
+        matches!(t.fs.names.lookup(&root, b"a.txt"), Hit::Positive(_)),
+        "a.txt was not cached"
+    );
+    assert_eq!(t.fs.stats_json()["coherence"]["unknown_rechecked"], 1);
+    assert_eq!(t.fs.watched.lost.lock().len(), 1);
+    attrib("d/e");
+    assert!(t.fs.watched.lost.lock().is_empty(), "kept with no read in flight");
+}
+
 /// Extended attributes changed through the mount: the watch skips the
 /// daemon's own events, so the cached attributes (the ctime here) must
 /// not outlive the change.

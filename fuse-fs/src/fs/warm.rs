@@ -312,8 +312,10 @@ impl Fs {
                     renames,
                 })?;
                 let cached = parent.cache_if_unchanged(names_read, || self.names.insert_under(pd, name, Some(&inode)));
+                // `lost_event_for` before the sequence (see `fs/watched.rs`).
+                let lost = self.lost_event_for(&inode);
                 match cached {
-                    Some(d) if !self.source_changed_since(before) => Ok(Some((d, inode))),
+                    Some(d) if !lost && !self.source_changed_since(before) => Ok(Some((d, inode))),
                     // Changed while read (as in `Fs::lookup_source`): not
                     // cached, and the walk does not go below it.
                     _ => {

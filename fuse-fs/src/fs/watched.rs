@@ -41,21 +41,27 @@
 //! it ([`Inode::cache_if_unchanged`]) instead of caching the old state for
 //! the moment until its check of the sequence undoes it.
 //!
-//! An event for an object that is not known is normally dropped without a
-//! bump (most events under a busy filesystem are), but the object may be
-//! known a moment later: a lookup that read it before the change interns
-//! it after the watcher looked for it, and its attributes (or, for a
-//! directory, the fact that its names changed) would be lost for the hour.
-//! So the paths that read the source and may make a new inode count
-//! themselves in `interning` ([`Fs::interning`]) before they take the
-//! sequence, until their check. The watcher loads that count before it
-//! looks the batch's objects up; if some were not found and a read was in
-//! flight, it bumps the sequence and looks those up again. Then a read
-//! whose check comes before the bump had already listed its inode in the
-//! handle index (it does so before it can be found at all, see
-//! `InodeTable::intern`), so the second look finds it and the event is
-//! applied to it; a read whose check comes after sees the bump; and a read
-//! counted after the watcher's load read the source after the change.
+//! An event for an object that is not known is dropped (most events under
+//! a busy filesystem are), but the object may be known a moment later: a
+//! lookup that read it before the change interns it after the watcher
+//! looked for it, and its attributes (a directory's too, when a name in
+//! it changed) would be kept for the hour. So the paths that read the
+//! source and may make a new inode count themselves in `interning`
+//! ([`Fs::interning`]) from before their read until their checks. The
+//! watcher loads that count before it looks a batch's objects up; if a
+//! read was in flight, it records the handles it did not find in `lost`
+//! and looks them up again; each read, once its inode is in the handle
+//! index, looks its handle up in `lost` ([`Fs::lost_event_for`]) and then
+//! checks the sequence. A read whose check of `lost` comes before the
+//! watcher's record had listed its inode before the second look, which
+//! finds it and applies the event; a read whose check comes after finds
+//! its handle recorded; and a read counted after the watcher's load read
+//! the source after the change. `lost` is emptied by a batch that finds no
+//! read in flight (nobody can need it then); if it grows past
+//! [`LOST_MAX`], the watcher bumps the sequence instead and empties it (a
+//! read checks `lost` before the sequence, so it sees one or the other).
+//! Unlike a bump, this costs the reads in flight nothing when the unknown
+//! objects are not theirs (churn elsewhere on the filesystem).
 //!
 //! Kernel invalidations (`--kernel-cache`) go through the same bounded
 //! queue as drops; the watcher waits for room rather than dropping one
@@ -120,7 +126,7 @@
 //! kernel's next check of each inode asks again and forgets the ACL. With
 //! `ttl` coherence nothing reports changes, and nothing is lent.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
@@ -160,6 +166,11 @@ impl Coherence {
 /// safety net only: changes are applied when their events arrive.
 pub const WATCH_REVALIDATE: Duration = Duration::from_secs(3600);
 
+/// The most handles of unknown objects kept for the reads in flight
+/// before the watcher bumps the change sequence instead (see the module
+/// docs).
+pub const LOST_MAX: usize = 4096;
+
 /// How long the watcher waits for room in the kernel-invalidation queue.
 const INVAL_WAIT: Duration = Duration::from_secs(5);
 
@@ -187,9 +198,12 @@ pub struct Watched {
     applied: AtomicU64,
     /// Batches that touched something known (each bumped `seq`).
     batches: AtomicU64,
-    /// Events for objects not known, looked up again after a bump because
-    /// a read of the source was in flight (see the module docs).
+    /// Events for objects not known, recorded in `lost` and looked up
+    /// again because a read of the source was in flight (see the module
+    /// docs).
     unknown_rechecked: AtomicU64,
+    /// The handle keys of those objects (see the module docs).
+    pub(super) lost: Mutex<HashSet<Box<[u8]>>>,
     /// Queue overflows (everything dropped).
     overflows: AtomicU64,
     /// Kernel invalidations the watcher could not queue.
@@ -207,6 +221,17 @@ pub struct Watched {
     /// Set once the invalidation queue dropped something: the default mode
     /// lends no more attributes (see the module docs).
     lending_stopped: AtomicBool,
+}
+
+/// The handle-index key of the object an event is about (the directory,
+/// for a name event).
+fn handle_key_of(ev: &Event<'_>) -> Option<Box<[u8]>> {
+    let h = match ev {
+        Event::Overflow => return None,
+        Event::Name { dir, .. } => dir,
+        Event::Attrib(h) | Event::Data(h) => h,
+    };
+    Some(crate::inode::InodeTable::handle_key(h.fsid, h.handle_type, h.bytes))
 }
 
 /// A filesystem under the source and its mark.
@@ -275,6 +300,18 @@ impl Fs {
         // the source; pairs with the load in `apply_source_events`.
         self.watched.interning.fetch_add(1, Ordering::SeqCst);
         Interning(Some(&self.watched.interning))
+    }
+
+    /// After a read counted by [`interning`](Self::interning) listed
+    /// `inode` in the handle index, and before its check of the sequence:
+    /// whether the watcher dropped an event for it meanwhile, not knowing
+    /// it yet (see the module docs). Then what was read is out of date.
+    pub(super) fn lost_event_for(&self, inode: &Inode) -> bool {
+        if !self.watching() {
+            return false;
+        }
+        let lost = self.watched.lost.lock();
+        !lost.is_empty() && inode.handle_key().is_some_and(|k| lost.contains(&k))
     }
 
     /// The change sequence, taken before reading the source.
@@ -435,11 +472,26 @@ impl Fs {
             }
         }
         let mut bumped = false;
-        if !unknown.is_empty() && interning > 0 {
+        if interning == 0 {
+            // No read in flight: none can need what was recorded.
+            let mut lost = w.lost.lock();
+            if !lost.is_empty() {
+                lost.clear();
+            }
+        } else if !unknown.is_empty() {
             // A read in flight may be about to make an inode for one of
-            // them: bump first, then look them up again.
-            self.bump_seq();
-            bumped = true;
+            // them: record them, then look them up again.
+            let mut lost = w.lost.lock();
+            if lost.len() + unknown.len() > LOST_MAX {
+                // Bumped before emptied: a read that finds its record gone
+                // checks the sequence after, and sees the bump.
+                self.bump_seq();
+                bumped = true;
+                lost.clear();
+            } else {
+                lost.extend(unknown.iter().filter_map(|ev| handle_key_of(ev)));
+            }
+            drop(lost);
             w.unknown_rechecked.fetch_add(unknown.len() as u64, Ordering::Relaxed);
             actions.extend(unknown.into_iter().filter_map(|ev| self.action_of(ev)));
         }
