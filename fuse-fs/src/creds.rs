@@ -227,6 +227,31 @@ impl Creds {
         Ok(g)
     }
 
+    /// For a write through an open descriptor by a caller other than root:
+    /// only the filesystem uid becomes the caller's (one credential change
+    /// each way), which is what a filesystem asks when it decides whether
+    /// the write may use the blocks it reserves for root (ext4's
+    /// `s_resuid`, compared with the fsuid). A write otherwise checks
+    /// nothing of the writer's identity but `CAP_FSETID` and
+    /// `CAP_SYS_RESOURCE` (the daemon does not hold the latter in effect,
+    /// see `mount.rs`).
+    pub fn act_as_owner_of_write(&self, caller: Caller) -> FsResult<Guard<'_>> {
+        let mut g = Guard {
+            creds: self,
+            groups: false,
+            gid: false,
+            uid: false,
+            umask: None,
+            mask_by_hand: 0,
+            fsetid: false,
+        };
+        if self.takes_uid(caller) {
+            sys::set_thread_fsuid(caller.uid)?;
+            g.uid = true;
+        }
+        Ok(g)
+    }
+
     /// As [`Creds::act_as`] for a write the kernel marked
     /// `FUSE_WRITE_KILL_SUIDGID` (the writer lacks `CAP_FSETID`): a root
     /// caller keeps root's identity but without `CAP_FSETID`, so that the

@@ -1180,9 +1180,11 @@ impl Fs {
     /// kernel's `FUSE_WRITE_KILL_SUIDGID`: the writer lacks `CAP_FSETID`),
     /// runs as that writer when the file has bits the write may clear
     /// (checked with `fstat` just before), so that the source clears setuid
-    /// and setgid as it would for that writer. Otherwise the identity makes
-    /// no difference to a write through an open descriptor, and switching
-    /// (four credential changes, several microseconds each) is skipped.
+    /// and setgid as it would for that writer. Otherwise a write by
+    /// another user than root runs with that user's filesystem uid only
+    /// ([`Creds::act_as_owner_of_write`]: the blocks a filesystem reserves
+    /// for root are decided by it), and the other three credential changes
+    /// are skipped.
     pub fn write(&self, fh: u64, offset: u64, data: &[u8], caller: Caller, kill_suidgid: bool) -> FsResult<u32> {
         let file = self.files.get(fh)?;
         let inode = &file.inode;
@@ -1198,6 +1200,7 @@ impl Fs {
             let _g = self.creds.act_as_writer(caller, kill_suidgid)?;
             sys::pwrite(file.fd.as_fd(), data, offset)?
         } else {
+            let _g = self.creds.act_as_owner_of_write(caller)?;
             sys::pwrite(file.fd.as_fd(), data, offset)?
         };
         crate::fault::cache_jitter();

@@ -334,10 +334,30 @@ pub fn validate(opts: &MountOptions) -> Result<()> {
     Ok(())
 }
 
+/// Takes `CAP_SYS_RESOURCE` out of this thread's effective set, after the
+/// descriptor limit was raised and before any of the daemon's threads
+/// exists (each inherits its creator's set). A write runs as the daemon,
+/// and an operation acting as the caller switches only the filesystem
+/// identity, which keeps this capability: with it, every user's writes
+/// through the mount would pass disk quotas and fill the blocks a
+/// filesystem reserves for root. (So a root caller cannot write into them
+/// through the mount either.) It stays permitted, not effective.
+fn drop_resource_override() {
+    match sys::set_thread_effective_cap(sys::CAP_SYS_RESOURCE, false) {
+        Ok(true) => tracing::debug!("CAP_SYS_RESOURCE taken out of the effective set"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(
+            "cannot take CAP_SYS_RESOURCE out of the effective set ({e}): writes through the mount may pass \
+             disk quotas and the blocks reserved for root"
+        ),
+    }
+}
+
 /// Mounts rcufs; returns once the kernel mount exists and has been initialised.
 pub fn mount(opts: MountOptions) -> Result<Mounted> {
     validate(&opts)?;
     let nofile = sys::raise_nofile_limit();
+    drop_resource_override();
     // Leave room for open files, directories and the FUSE channels.
     let fd_pool = ((nofile / 4) as usize).clamp(64, 8192);
     let (coherence, coherence_why, watcher) = choose_coherence(&opts)?;

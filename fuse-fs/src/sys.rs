@@ -798,6 +798,10 @@ pub const CAP_FSETID: u32 = 4;
 /// `CAP_SYS_ADMIN`: among others, sees `trusted.*` attributes.
 pub const CAP_SYS_ADMIN: u32 = 21;
 
+/// `CAP_SYS_RESOURCE`: among others, writes past disk quotas and into the
+/// blocks a filesystem reserves for root.
+pub const CAP_SYS_RESOURCE: u32 = 24;
+
 /// Turns capability `cap` on or off in the calling thread's effective set
 /// (raw `capget`/`capset`, which act on this thread only); returns whether
 /// it was on before. Turning on needs it in the permitted set.

@@ -4,7 +4,8 @@
 //! source. Each test stands for one way in which a daemon acting as root for
 //! everybody goes wrong: a create racing with the source, POSIX ACLs,
 //! setuid clearing on write, setgid directories, FIFOs met by a create,
-//! O_DIRECT, `trusted.*` names and the statistics attribute.
+//! O_DIRECT, `trusted.*` names, the statistics attribute and the blocks a
+//! filesystem reserves for root.
 //!
 //! Every child runs under a watchdog: it is killed after a deadline and the
 //! test fails, so a hung mount fails the test instead of hanging it.
@@ -452,6 +453,96 @@ print("ok")
 }
 
 // Point 3: a write by a non-owner clears setuid and setgid, in both modes.
+/// A small ext4 filesystem (half its blocks reserved for root) mounted on
+/// a directory, unmounted on drop.
+struct Ext4(PathBuf);
+
+impl Ext4 {
+    fn mount_on(dir: &Path) -> Self {
+        let img = dir.with_extension("img");
+        let f = fs::File::create(&img).unwrap();
+        f.set_len(16 << 20).unwrap();
+        drop(f);
+        let mkfs = Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-m", "50", "-b", "4096"])
+            .arg(&img)
+            .output()
+            .expect("mkfs.ext4 (Debian's e2fsprogs)");
+        assert!(
+            mkfs.status.success(),
+            "mkfs.ext4: {}",
+            String::from_utf8_lossy(&mkfs.stderr)
+        );
+        let mount = Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&img)
+            .arg(dir)
+            .output()
+            .expect("mount");
+        assert!(
+            mount.status.success(),
+            "mount -o loop: {}",
+            String::from_utf8_lossy(&mount.stderr)
+        );
+        chmod(dir, 0o777);
+        Self(dir.to_path_buf())
+    }
+}
+
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        // The loop device is detached with the mount (`mount -o loop` sets
+        // autoclear).
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// How many bytes nobody can write to a new file `path` before the
+/// filesystem refuses (ENOSPC or EDQUOT).
+fn bytes_nobody_can_write(path: &Path) -> u64 {
+    py(
+        r#"
+import errno, os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+chunk, total = b"x" * 65536, 0
+try:
+    while True:
+        total += os.write(fd, chunk)
+except OSError as e:
+    if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+        raise
+os.close(fd)
+print(total)
+"#,
+        &[path],
+    )
+    .parse()
+    .expect("a byte count")
+}
+
+/// The daemon runs as root, and a write runs as the daemon: it must not
+/// let a user's writes into the blocks the source's filesystem reserves
+/// for root (nor past disk quotas, which the same capability overrides).
+#[test]
+fn another_users_writes_stop_where_the_filesystem_stops_theirs() {
+    let mut ext4 = None;
+    let Some(m) = mount(&[], |src| ext4 = Some(Ext4::mount_on(src))) else {
+        return;
+    };
+    let native = bytes_nobody_can_write(&m.src_at("native"));
+    fs::remove_file(m.src_at("native")).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let through = bytes_nobody_can_write(&m.at("through"));
+    assert!(native > 1 << 20, "nobody could write only {native} bytes natively");
+    assert!(
+        through <= native + (1 << 20),
+        "through the mount nobody wrote {through} bytes, natively {native}: the daemon's capability let the \
+         writes into the blocks reserved for root"
+    );
+    drop(m);
+    drop(ext4);
+}
+
 #[test]
 fn a_write_by_another_user_clears_setuid_and_setgid() {
     for extra in [&[][..], &["--kernel-cache"]] {
