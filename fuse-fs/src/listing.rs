@@ -46,7 +46,12 @@
 //! - Memory is bounded: a directory of more than [`MAX_ENTRIES`] entries is
 //!   not kept (its handles read the source as before), and all kept
 //!   listings together hold at most the budget given to [`Listings::new`]
-//!   (entries); past it, listings are read for their handle only.
+//!   (entries); past it, listings are read for their handle only, and
+//!   those together hold at most as many entries again (a user keeping
+//!   directories open holds the daemon's memory); past that, a handle
+//!   reads the source as a stream, and the descriptor it then keeps
+//!   counts against the descriptor reserve. A listing gives its entries
+//!   back to its budget when its last holder lets it go.
 //! - With `watch` the interval is the watch's hour, the stamp compared is
 //!   the one the source shows at the OPENDIR (`Fs::opendir` refreshes the
 //!   directory's attributes first), the watcher forgets the listing of a
@@ -77,8 +82,8 @@ pub struct Listing {
     stamp: Stamp,
     /// The listing generation it was read under.
     generation: u64,
-    /// The budget it counts against, given back when it is freed (`None`
-    /// for a listing read for one handle only).
+    /// The budget it counts against (kept listings', or that of listings
+    /// read for one handle only), given back when it is freed.
     budget: Option<Arc<AtomicUsize>>,
 }
 
@@ -97,19 +102,25 @@ pub struct Listings {
     generation: AtomicU64,
     /// Entries held by kept listings.
     held: Arc<AtomicUsize>,
+    /// Entries held by listings read for their handle only.
+    handles_held: Arc<AtomicUsize>,
+    /// The most entries of each kind.
     budget: usize,
     hits: AtomicU64,
     reads: AtomicU64,
     /// Handles made to read a newer listing at a READDIR from offset 0.
     renewed: AtomicU64,
     too_big: AtomicU64,
+    /// Listings not read for their handle: both budgets were spent.
+    over_budget: AtomicU64,
 }
 
 /// What [`Listings::read`] found.
 pub enum Read {
     /// The whole listing (kept on the inode if it fits the budgets).
     Whole(Arc<Listing>),
-    /// More than [`MAX_ENTRIES`] entries: read the descriptor as a stream.
+    /// More than [`MAX_ENTRIES`] entries, or both budgets spent: read the
+    /// descriptor as a stream.
     TooBig,
 }
 
@@ -120,11 +131,13 @@ impl Listings {
             enabled,
             generation: AtomicU64::new(0),
             held: Arc::new(AtomicUsize::new(0)),
+            handles_held: Arc::new(AtomicUsize::new(0)),
             budget,
             hits: AtomicU64::new(0),
             reads: AtomicU64::new(0),
             renewed: AtomicU64::new(0),
             too_big: AtomicU64::new(0),
+            over_budget: AtomicU64::new(0),
         }
     }
 
@@ -171,23 +184,37 @@ impl Listings {
                 return Ok(Read::TooBig);
             }
         }
-        self.reads.fetch_add(1, Ordering::Relaxed);
         let n = entries.len();
-        let keep = self.enabled && self.held.fetch_add(n, Ordering::Relaxed) + n <= self.budget;
-        if self.enabled && !keep {
-            self.held.fetch_sub(n, Ordering::Relaxed);
+        let keep = self.enabled && Self::take(&self.held, n, self.budget);
+        if !keep && !Self::take(&self.handles_held, n, self.budget) {
+            self.over_budget.fetch_add(1, Ordering::Relaxed);
+            return Ok(Read::TooBig);
         }
+        self.reads.fetch_add(1, Ordering::Relaxed);
         let listing = Arc::new(Listing {
             entries,
             at,
             stamp: Stamp::of(st),
             generation,
-            budget: keep.then(|| self.held.clone()),
+            budget: Some(if keep {
+                self.held.clone()
+            } else {
+                self.handles_held.clone()
+            }),
         });
         if keep {
             dir.set_listing(Some(listing.clone()));
         }
         Ok(Read::Whole(listing))
+    }
+
+    /// Takes `n` entries of `budget` from `held`, if they fit.
+    fn take(held: &AtomicUsize, n: usize, budget: usize) -> bool {
+        if held.fetch_add(n, Ordering::Relaxed) + n <= budget {
+            return true;
+        }
+        held.fetch_sub(n, Ordering::Relaxed);
+        false
     }
 
     /// Counts a handle made to read a newer listing (`Fs::readdir`).
@@ -210,7 +237,9 @@ impl Listings {
             "reads": self.reads.load(Ordering::Relaxed),
             "renewed": self.renewed.load(Ordering::Relaxed),
             "too_big": self.too_big.load(Ordering::Relaxed),
+            "over_budget": self.over_budget.load(Ordering::Relaxed),
             "entries": self.held.load(Ordering::Relaxed) as u64,
+            "handle_entries": self.handles_held.load(Ordering::Relaxed) as u64,
             "budget_entries": self.budget as u64,
         })
     }

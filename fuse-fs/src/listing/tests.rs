@@ -101,18 +101,32 @@ fn a_drop_a_change_of_stamp_or_a_forget_ends_a_listing() {
 
 #[test]
 fn past_the_budget_a_listing_serves_its_handle_only() {
-    let d = Dir::new(10);
-    let listings = Listings::new(true, 5);
-    let Read::Whole(l) = d.read(&listings) else {
+    // 12 entries each (with `.` and `..`); room for one of each kind.
+    let (a, b) = (Dir::new(10), Dir::new(10));
+    let listings = Listings::new(true, 15);
+    let Read::Whole(kept) = a.read(&listings) else {
         panic!("too big")
     };
+    assert!(listings.fresh(&a.inode, LONG).is_some());
+    let Read::Whole(l) = b.read(&listings) else {
+        panic!("the handles' budget is not spent")
+    };
     assert_eq!(l.entries.len(), 12);
-    assert!(listings.fresh(&d.inode, LONG).is_none());
-    assert_eq!(listings.stats_json()["entries"], 0);
+    assert!(listings.fresh(&b.inode, LONG).is_none(), "kept past the budget");
+    assert_eq!(listings.stats_json()["entries"], 12);
+    assert_eq!(listings.stats_json()["handle_entries"], 12);
+    // Both spent: the handle reads the source as a stream, holding nothing.
+    assert!(matches!(b.read(&listings), Read::TooBig));
+    assert_eq!(listings.stats_json()["over_budget"], 1);
+    // Given back when the handle lets its listing go.
+    drop(l);
+    assert_eq!(listings.stats_json()["handle_entries"], 0);
+    assert!(matches!(b.read(&listings), Read::Whole(_)));
+    drop(kept);
     // Not kept when disabled either (the watch mode).
     let off = Listings::new(false, 1000);
-    assert!(matches!(d.read(&off), Read::Whole(_)));
-    assert!(off.fresh(&d.inode, LONG).is_none());
+    assert!(matches!(a.read(&off), Read::Whole(_)));
+    assert!(off.fresh(&a.inode, LONG).is_none());
 }
 
 #[test]
