@@ -208,7 +208,16 @@ fn answer(mut stream: TcpStream, render: &impl Fn() -> String) -> Result<()> {
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
+    // The whole request within one timeout, not each read: a client that
+    // trickles a byte at a time would otherwise hold the only metrics
+    // thread for hours.
+    let deadline = std::time::Instant::now() + IO_TIMEOUT;
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") && !buf.windows(2).any(|w| w == b"\n\n") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into());
+        }
+        stream.set_read_timeout(Some(left))?;
         if buf.len() >= MAX_REQUEST {
             return respond(
                 &mut stream,
@@ -303,6 +312,34 @@ mod tests {
         assert!(check_exposure(remote, true).unwrap());
         assert!(!check_exposure("127.0.0.1:1".parse().unwrap(), false).unwrap());
         assert!(!check_exposure("[::1]:1".parse().unwrap(), false).unwrap());
+    }
+
+    /// A client that trickles its request a byte at a time, each within
+    /// the read timeout, is cut off once the whole request has taken the
+    /// timeout, and the next scrape is answered.
+    #[test]
+    fn a_request_trickled_byte_by_byte_is_cut_off_after_the_timeout() {
+        let bound = bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        let server = MetricsServer::start(bound, || "x_total 1\n# EOF\n".to_string()).unwrap();
+        let addr = server.local_addr();
+        let mut slow = TcpStream::connect(addr).unwrap();
+        let start = std::time::Instant::now();
+        let cut = loop {
+            std::thread::sleep(Duration::from_millis(500));
+            if slow.write_all(b"G").is_err() {
+                break start.elapsed();
+            }
+            let mut probe = [0u8; 1];
+            slow.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+            if matches!(slow.read(&mut probe), Ok(0)) {
+                break start.elapsed();
+            }
+            assert!(start.elapsed() < 4 * IO_TIMEOUT, "still reading a trickled request");
+        };
+        assert!(cut >= IO_TIMEOUT, "cut off after {cut:?}");
+        let ok = get(addr, "GET /metrics HTTP/1.1\r\n\r\n");
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        server.stop();
     }
 
     #[test]
