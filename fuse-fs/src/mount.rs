@@ -353,6 +353,29 @@ fn drop_resource_override() {
     }
 }
 
+/// A source on a `noexec` mount gives a `noexec` mirror: otherwise the
+/// mirror would be a way around the mount's policy (a user could run what
+/// they may only read there). (`nosuid` and `nodev` are the mirror's
+/// defaults already; `-o suid` or `-o dev` over such a source is the
+/// administrator's choice, and is logged.)
+fn inherit_noexec(source: &std::path::Path, options: &mut Vec<String>) {
+    let Ok(path) = sys::cstr(source.as_os_str().as_encoded_bytes()) else {
+        return;
+    };
+    let Ok(flags) = sys::mount_flags(&path) else {
+        return;
+    };
+    if flags & libc::ST_NOEXEC != 0 && !options.iter().any(|o| o == "noexec") {
+        tracing::info!("the source is on a noexec mount: so is the mirror");
+        options.push("noexec".into());
+    }
+    for (given, flag) in [("suid", libc::ST_NOSUID), ("dev", libc::ST_NODEV)] {
+        if flags & flag != 0 && options.iter().any(|o| o == given) {
+            tracing::warn!("-o {given} over a source mounted no{given}: the mirror allows what the source does not");
+        }
+    }
+}
+
 /// Mounts rcufs; returns once the kernel mount exists and has been initialised.
 pub fn mount(opts: MountOptions) -> Result<Mounted> {
     validate(&opts)?;
@@ -444,11 +467,12 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
             )?;
         }
     }
-    let options: Vec<String> = opts
+    let mut options: Vec<String> = opts
         .fuse_options
         .iter()
         .flat_map(|o| o.split(',').filter(|p| !p.is_empty()).map(String::from))
         .collect();
+    inherit_noexec(&opts.source, &mut options);
     let adapter = FuseAdapter::new(fs.clone(), notifier.clone()).with_io_uring(opts.io_uring);
     let source = opts.source.canonicalize().unwrap_or_else(|_| opts.source.clone());
     let running = match fuse::session::start(

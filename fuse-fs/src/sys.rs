@@ -836,6 +836,19 @@ pub fn set_thread_effective_cap(cap: u32, on: bool) -> FsResult<bool> {
     Ok(was)
 }
 
+/// The mount flags (`ST_NOEXEC`, `ST_NOSUID`, ...) of the filesystem
+/// holding `path` (`statvfs`).
+pub fn mount_flags(path: &std::ffi::CStr) -> FsResult<u64> {
+    // SAFETY: statvfs is plain old data; all zeros is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and `st` is a valid, writable
+    // statvfs; the call only writes it.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(FsError::last_os_error());
+    }
+    Ok(st.f_flag as u64)
+}
+
 /// The effective gid of the process.
 pub fn egid() -> u32 {
     // SAFETY: `getegid` cannot fail and touches no memory.

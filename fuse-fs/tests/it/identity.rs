@@ -453,6 +453,60 @@ print("ok")
 }
 
 // Point 3: a write by a non-owner clears setuid and setgid, in both modes.
+/// A tmpfs mounted on a directory with `flags`, unmounted on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount_on(dir: &Path, flags: libc::c_ulong) -> Self {
+        let (what, at) = (std::ffi::CString::new("tmpfs").unwrap(), sys::cpath(dir));
+        // SAFETY: all strings are NUL-terminated; no data argument.
+        let rc = unsafe { libc::mount(what.as_ptr(), at.as_ptr(), what.as_ptr(), flags, std::ptr::null()) };
+        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+        Self(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let c = sys::cpath(&self.0);
+        // SAFETY: the path is NUL-terminated.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// A source on a `noexec` mount: the mirror is `noexec` too, so that it is
+/// no way to run what may only be read there.
+#[test]
+fn a_source_on_a_noexec_mount_gives_a_noexec_mirror() {
+    let mut tmpfs = None;
+    let Some(m) = mount(&[], |src| {
+        tmpfs = Some(Tmpfs::mount_on(src, libc::MS_NOEXEC));
+        fs::write(src.join("run"), b"#!/bin/sh\necho ran\n").unwrap();
+        chmod(&src.join("run"), 0o755);
+    }) else {
+        return;
+    };
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+    let mnt = m.mnt.to_string_lossy().into_owned();
+    let line = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(1) == Some(mnt.as_str()))
+        .unwrap_or_else(|| panic!("{mnt} not in /proc/self/mounts"));
+    assert!(
+        line.split(' ').nth(3).unwrap().split(',').any(|o| o == "noexec"),
+        "{line}"
+    );
+    match as_nobody(m.at("run").to_str().unwrap(), &[]).output() {
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}"),
+        Ok(out) => panic!(
+            "ran through the mirror of a noexec source: {}",
+            String::from_utf8_lossy(&out.stdout)
+        ),
+    }
+    drop(m);
+    drop(tmpfs);
+}
+
 /// A small ext4 filesystem (half its blocks reserved for root) mounted on
 /// a directory, unmounted on drop.
 struct Ext4(PathBuf);
