@@ -339,9 +339,10 @@ pub fn validate(opts: &MountOptions) -> Result<()> {
 /// exists (each inherits its creator's set). A write runs as the daemon,
 /// and an operation acting as the caller switches only the filesystem
 /// identity, which keeps this capability: with it, every user's writes
-/// through the mount would pass disk quotas and fill the blocks a
-/// filesystem reserves for root. (So a root caller cannot write into them
-/// through the mount either.) It stays permitted, not effective.
+/// through the mount would pass hard disk quotas (and, on filesystems
+/// that ask for it rather than for the fsuid, the blocks reserved for
+/// root). So a root caller cannot write past a hard quota through the
+/// mount either. It stays permitted, not effective.
 fn drop_resource_override() {
     match sys::set_thread_effective_cap(sys::CAP_SYS_RESOURCE, false) {
         Ok(true) => tracing::debug!("CAP_SYS_RESOURCE taken out of the effective set"),
