@@ -188,15 +188,7 @@ impl Creds {
     /// Acts as `caller` on this thread until the guard is dropped, with the
     /// caller's umask (`caller.umask`) for what is created meanwhile.
     pub fn act_as(&self, caller: Caller) -> FsResult<Guard<'_>> {
-        let mut g = Guard {
-            creds: self,
-            groups: false,
-            gid: false,
-            uid: false,
-            umask: None,
-            mask_by_hand: 0,
-            fsetid: false,
-        };
+        let mut g = Guard::unchanged(self);
         if caller.umask != 0 {
             if own_umask() {
                 g.umask = Some(sys::set_thread_umask(caller.umask & 0o777));
@@ -236,15 +228,7 @@ impl Creds {
     /// `CAP_SYS_RESOURCE` (the daemon does not hold the latter in effect,
     /// see `mount.rs`).
     pub fn act_as_owner_of_write(&self, caller: Caller) -> FsResult<Guard<'_>> {
-        let mut g = Guard {
-            creds: self,
-            groups: false,
-            gid: false,
-            uid: false,
-            umask: None,
-            mask_by_hand: 0,
-            fsetid: false,
-        };
+        let mut g = Guard::unchanged(self);
         if self.takes_uid(caller) {
             sys::set_thread_fsuid(caller.uid)?;
             g.uid = true;
@@ -280,7 +264,20 @@ pub struct Guard<'a> {
     fsetid: bool,
 }
 
-impl Guard<'_> {
+impl<'a> Guard<'a> {
+    /// A guard that has changed nothing yet.
+    fn unchanged(creds: &'a Creds) -> Self {
+        Guard {
+            creds,
+            groups: false,
+            gid: false,
+            uid: false,
+            umask: None,
+            mask_by_hand: 0,
+            fsetid: false,
+        }
+    }
+
     /// The mode to pass to a creating call: `mode` itself when the thread's
     /// umask is the caller's, masked by hand otherwise.
     pub fn mode(&self, mode: u32) -> u32 {
