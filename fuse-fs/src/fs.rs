@@ -368,6 +368,8 @@ struct DropCounters {
 #[derive(Debug)]
 pub struct Fs {
     cfg: FsConfig,
+    /// How close each source filesystem is to its reserved blocks (writes).
+    space: crate::space::Space,
     table: InodeTable,
     root: Arc<Inode>,
     names: Names,
@@ -522,6 +524,7 @@ impl Fs {
             inval: InvalQueue::default(),
             creds: Creds::new(sys::is_root()),
             watched: Watched::default(),
+            space: crate::space::Space::default(),
             warmer: warm::Warmer::default(),
             writes: RangeLocks::default(),
             listings,
@@ -1183,8 +1186,8 @@ impl Fs {
     /// and setgid as it would for that writer. Otherwise a write by
     /// another user than root runs with that user's filesystem uid only
     /// ([`Creds::act_as_owner_of_write`]: the blocks a filesystem reserves
-    /// for root are decided by it), and the other three credential changes
-    /// are skipped.
+    /// for root are decided by it) when the filesystem is close to them
+    /// (`space.rs`), and as the daemon otherwise.
     pub fn write(&self, fh: u64, offset: u64, data: &[u8], caller: Caller, kill_suidgid: bool) -> FsResult<u32> {
         let file = self.files.get(fh)?;
         let inode = &file.inode;
@@ -1199,8 +1202,10 @@ impl Fs {
         let n = if as_writer {
             let _g = self.creds.act_as_writer(caller, kill_suidgid)?;
             sys::pwrite(file.fd.as_fd(), data, offset)?
-        } else {
+        } else if self.creds.takes_uid(caller) && self.space.low(inode.key.0, file.fd.as_fd()) {
             let _g = self.creds.act_as_owner_of_write(caller)?;
+            sys::pwrite(file.fd.as_fd(), data, offset)?
+        } else {
             sys::pwrite(file.fd.as_fd(), data, offset)?
         };
         crate::fault::cache_jitter();

@@ -66,6 +66,7 @@ pub mod protocol;
 pub mod range_lock;
 pub mod ratelog;
 pub mod slow_source;
+pub mod space;
 pub mod sys;
 pub mod uring_guard;
 pub mod watch;

@@ -189,6 +189,16 @@ pub fn fs_ids(fd: BorrowedFd<'_>) -> FsResult<(u64, i64)> {
     Ok((fsid_of(words), st.f_type as i64))
 }
 
+/// The bytes a user without privileges may still write to the filesystem
+/// holding `fd` (`f_bavail` blocks of `fstatfs`).
+pub fn available_bytes(fd: BorrowedFd<'_>) -> FsResult<u64> {
+    // SAFETY: an all-zero `statfs` is a valid value of this plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a writable `statfs` the kernel fills in.
+    check(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) })?;
+    Ok((st.f_bavail as u64).saturating_mul(st.f_bsize as u64))
+}
+
 /// `f_type` of FUSE filesystems.
 pub const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
