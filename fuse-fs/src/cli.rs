@@ -57,7 +57,9 @@ static DEFAULT_PAGE_CACHE_SIZE: LazyLock<String> =
 /// `--revalidate`'s default as `--help` shows it.
 static DEFAULT_REVALIDATE_HELP: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "With coherence ttl: how soon names and attributes changed directly in SOURCE are seen, in seconds \
+        "How soon names and attributes changed directly in SOURCE are seen where nothing reports the \
+         changes: everywhere with coherence ttl; with watch, only what the watch cannot see (objects \
+         without file handles, filesystems it could not mark, everything if it stops). In seconds \
          (fractions allowed) [default: {} for a local source, {} for a network or FUSE source]",
         fuse_fs::slow_source::LOCAL_REVALIDATE.as_secs_f64(),
         fuse_fs::slow_source::NETWORK_REVALIDATE.as_secs_f64()

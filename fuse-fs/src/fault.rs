@@ -29,7 +29,13 @@
 //! before it answers, and `RCUFS_FAULT=watch-apply-delay:MS` makes the
 //! watcher wait MS milliseconds before it applies a batch that touches
 //! something cached, so that a test can make a kernel invalidation land
-//! while a GETATTR is in flight. Several faults are separated by commas.
+//! while a GETATTR is in flight. The watch's failures:
+//! `RCUFS_FAULT=mark-fails` makes marking a filesystem mounted under the
+//! source after the start fail; `RCUFS_FAULT=watch-fails:MS` makes the
+//! source watcher stop with an error MS milliseconds after the mount
+//! started, without reading anything; `RCUFS_FAULT=apply-panics:NAME`
+//! makes applying a batch of events that names `NAME` panic before
+//! anything of it is applied. Several faults are separated by commas.
 //! Release builds ignore the variable and compile the checks away.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -302,3 +308,48 @@ pub fn cache_jitter() {
 #[cfg(not(debug_assertions))]
 #[inline(always)]
 pub fn cache_jitter() {}
+
+/// Why marking a filesystem under the source fails, if it must (debug
+/// builds with `RCUFS_FAULT=mark-fails` only).
+#[cfg(debug_assertions)]
+pub fn mark_fails() -> Option<String> {
+    fault_arg("mark-fails").map(|_| "injected fault".to_string())
+}
+
+/// Release builds: never.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn mark_fails() -> Option<String> {
+    None
+}
+
+/// After how long the source watcher must stop with an error (debug
+/// builds with `RCUFS_FAULT=watch-fails:MS` only).
+#[cfg(debug_assertions)]
+pub fn watch_fails() -> Option<std::time::Duration> {
+    fault_ms("watch-fails")
+}
+
+/// Release builds: never.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn watch_fails() -> Option<std::time::Duration> {
+    None
+}
+
+/// Whether applying a batch of source events that names `name` must panic
+/// (debug builds with `RCUFS_FAULT=apply-panics:NAME` only).
+#[cfg(debug_assertions)]
+pub fn apply_panics(name: &[u8]) -> bool {
+    use std::sync::OnceLock;
+    static NAME: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+    let target = NAME.get_or_init(|| fault_arg("apply-panics").map(String::into_bytes));
+    target.as_deref() == Some(name)
+}
+
+/// Release builds: never.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn apply_panics(_name: &[u8]) -> bool {
+    false
+}

@@ -65,8 +65,15 @@ pub use watched::{Coherence, LENT_ATTR_TTL, WATCH_REVALIDATE};
 /// The filesystem's configuration.
 #[derive(Clone, Debug)]
 pub struct FsConfig {
-    /// How soon names and attributes changed directly in the source are seen.
+    /// How soon names and attributes changed directly in the source are
+    /// seen, where nothing reports their changes: every object with `ttl`
+    /// coherence; with the watch, the objects it cannot see (an inode
+    /// without a file handle, a filesystem under the source that could not
+    /// be marked, everything once the watch has failed).
     pub revalidate: Duration,
+    /// With the watch, the same for the objects it sees: a safety net only
+    /// ([`WATCH_REVALIDATE`]).
+    pub watch_revalidate: Duration,
     /// Let the kernel cache entries, attributes and pages too.
     pub kernel_cache: bool,
     /// dcache capacity.
@@ -101,6 +108,7 @@ impl Default for FsConfig {
     fn default() -> Self {
         Self {
             revalidate: Duration::from_secs(1),
+            watch_revalidate: WATCH_REVALIDATE,
             kernel_cache: false,
             dcache_entries: 1_000_000,
             dcache_negative: 250_000,
@@ -568,22 +576,48 @@ impl Fs {
         &self.cfg
     }
 
-    /// How long the kernel may keep an entry (0 unless kernel-cache mode).
-    pub fn entry_ttl(&self) -> Duration {
-        if self.cfg.kernel_cache {
+    /// How long what was read of `inode` may be used without asking the
+    /// source again: the watch's interval if the watch reports its changes
+    /// ([`Fs::covered`]), otherwise `--revalidate`'s.
+    pub(crate) fn interval(&self, inode: &Inode) -> Duration {
+        if self.covered(inode) {
+            self.cfg.watch_revalidate
+        } else {
             self.cfg.revalidate
+        }
+    }
+
+    /// [`interval`](Self::interval) of the inode with node id `ino` (a
+    /// node id no longer known: the shorter one).
+    fn interval_of(&self, ino: u64) -> Duration {
+        if self.all_covered() {
+            return self.cfg.watch_revalidate;
+        }
+        match self.table.get(ino) {
+            Ok(inode) => self.interval(&inode),
+            Err(_) => self.cfg.revalidate,
+        }
+    }
+
+    /// How long the kernel may keep a name under directory `parent` (0
+    /// unless kernel-cache mode): the directory's interval, as the names
+    /// under it change with it.
+    pub fn entry_ttl(&self, parent: u64) -> Duration {
+        if self.cfg.kernel_cache {
+            self.interval_of(parent)
         } else {
             Duration::ZERO
         }
     }
 
-    /// How long the kernel may keep attributes: the revalidation interval
+    /// How long the kernel may keep the attributes of `ino`: its interval
     /// in kernel-cache mode; in the default mode with the watch, a
-    /// millisecond ([`LENT_ATTR_TTL`], `fs/watched.rs`); otherwise 0.
-    pub fn attr_ttl(&self) -> Duration {
+    /// millisecond ([`LENT_ATTR_TTL`], `fs/watched.rs`) if the watch
+    /// reports its changes; otherwise 0.
+    pub fn attr_ttl(&self, ino: u64) -> Duration {
         if self.cfg.kernel_cache {
-            self.cfg.revalidate
-        } else if self.lends_attrs() {
+            self.interval_of(ino)
+        } else if self.lends_attrs() && (self.all_covered() || self.table.get(ino).is_ok_and(|i| self.covered(&i))) {
             LENT_ATTR_TTL
         } else {
             Duration::ZERO
@@ -596,14 +630,15 @@ impl Fs {
         self.cfg.kernel_cache || self.lends_attrs()
     }
 
-    fn fresh(&self, at: Instant) -> bool {
-        at.elapsed() < self.cfg.revalidate
+    /// Whether what was read of `inode` at `at` is within its interval.
+    fn fresh(&self, inode: &Inode, at: Instant) -> bool {
+        at.elapsed() < self.interval(inode)
     }
 
     /// Whether a cached `inode` may be answered as it is: attributes within
     /// the interval, and its source object not gone.
     fn usable(&self, inode: &Inode) -> bool {
-        self.fresh(inode.attr().at) && !inode.is_stale()
+        self.fresh(inode, inode.attr().at) && !inode.is_stale()
     }
 
     /// Answers `name` under `parent` from the name cache's usable `inode`,
@@ -661,7 +696,7 @@ impl Fs {
     fn revalidate_dir(&self, dir: &Inode) {
         let seen = dir.names_stamp();
         if let Some((_, at)) = seen
-            && self.fresh(at)
+            && self.fresh(dir, at)
         {
             return;
         }
@@ -769,7 +804,7 @@ impl Fs {
             Hit::Positive(mut inode) => {
                 // A slow source: refresh the directory's stale names at once
                 // (`fs/prefetch.rs`), then look again.
-                if !self.fresh(inode.attr().at)
+                if !self.fresh(&inode, inode.attr().at)
                     && self.refresh_dir(&parent)
                     && let Hit::Positive(again) = self.names.lookup(&parent, name)
                 {
@@ -824,7 +859,7 @@ impl Fs {
             return Ok(Attr::from_stat(ino, &st));
         }
         let a = inode.attr();
-        if self.fresh(a.at) {
+        if self.fresh(&inode, a.at) {
             return Ok(Attr::from_stat(ino, &a.st));
         }
         let st = self.refresh(&inode)?;
@@ -1253,7 +1288,7 @@ impl Fs {
         let inode = self.dir(ino)?;
         self.walk_ahead(&inode);
         if self.stamp_checked(&inode)
-            && let Some(l) = self.listings.fresh(&inode, self.cfg.revalidate)
+            && let Some(l) = self.listings.fresh(&inode, self.interval(&inode))
         {
             return Ok(self.dirs.insert(OpenDir {
                 inode,
@@ -1306,7 +1341,7 @@ impl Fs {
         let Some(held) = dir.listing.lock().clone() else {
             return Ok(());
         };
-        let servable = self.listings.servable(&dir.inode, self.cfg.revalidate);
+        let servable = self.listings.servable(&dir.inode, self.interval(&dir.inode));
         if servable.is_some_and(|now| Arc::ptr_eq(&now, &held)) {
             return Ok(());
         }

@@ -55,7 +55,7 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, OnceLock};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
@@ -156,11 +156,16 @@ impl FuseAdapter {
         );
     }
 
-    /// Answers an entry: the node, its attributes for [`Fs::attr_ttl`]
-    /// (lent for a millisecond in the default mode with the watch) and the
-    /// name for [`Fs::entry_ttl`].
-    fn entry(&self, reply: ReplyEntry, e: &crate::fs::Entry) {
-        reply.entry_with_ttls(&self.fs.attr_ttl(), &self.fs.entry_ttl(), &attr(&e.attr), Generation(0));
+    /// Answers an entry under `parent`: the node, its attributes for
+    /// [`Fs::attr_ttl`] (lent for a millisecond in the default mode with the
+    /// watch) and the name for [`Fs::entry_ttl`].
+    fn entry(&self, reply: ReplyEntry, parent: u64, e: &crate::fs::Entry) {
+        let attr_ttl = if e.ino == 0 {
+            Duration::ZERO
+        } else {
+            self.fs.attr_ttl(e.ino)
+        };
+        reply.entry_with_ttls(&attr_ttl, &self.fs.entry_ttl(parent), &attr(&e.attr), Generation(0));
     }
 
     /// An open that found the file changed in the source makes the kernel
@@ -408,7 +413,7 @@ impl Filesystem for FuseAdapter {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         handler!("lookup", req, parent.0, {
             match self.fs.lookup(parent.0, name.as_bytes()) {
-                Ok(e) => self.entry(reply, &e),
+                Ok(e) => self.entry(reply, parent.0, &e),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -423,7 +428,7 @@ impl Filesystem for FuseAdapter {
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         handler!("getattr", req, ino.0, {
             match self.fs.getattr(ino.0, fh.map(|f| f.0)) {
-                Ok(a) => reply.attr(&self.fs.attr_ttl(), &attr(&a)),
+                Ok(a) => reply.attr(&self.fs.attr_ttl(ino.0), &attr(&a)),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -458,7 +463,7 @@ impl Filesystem for FuseAdapter {
                 fh: fh.map(|f| f.0),
             };
             match self.fs.setattr(ino.0, set, caller(req)) {
-                Ok(a) => reply.attr(&self.fs.attr_ttl(), &attr(&a)),
+                Ok(a) => reply.attr(&self.fs.attr_ttl(ino.0), &attr(&a)),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -479,7 +484,7 @@ impl Filesystem for FuseAdapter {
                 .fs
                 .mknod(parent.0, name.as_bytes(), mode, rdev as u64, creator(req, umask))
             {
-                Ok(e) => self.entry(reply, &e),
+                Ok(e) => self.entry(reply, parent.0, &e),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -488,7 +493,7 @@ impl Filesystem for FuseAdapter {
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         handler!("mkdir", req, parent.0, {
             match self.fs.mkdir(parent.0, name.as_bytes(), mode, creator(req, umask)) {
-                Ok(e) => self.entry(reply, &e),
+                Ok(e) => self.entry(reply, parent.0, &e),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -514,7 +519,7 @@ impl Filesystem for FuseAdapter {
                 target.as_os_str().as_bytes(),
                 caller(req),
             ) {
-                Ok(e) => self.entry(reply, &e),
+                Ok(e) => self.entry(reply, parent.0, &e),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -548,7 +553,7 @@ impl Filesystem for FuseAdapter {
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         handler!("link", req, ino.0, {
             match self.fs.link(ino.0, newparent.0, newname.as_bytes(), caller(req)) {
-                Ok(e) => self.entry(reply, &e),
+                Ok(e) => self.entry(reply, newparent.0, &e),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -699,13 +704,13 @@ impl Filesystem for FuseAdapter {
 
     fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         handler!("readdirplus", req, ino.0, {
-            let ttl = self.fs.entry_ttl();
+            let entry_ttl = self.fs.entry_ttl(ino.0);
             let r = self.fs.readdir(fh.0, offset, true, |item| match &item.entry {
                 Some(e) => reply.add(
                     INodeNo(e.ino),
                     item.next_offset,
                     OsStr::from_bytes(&item.name),
-                    &ttl,
+                    &entry_ttl.min(self.fs.attr_ttl(e.ino)),
                     &attr(&e.attr),
                     Generation(0),
                 ),
@@ -825,7 +830,7 @@ impl Filesystem for FuseAdapter {
                 .create(parent.0, name.as_bytes(), mode, flags, creator(req, umask))
             {
                 Ok((e, o)) => reply.created(
-                    &self.fs.entry_ttl(),
+                    &self.fs.entry_ttl(parent.0).min(self.fs.attr_ttl(e.ino)),
                     &attr(&e.attr),
                     Generation(0),
                     FileHandle(o.fh),

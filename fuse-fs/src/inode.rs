@@ -254,8 +254,10 @@ pub struct Inode {
     /// Told when this inode is freed (`None` for the root, which never is).
     reaper: Option<Arc<Reaper>>,
     /// Its entry in the handle index (see [`InodeTable::find_handle`]),
-    /// when the table keeps one and this inode is the one listed.
-    hkey: Mutex<Option<Box<[u8]>>>,
+    /// when the table keeps one and this inode is the one listed. Set once,
+    /// by the table's `intern` under the key's lock, so reading it takes no
+    /// lock.
+    hkey: std::sync::OnceLock<Box<[u8]>>,
 }
 
 /// Held by an open that found an inode's attributes changed since rcufs
@@ -410,7 +412,7 @@ struct Reaper {
 impl Drop for Inode {
     fn drop(&mut self) {
         if let Some(r) = &self.reaper {
-            let hkey = self.hkey.get_mut().take();
+            let hkey = self.hkey.take();
             r.gone.lock().push((self.ino, self.key, hkey));
             r.pending.store(true, Ordering::Relaxed);
         }
@@ -463,7 +465,13 @@ impl Inode {
     /// This inode's key in the table's handle index, once it is listed
     /// there (with the watch only).
     pub fn handle_key(&self) -> Option<Box<[u8]>> {
-        self.hkey.lock().clone()
+        self.hkey.get().cloned()
+    }
+
+    /// Whether this inode is listed in the handle index, so that the
+    /// source watcher can find it by the handle its events carry.
+    pub fn indexed(&self) -> bool {
+        self.hkey.get().is_some()
     }
 
     /// Forgets the cached attributes, so the next use reads the source.
@@ -759,6 +767,8 @@ pub struct InodeTable {
     link_moves: AtomicU64,
     /// Inodes created with [`Backing::ByName`].
     by_name: AtomicU64,
+    /// See [`unindexed`](Self::unindexed).
+    unindexed: AtomicU64,
     children: Children,
     /// Directory key -> the node id of that directory that the kernel
     /// forgot while inodes it still knows were listed under it (a file kept
@@ -811,6 +821,7 @@ impl InodeTable {
             renames_done: AtomicU64::new(0),
             link_moves: AtomicU64::new(0),
             by_name: AtomicU64::new(0),
+            unindexed: AtomicU64::new(0),
             children: Children::default(),
             orphans: Mutex::new(HashMap::new()),
             reaper: Arc::new(Reaper::default()),
@@ -830,7 +841,7 @@ impl InodeTable {
             dentry: Mutex::new(DentrySlot::default()),
             link: Link::new(ROOT_INO, Box::default(), None),
             reaper: None,
-            hkey: Mutex::new(None),
+            hkey: std::sync::OnceLock::new(),
         });
         table.by_ino[Self::ino_shard(ROOT_INO)]
             .write()
@@ -946,7 +957,7 @@ impl InodeTable {
             dentry: Mutex::new(DentrySlot::default()),
             link: Link::new(new.parent_ino, new.name.to_bytes().into(), parent_ref),
             reaper: Some(self.reaper.clone()),
-            hkey: Mutex::new(None),
+            hkey: std::sync::OnceLock::new(),
         });
         let (result, displaced) = {
             let mut map = shard.lock();
@@ -1369,30 +1380,37 @@ impl InodeTable {
         index[handle_shard(&buf[..n])]
             .lock()
             .insert(buf[..n].into(), Arc::downgrade(&root_arc));
+        let _ = root_arc.hkey.set(buf[..n].into());
         self.by_handle = Some(index);
         Ok(())
     }
 
     /// Lists `inode` in the handle index, if the table keeps one (`intern`
     /// calls it under the key shard's lock, before the key entry is made).
+    /// An inode that cannot be listed (no file handle) is counted in
+    /// [`unindexed`](Self::unindexed).
     fn index_handle(&self, inode: &Arc<Inode>) {
-        let (Some(index), Backing::Handle { handle, mount_id }) = (&self.by_handle, &inode.backing) else {
+        let Some(index) = &self.by_handle else {
             return;
         };
-        let Some(&fsid) = self.fsids.read().get(mount_id) else {
+        let fsid = match &inode.backing {
+            Backing::Handle { mount_id, .. } => self.fsids.read().get(mount_id).copied(),
+            _ => None,
+        };
+        let (Backing::Handle { handle, .. }, Some(fsid)) = (&inode.backing, fsid) else {
+            self.unindexed.fetch_add(1, Ordering::Relaxed);
             return;
         };
         let mut buf = [0u8; 12 + sys::MAX_HANDLE_SZ];
         let n = pack_handle(fsid, handle.handle_type(), handle.bytes(), &mut buf);
         let key: Box<[u8]> = buf[..n].into();
-        let mut hk = inode.hkey.lock();
-        if hk.is_some() {
+        if inode.hkey.get().is_some() {
             return;
         }
         index[handle_shard(&key)]
             .lock()
             .insert(key.clone(), Arc::downgrade(inode));
-        *hk = Some(key);
+        let _ = inode.hkey.set(key);
     }
 
     /// The key `handle` has in the handle index (see [`Inode::handle_key`]).
@@ -1425,6 +1443,21 @@ impl InodeTable {
     /// Inodes created without a file handle ([`Backing::ByName`]).
     pub fn by_name(&self) -> u64 {
         self.by_name.load(Ordering::Relaxed)
+    }
+
+    /// Inodes made while the handle index was kept that could not be
+    /// listed in it (no file handle): the source watcher cannot find them.
+    pub fn unindexed(&self) -> u64 {
+        self.unindexed.load(Ordering::Relaxed)
+    }
+
+    /// Every inode the kernel knows, the root excluded.
+    pub fn all_known(&self) -> Vec<Arc<Inode>> {
+        let mut out = Vec::new();
+        for shard in self.by_ino.iter() {
+            out.extend(shard.read().values().filter(|i| i.ino != ROOT_INO).cloned());
+        }
+        out
     }
 
     /// Inodes the kernel knows.

@@ -388,20 +388,12 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     // Defaults for the options not given, by the kind of source.
     let profile = Profile::of(&opts.source);
     let threads = opts.threads.unwrap_or_else(|| profile.threads(local_threads()));
-    let revalidate = if coherence == Coherence::Watch {
-        if let Some(given) = opts.revalidate {
-            tracing::info!(
-                revalidate_secs = given.as_secs_f64(),
-                "the source is watched, so --revalidate is not used (the interval is an hour, a safety net); \
-                 give --coherence ttl to re-check the source by time instead"
-            );
-        }
-        WATCH_REVALIDATE
-    } else {
-        opts.revalidate.unwrap_or_else(|| profile.revalidate())
-    };
+    // With the watch, the interval of what the watch cannot see (and of
+    // everything, should the watch stop); the rest is kept for an hour.
+    let revalidate = opts.revalidate.unwrap_or_else(|| profile.revalidate());
     let cfg = FsConfig {
         revalidate,
+        watch_revalidate: WATCH_REVALIDATE,
         kernel_cache: opts.kernel_cache,
         dcache_entries: opts.dcache_entries,
         dcache_negative: opts.dcache_negative,
@@ -541,9 +533,6 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     })
 }
 
-/// The source watcher's loop: applies each batch of events; a panic while
-/// applying one is logged and the watch goes on (the batch's changes are
-/// then seen only through the revalidation interval, or a drop).
 /// Starts the daemon's thread `name` running `f`, kept in `workers` to be
 /// joined at unmount; `what` names it in the error.
 fn spawn(workers: &mut Vec<JoinHandle<()>>, name: &str, what: &str, f: impl FnOnce() + Send + 'static) -> Result<()> {
@@ -555,7 +544,17 @@ fn spawn(workers: &mut Vec<JoinHandle<()>>, name: &str, what: &str, f: impl FnOn
     Ok(())
 }
 
+/// The source watcher's loop: applies each batch of events. A panic while
+/// applying one drops every cache (the batch's changes may be missing from
+/// them) and the watch goes on; an error that ends the loop drops every
+/// cache and leaves the mount re-checking the source after `--revalidate`,
+/// as with `ttl` coherence (`fs/watched.rs`).
 fn watch_worker(w: &Watcher, fs: &Fs) {
+    if let Some(after) = crate::fault::watch_fails() {
+        std::thread::sleep(after);
+        fs.watch_failed("injected fault");
+        return;
+    }
     if let Some(stall) = crate::fault::watch_stall() {
         std::thread::sleep(stall);
     }
@@ -563,13 +562,15 @@ fn watch_worker(w: &Watcher, fs: &Fs) {
         let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs.apply_source_events(events)));
         if applied.is_err() {
             crate::fault::record_panic();
-            tracing::error!("panic while applying source events; the watch goes on");
+            let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs.watch_batch_failed()));
+            if dropped.is_err() {
+                // Nothing more can be trusted of what the watch kept.
+                crate::fault::record_panic();
+                fs.watch_failed("a panic while dropping the caches after a failed batch");
+            }
         }
     });
     if let Err(e) = r {
-        tracing::error!(
-            "the source watch stopped: {e:#}; changes in the source are now seen only after {} s or a drop",
-            WATCH_REVALIDATE.as_secs()
-        );
+        fs.watch_failed(&format!("{e:#}"));
     }
 }

@@ -88,6 +88,14 @@ impl Fs {
         for (inode, depth) in known {
             found.insert(inode.ino, (inode, depth));
         }
+        if dir.ino == ROOT_INO {
+            // Everything the kernel knows, also what the walk cannot reach:
+            // inodes listed under a directory's forgotten node id (orphans,
+            // `inode.rs`), which a lookup of the directory adopts later.
+            for inode in self.table.all_known() {
+                found.entry(inode.ino).or_insert((inode, 0));
+            }
+        }
         let mut found_in_dcache = 0u64;
         // The inodes whose entries the walk will count (dropped, or busy
         // while a handle holds them): the known ones cached before it, and

@@ -271,10 +271,10 @@ impl Fs {
     /// A listing kept within the interval (one read ahead of a walk:
     /// `fs/walk_ahead.rs`) serves instead of a new one.
     pub(super) fn refresh_dir(&self, dir: &Arc<Inode>) -> bool {
-        if self.cfg.source_kind != "network" || !dir.claim_refresh(self.cfg.revalidate) {
+        if self.cfg.source_kind != "network" || !dir.claim_refresh(self.interval(dir)) {
             return false;
         }
-        if let Some(l) = self.listings.servable(dir, self.cfg.revalidate) {
+        if let Some(l) = self.listings.servable(dir, self.interval(dir)) {
             self.refreshes.fetch_add(1, Ordering::Relaxed);
             self.refresh_names(dir, &l.entries);
             return true;

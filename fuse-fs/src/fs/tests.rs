@@ -140,7 +140,7 @@ fn missing_names_are_enoent_or_negative_entries() {
         ..default_cfg()
     });
     assert_eq!(k.fs.lookup(ROOT_INO, b"nope").expect("negative entry").ino, 0);
-    assert_eq!(k.fs.entry_ttl(), Duration::from_secs(1));
+    assert_eq!(k.fs.entry_ttl(ROOT_INO), Duration::from_secs(1));
 }
 
 #[test]
@@ -1586,11 +1586,11 @@ fn an_xattr_change_through_the_mount_expires_the_cached_attributes() {
 #[test]
 fn attributes_are_lent_with_the_watch_until_an_invalidation_is_lost() {
     let ttl = setup(default_cfg());
-    assert_eq!(ttl.fs.attr_ttl(), Duration::ZERO, "ttl coherence lends nothing");
+    assert_eq!(ttl.fs.attr_ttl(ROOT_INO), Duration::ZERO, "ttl coherence lends nothing");
     let Some(t) = watched() else { return };
-    assert_eq!(t.fs.attr_ttl(), LENT_ATTR_TTL);
+    assert_eq!(t.fs.attr_ttl(ROOT_INO), LENT_ATTR_TTL);
     assert_eq!(
-        t.fs.entry_ttl(),
+        t.fs.entry_ttl(ROOT_INO),
         Duration::ZERO,
         "every lookup still reaches the dcache"
     );
@@ -1640,7 +1640,7 @@ fn attributes_are_lent_with_the_watch_until_an_invalidation_is_lost() {
     }));
     assert!(t.fs.inval_queue().has_overflowed());
     assert_eq!(
-        t.fs.attr_ttl(),
+        t.fs.attr_ttl(a.ino),
         Duration::ZERO,
         "still lending after a lost invalidation"
     );
@@ -1683,4 +1683,5 @@ fn opens_racing_the_first_to_find_a_change_invalidate_too() {
     }
 }
 
+mod coverage;
 mod stress;

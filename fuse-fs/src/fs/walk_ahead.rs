@@ -85,7 +85,7 @@ impl Fs {
         }
         let (pino, name) = dir.link();
         let Ok(parent) = self.inode(pino) else { return };
-        let Some(l) = self.listings.servable(&parent, self.cfg.revalidate) else {
+        let Some(l) = self.listings.servable(&parent, self.interval(&parent)) else {
             return;
         };
         // A walk opens the children in listing order: look from the last
@@ -140,8 +140,8 @@ impl Fs {
             },
         };
         if !dir.is_dir()
-            || self.listings.servable(&dir, self.cfg.revalidate).is_some()
-            || !dir.claim_list_ahead(self.cfg.revalidate)
+            || self.listings.servable(&dir, self.interval(&dir)).is_some()
+            || !dir.claim_list_ahead(self.interval(&dir))
         {
             return;
         }

@@ -17,7 +17,29 @@
 //!   (kernel: attributes and pages).
 //!
 //! A queue overflow (events lost) drops everything under the mount, as a
-//! root `rcufs drop --all` does, and is counted and logged once.
+//! root `rcufs drop --all` does, and is counted and logged once. So does a
+//! batch that could not be applied (a panic while applying it), counted in
+//! `failed_batches`; the watch goes on.
+//!
+//! # What the watch cannot see
+//! Kept for the watch's interval (an hour) is only what an event would
+//! correct ([`Fs::covered`]): an inode in the handle index, on a
+//! filesystem that is marked, while the watch runs. Everything else is
+//! re-checked after `--revalidate` as with `ttl` coherence, and the kernel
+//! is given that interval for it ([`Fs::entry_ttl`], [`Fs::attr_ttl`]: a
+//! name's timeout is its directory's interval, as name events are the
+//! directory's):
+//! - an inode without a file handle (`Backing::ByName`: a FUSE filesystem
+//!   under the source, or a forced watch of a source without handles);
+//! - an inode on a filesystem under the source that could not be marked;
+//! - every inode once the watch has failed ([`Fs::watch_failed`]: its
+//!   thread ended on an error). Then every cache is dropped as on an
+//!   overflow: the kernel and rcufs held entries for the hour, and events
+//!   since the last batch applied are lost.
+//!
+//! Replies choose their timeouts without a table lookup while everything
+//! is covered ([`Fs::all_covered`]); once one inode is not, each reply
+//! looks its inode up.
 //!
 //! # The race with lookups, and the change sequence
 //! An event is read after the change is visible in the source. A request
@@ -206,13 +228,19 @@ pub struct Watched {
     pub(super) lost: Mutex<HashSet<Box<[u8]>>>,
     /// Queue overflows (everything dropped).
     overflows: AtomicU64,
+    /// Batches that could not be applied (everything dropped).
+    failed_batches: AtomicU64,
     /// Kernel invalidations the watcher could not queue.
     inval_dropped: AtomicU64,
     /// How to mark filesystems mounted under the source after the mount
     /// started, and the devices marked (or found unwatchable) so far.
     marker: OnceLock<(Marker, Mutex<HashMap<u64, Marked>>)>,
-    /// Filesystems under the source that could not be watched.
+    /// Filesystems under the source that could not be watched (their
+    /// devices are `Marked::Failed` in `marker`).
     unwatched: AtomicU64,
+    /// Set once the watch has stopped (its thread ended on an error): it
+    /// sees nothing any more.
+    failed: AtomicBool,
     /// How to wait for the watcher to catch up.
     syncer: OnceLock<Syncer>,
     /// Catch-ups asked for, and those that timed out.
@@ -268,6 +296,79 @@ enum Action<'a> {
 impl Fs {
     fn watching(&self) -> bool {
         self.cfg.coherence == Coherence::Watch
+    }
+
+    /// Whether the watch reports the changes of `inode`'s source object, so
+    /// that what was read of it may be kept for the watch's interval: the
+    /// watch is running, the inode is in the handle index (the watcher
+    /// finds objects by handle), and its filesystem is marked. Otherwise
+    /// it is re-checked after `--revalidate`, as with `ttl` coherence (see
+    /// the module docs, "What the watch cannot see").
+    pub(crate) fn covered(&self, inode: &Inode) -> bool {
+        self.watching()
+            && !self.watched.failed.load(Ordering::Relaxed)
+            && inode.indexed()
+            && !self.on_unwatched_filesystem(inode.key.0)
+    }
+
+    /// Whether every inode is [`covered`](Self::covered) (so a reply need
+    /// not look its inode up to choose its timeouts).
+    pub(crate) fn all_covered(&self) -> bool {
+        self.watching()
+            && !self.watched.failed.load(Ordering::Relaxed)
+            && self.table.unindexed() == 0
+            && self.watched.unwatched.load(Ordering::Relaxed) == 0
+    }
+
+    fn on_unwatched_filesystem(&self, dev: u64) -> bool {
+        if self.watched.unwatched.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.watched
+            .marker
+            .get()
+            .is_some_and(|(_, devs)| devs.lock().get(&dev) == Some(&Marked::Failed))
+    }
+
+    /// The watch has stopped for good (`why`): from now on every object is
+    /// re-checked after `--revalidate`, and what was kept for the watch's
+    /// interval is dropped, in rcufs and in the kernel, as a queue overflow
+    /// drops it.
+    pub fn watch_failed(&self, why: &str) {
+        if self.watched.failed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::error!(
+            "the source watch stopped: {why}; every cache of the mount is dropped, and changes made \
+             directly in the source are seen after {:?} (--revalidate) from now on",
+            self.cfg.revalidate
+        );
+        self.drop_everything("after the watch stopped");
+    }
+
+    /// A batch of events could not be applied (a panic while applying it):
+    /// its changes may be missing from the caches, so everything is
+    /// dropped, as after a queue overflow. The watch goes on.
+    pub fn watch_batch_failed(&self) {
+        self.watched.failed_batches.fetch_add(1, Ordering::Relaxed);
+        tracing::error!("a panic while applying source events: every cache of the mount is dropped; the watch goes on");
+        self.drop_everything("after a failed batch of source events");
+    }
+
+    /// Drops every cache of the mount as a root `rcufs drop --all` does,
+    /// and queues the kernel's invalidations (waiting for room).
+    fn drop_everything(&self, when: &str) {
+        match self.drop_dir(ROOT_INO, DropMode::All, Caller::default()) {
+            Ok(out) => {
+                if self.kernel_keeps_attrs() && !out.inval.is_empty() {
+                    let dropped = self.inval.push_waiting(out.inval, INVAL_WAIT);
+                    if dropped > 0 {
+                        self.watched.inval_dropped.fetch_add(dropped, Ordering::Relaxed);
+                    }
+                }
+            }
+            Err(e) => tracing::error!("dropping the caches {when}: {e}"),
+        }
     }
 
     /// Whether replies lend the kernel their attributes (the default mode
@@ -378,7 +479,7 @@ impl Fs {
     /// holding a lock the watcher takes (an inode's stamps, a directory's
     /// name-change lock, the caches'), nor from the watcher's own thread.
     pub(super) fn catch_up_with_source(&self) {
-        if !self.watching() || !self.cfg.kernel_cache {
+        if !self.watching() || !self.cfg.kernel_cache || self.watched.failed.load(Ordering::Relaxed) {
             return;
         }
         let Some(syncer) = self.watched.syncer.get() else {
@@ -408,8 +509,13 @@ impl Fs {
         if let Some(m) = devs.get(&dev) {
             return *m == Marked::Later;
         }
-        let marked = marker.mark(dir, name);
+        let marked = crate::fault::mark_fails().map_or_else(|| marker.mark(dir, name), Err);
         devs.insert(dev, if marked.is_ok() { Marked::Later } else { Marked::Failed });
+        if marked.is_err() {
+            // Counted under the lock: a reader that finds the count finds
+            // the device listed.
+            self.watched.unwatched.fetch_add(1, Ordering::Relaxed);
+        }
         drop(devs);
         match marked {
             Ok(()) => {
@@ -417,13 +523,12 @@ impl Fs {
                 true
             }
             Err(why) => {
-                self.watched.unwatched.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
                     name = %name.to_string_lossy(),
                     dev,
                     "cannot watch a filesystem mounted under the source ({why}): changes made directly there \
-                     are seen only after a drop or {} s",
-                    WATCH_REVALIDATE.as_secs()
+                     are seen after {:?} (--revalidate), as with coherence ttl",
+                    self.cfg.revalidate
                 );
                 false
             }
@@ -456,6 +561,12 @@ impl Fs {
 
     /// Applies a batch of source events (the watcher thread calls this).
     pub fn apply_source_events(&self, events: &[Event<'_>]) {
+        if events
+            .iter()
+            .any(|e| matches!(e, Event::Name { name, .. } if crate::fault::apply_panics(name)))
+        {
+            panic!("injected fault: applying a batch of {} source events", events.len());
+        }
         let w = &self.watched;
         w.events.fetch_add(events.len() as u64, Ordering::Relaxed);
         // SeqCst: before the lookups below; pairs with the increment and
@@ -564,8 +675,7 @@ impl Fs {
                      further overflows are counted in the stats (coherence.overflows)"
                 );
             }
-            let root = Caller::default();
-            match self.drop_dir(ROOT_INO, DropMode::All, root) {
+            match self.drop_dir(ROOT_INO, DropMode::All, Caller::default()) {
                 Ok(out) => inval.extend(out.inval),
                 Err(e) => tracing::error!("dropping the caches after a watch overflow: {e}"),
             }
@@ -593,6 +703,10 @@ impl Fs {
             "batches": w.batches.load(Ordering::Relaxed),
             "unknown_rechecked": w.unknown_rechecked.load(Ordering::Relaxed),
             "overflows": w.overflows.load(Ordering::Relaxed),
+            "failed_batches": w.failed_batches.load(Ordering::Relaxed),
+            "failed": u64::from(w.failed.load(Ordering::Relaxed)),
+            "unindexed": self.table.unindexed(),
+            "watch_revalidate_secs": if self.watching() { self.cfg.watch_revalidate.as_secs_f64() } else { 0.0 },
             "inval_dropped": w.inval_dropped.load(Ordering::Relaxed),
             "unwatched_filesystems": w.unwatched.load(Ordering::Relaxed),
             "syncs": w.syncs.load(Ordering::Relaxed),

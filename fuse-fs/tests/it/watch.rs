@@ -648,3 +648,139 @@ fn mounted_later_is_watched(warm_first: bool) {
     assert_eq!(m.stat("coherence", "unwatched_filesystems"), 0);
     drop(m);
 }
+
+/// Well past `--revalidate 1` (below), far below the watch's hour.
+const RECHECKED: Duration = Duration::from_secs(15);
+
+/// A filesystem mounted under the source later that cannot be marked (a
+/// fault here; a network or FUSE filesystem in life): its objects are
+/// re-checked after `--revalidate`, as with `ttl` coherence, in rcufs and
+/// in the kernel, not kept for the watch's hour.
+#[test]
+fn a_filesystem_under_the_source_that_cannot_be_watched_is_rechecked_after_revalidate() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: mounting a tmpfs inside the source needs root");
+        return;
+    }
+    for kernel_cache in [false, true] {
+        let mut args = vec!["--coherence", "watch", "--revalidate", "1"];
+        if kernel_cache {
+            args.push("--kernel-cache");
+        }
+        let Some(m) = Mount::with_env(&args, &[("RCUFS_FAULT", "mark-fails")], |src| {
+            fs::create_dir(src.join("sub")).unwrap()
+        }) else {
+            return;
+        };
+        let sub = m.src_at("sub");
+        let (what, c) = (std::ffi::CString::new("tmpfs").unwrap(), crate::sys::cpath(&sub));
+        // SAFETY: all strings are NUL-terminated; no data argument.
+        let rc = unsafe { libc::mount(what.as_ptr(), c.as_ptr(), what.as_ptr(), 0, std::ptr::null()) };
+        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+        let _guard = Submount(sub.clone());
+        fs::write(sub.join("a"), b"a").unwrap();
+        assert_eq!(fs::read(m.at("sub/a")).unwrap(), b"a");
+        assert_eq!(errno(&fs::metadata(m.at("sub/b"))), Some(libc::ENOENT));
+        assert_eq!(m.stat("coherence", "unwatched_filesystems"), 1, "{}", m.stats());
+        fs::write(sub.join("b"), b"b").unwrap();
+        fs::set_permissions(sub.join("a"), fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(
+            eventually(RECHECKED, || {
+                fs::read(m.at("sub/b")).is_ok_and(|b| b == b"b")
+                    && fs::metadata(m.at("sub/a")).is_ok_and(|md| md.permissions().mode() & 0o777 == 0o600)
+            }),
+            "changes in the unwatched submount not seen (kernel cache: {kernel_cache}): {}\n{}",
+            m.stats(),
+            m.log_text()
+        );
+        // What the watch does see keeps its hour.
+        assert_eq!(m.stat("coherence", "failed"), 0);
+        drop(m);
+    }
+}
+
+/// A watch that stops (its thread ended on an error: a fault here) leaves
+/// nothing kept for its hour: every cache is dropped, in rcufs and in the
+/// kernel, and the mount re-checks the source after `--revalidate`.
+#[test]
+fn a_watch_that_stops_leaves_the_mount_rechecking_after_revalidate() {
+    let args = ["--coherence", "watch", "--kernel-cache", "--revalidate", "1"];
+    let Some(m) = Mount::with_env(&args, &[("RCUFS_FAULT", "watch-fails:3000")], tree) else {
+        return;
+    };
+    // Cached (and lent to the kernel) while the watch still runs.
+    assert_eq!(fs::read(m.at("d/a")).unwrap(), content(1, 9000));
+    assert_eq!(errno(&fs::metadata(m.at("d/new"))), Some(libc::ENOENT));
+    assert_eq!(
+        m.stat("coherence", "failed"),
+        0,
+        "the watch failed too early: {}",
+        m.stats()
+    );
+    assert!(
+        eventually(SOON, || m.stat("coherence", "failed") == 1),
+        "the watch did not stop: {}",
+        m.log_text()
+    );
+    assert!(m.log_text().contains("the source watch stopped"), "{}", m.log_text());
+    let timeouts = m.stat("coherence", "sync_timeouts");
+    fs::set_permissions(m.src_at("d/a"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::write(m.src_at("d/new"), b"new").unwrap();
+    assert!(
+        eventually(RECHECKED, || {
+            fs::read(m.at("d/new")).is_ok_and(|b| b == b"new")
+                && fs::metadata(m.at("d/a")).is_ok_and(|md| md.permissions().mode() & 0o777 == 0o600)
+        }),
+        "changes after the watch stopped not seen: {}\n{}",
+        m.stats(),
+        m.log_text()
+    );
+    // Nothing waits for the stopped watcher to catch up (the open of a
+    // changed file would, for 50 ms).
+    assert_eq!(fs::read(m.at("d/a")).unwrap(), content(1, 9000));
+    assert_eq!(m.stat("coherence", "sync_timeouts"), timeouts, "{}", m.stats());
+}
+
+/// A batch of events that cannot be applied (a panic while applying it: a
+/// fault here) may hold changes of cached objects: every cache is dropped,
+/// and the watch goes on.
+#[test]
+fn a_batch_of_events_that_cannot_be_applied_drops_every_cache() {
+    // The watcher waits 500 ms before applying a batch that touches
+    // something cached, so the two changes made meanwhile are read as one
+    // batch, the one that panics.
+    let env = [("RCUFS_FAULT", "apply-panics:boom,watch-apply-delay:500")];
+    let Some(m) = Mount::with_env(KERNEL, &env, tree) else {
+        return;
+    };
+    assert_eq!(fs::read(m.at("d/a")).unwrap(), content(1, 9000));
+    assert_eq!(fs::read(m.at("d/keep")).unwrap(), b"keep");
+    fs::write(m.src_at("d/keep"), b"kept").unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    fs::write(m.src_at("d/boom"), b"").unwrap();
+    fs::set_permissions(m.src_at("d/a"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(
+        eventually(SOON, || m.stat("coherence", "failed_batches") >= 1),
+        "no failed batch: {}\n{}",
+        m.stats(),
+        m.log_text()
+    );
+    assert!(
+        eventually(SOON, || {
+            fs::metadata(m.at("d/a")).is_ok_and(|md| md.permissions().mode() & 0o777 == 0o600)
+        }),
+        "the change in the failed batch was lost: {}\n{}",
+        m.stats(),
+        m.log_text()
+    );
+    assert_eq!(
+        m.stat("coherence", "failed"),
+        0,
+        "the watch should go on: {}",
+        m.stats()
+    );
+    // And it does: a later change is applied as an event.
+    fs::write(m.src_at("d/keep"), b"again").unwrap();
+    assert!(eventually(SOON, || fs::read(m.at("d/keep")).is_ok_and(|b| b == b"again")));
+}
