@@ -385,7 +385,7 @@ pub struct Fs {
     files: Handles<OpenFile>,
     dirs: Handles<OpenDir>,
     shared: SharedFds,
-    gate: FdGate,
+    gate: Arc<FdGate>,
     drops: DropCounters,
     stale_opens: AtomicU64,
     dir_changes: AtomicU64,
@@ -512,7 +512,7 @@ impl Fs {
         }
         let names = Names::new(cfg.dcache_entries, cfg.dcache_negative, &root);
         let data = Data::new(cfg.page_cache_bytes);
-        let gate = FdGate::new(cfg.fd_limit, cfg.fd_pool as u64);
+        let gate = Arc::new(FdGate::new(cfg.fd_limit, cfg.fd_pool as u64));
         // Listings are forgotten by time, drops, changes through the mount
         // and, with the watch, by the watcher (`listing.rs`).
         let listings = Listings::new(true, cfg.dcache_entries);
@@ -1129,8 +1129,8 @@ impl Fs {
             },
             || {
                 let fd = self.open_inode(&inode, flags, caller)?;
-                self.gate.admit(fd.as_fd(), caller.uid)?;
-                Ok(fd)
+                let charge = self.gate.admit(fd.as_fd(), caller.uid)?;
+                Ok((fd, charge))
             },
         )?;
         self.opened(inode, fd, flags)
@@ -1295,10 +1295,11 @@ impl Fs {
                 fd: Mutex::new(None),
                 listing: Mutex::new(Some(l)),
                 kept: true,
+                charge: None,
             }));
         }
         let fd = self.open_inode(&inode, libc::O_RDONLY | libc::O_DIRECTORY, caller)?;
-        self.gate.admit(fd.as_fd(), caller.uid)?;
+        let charge = self.gate.admit(fd.as_fd(), caller.uid)?;
         let mut listing = None;
         if self.listings.enabled()
             && let listing::Read::Whole(l) = self.read_listing(fd.as_fd(), &inode)?
@@ -1309,6 +1310,7 @@ impl Fs {
             inode,
             // A handle that reads a listing needs no descriptor.
             fd: Mutex::new(if listing.is_some() { None } else { Some(fd) }),
+            charge: if listing.is_some() { None } else { charge },
             listing: Mutex::new(listing),
             kept: false,
         }))
@@ -1532,6 +1534,9 @@ impl Fs {
         let names_read = parent.reading_names();
         let renames = self.table.watch_renames();
         let fd = self.create_fd(&parent, &pfd, name, &cname, mode, flags, caller)?;
+        // Made: charged whatever the share (the precheck refused the opens
+        // past it, but not ones racing with this).
+        let charge = self.gate.charge(caller.uid);
         self.touched_dir(&parent);
         let interning = self.interning();
         let before = self.source_seq();
@@ -1577,7 +1582,7 @@ impl Fs {
         // The new descriptor joins (or becomes) the inode's shared one.
         let fd = self
             .shared
-            .get(ShareKey::new(inode.ino, flags), false, |_| Ok(()), || Ok(fd))?;
+            .get(ShareKey::new(inode.ino, flags), false, |_| Ok(()), || Ok((fd, charge)))?;
         let opened = self.opened(inode, fd, flags)?;
         Ok((entry, opened))
     }

@@ -119,6 +119,16 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
         Kind::Gauge,
         "Descriptor count past which non-root opens are refused",
     ),
+    (
+        "inodes.fd_user_max",
+        Kind::Gauge,
+        "Most descriptors one non-root user may hold",
+    ),
+    (
+        "inodes.fd_user_refusals",
+        Kind::Counter,
+        "Non-root opens refused because their user held its share of the descriptors",
+    ),
     ("drops.requests", Kind::Counter, "Directory drops requested"),
     (
         "drops.busy",
@@ -175,6 +185,26 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
         "coherence.overflows",
         Kind::Counter,
         "Watcher queue overflows (every cache of the mount was then dropped)",
+    ),
+    (
+        "coherence.failed_batches",
+        Kind::Counter,
+        "Event batches that could not be applied (every cache of the mount was then dropped)",
+    ),
+    (
+        "coherence.failed",
+        Kind::Gauge,
+        "1 once the source watch has stopped (everything is then re-checked after --revalidate)",
+    ),
+    (
+        "coherence.unindexed",
+        Kind::Gauge,
+        "Inodes without a file handle, which the watch cannot find (re-checked after --revalidate)",
+    ),
+    (
+        "coherence.watch_revalidate_secs",
+        Kind::Gauge,
+        "The interval of what the watch sees (0 without the watch)",
     ),
     (
         "coherence.inval_dropped",

@@ -29,7 +29,7 @@
 //! rebuilt on a rewind, hashed directories keep a cursor in the open file),
 //! so two handles sharing one would see each other's rewinds.
 //!
-//! # The reserve
+//! # The reserve, and each user's share
 //! A non-root caller's open that needs a new descriptor is refused with
 //! `EMFILE` once the daemon's descriptors reach `limit − reserve`
 //! ([`FdGate`]); root's never is, so a user holding thousands of files open
@@ -37,6 +37,14 @@
 //! kernel gave: Linux hands out the lowest free number, so a number at or
 //! above the threshold means every number below it is in use. The refusal
 //! is logged at most once per interval with the count of suppressed ones.
+//!
+//! Nor can one user lock the other users out: each non-root user may hold
+//! at most half of what lies below the threshold ([`FdGate::user_max`]).
+//! A new descriptor is charged to the user whose open made it
+//! ([`Charge`], kept beside the descriptor), until it is closed: a shared
+//! descriptor stays charged to its opener while any handle uses it, and
+//! costs the users who reuse it nothing, as it costs the daemon nothing
+//! more.
 //!
 //! # Invariants
 //! - A map entry names a live shared descriptor or one whose last handle is
@@ -86,6 +94,8 @@ pub struct OpenDir {
     /// Whether a kept listing served the OPENDIR (the same listing as the
     /// previous OPENDIR's, so the kernel may keep what it cached of it).
     pub kept: bool,
+    /// The charge of `fd` to its user, given back with the handle.
+    pub charge: Option<Charge>,
 }
 
 /// A sharded table of open handles (no lock covers all of them).
@@ -210,6 +220,8 @@ pub struct SharedFd {
     fd: OwnedFd,
     key: ShareKey,
     table: Arc<SharedInner>,
+    /// Given back when the descriptor is closed.
+    _charge: Option<Charge>,
 }
 
 impl AsFd for SharedFd {
@@ -263,7 +275,7 @@ impl SharedFds {
         key: ShareKey,
         reuse: bool,
         recheck: impl FnOnce(BorrowedFd<'_>) -> FsResult<()>,
-        open: impl FnOnce() -> FsResult<OwnedFd>,
+        open: impl FnOnce() -> FsResult<(OwnedFd, Option<Charge>)>,
     ) -> FsResult<Arc<SharedFd>> {
         let inner = &self.inner;
         if reuse {
@@ -274,11 +286,12 @@ impl SharedFds {
                 return Ok(fd);
             }
         }
-        let fresh = open()?;
+        let (fresh, charge) = open()?;
         let mut shard = inner.shard(&key).lock();
         if let Some(existing) = shard.get(&key).and_then(Weak::upgrade) {
             drop(shard);
-            drop(fresh); // The real open ran its checks; its descriptor is not needed.
+            // The real open ran its checks; its descriptor is not needed.
+            drop((fresh, charge));
             inner.reuses.fetch_add(1, Ordering::Relaxed);
             return Ok(existing);
         }
@@ -286,6 +299,7 @@ impl SharedFds {
             fd: fresh,
             key,
             table: inner.clone(),
+            _charge: charge,
         });
         shard.insert(key, Arc::downgrade(&fd));
         inner.live.fetch_add(1, Ordering::Relaxed);
@@ -313,21 +327,51 @@ impl SharedFds {
 #[derive(Debug)]
 pub struct FdGate {
     threshold: u64,
+    user_max: u64,
+    /// Descriptors charged to each non-root user (no entry at 0).
+    users: Mutex<HashMap<u32, u64>>,
     refusals: AtomicU64,
+    user_refusals: AtomicU64,
     log: RateLimit,
+    user_log: RateLimit,
+}
+
+/// A descriptor charged to a non-root user ([`FdGate::admit`]); kept
+/// beside the descriptor, it gives the charge back when dropped.
+#[derive(Debug)]
+pub struct Charge {
+    gate: Arc<FdGate>,
+    uid: u32,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        let mut users = self.gate.users.lock();
+        if let Some(n) = users.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                users.remove(&self.uid);
+            }
+        }
+    }
 }
 
 impl FdGate {
     /// A gate for a process limit of `limit` descriptors, of which up to
     /// `pool` are the inode pool's: the reserve is the pool plus
     /// `max(64, limit / 32)`, and at least half the limit stays usable by
-    /// anyone.
+    /// anyone; each user may hold half of that (see the module docs).
     pub fn new(limit: u64, pool: u64) -> Self {
         let reserve = pool + (limit / 32).max(64);
+        let threshold = limit.saturating_sub(reserve).max(limit / 2);
         Self {
-            threshold: limit.saturating_sub(reserve).max(limit / 2),
+            threshold,
+            user_max: (threshold / 2).max(1),
+            users: Mutex::new(HashMap::new()),
             refusals: AtomicU64::new(0),
+            user_refusals: AtomicU64::new(0),
             log: RateLimit::new(Duration::from_secs(10)),
+            user_log: RateLimit::new(Duration::from_secs(10)),
         }
     }
 
@@ -336,22 +380,66 @@ impl FdGate {
         self.threshold
     }
 
-    /// Whether the new descriptor `fd` may be kept for a caller with `uid`.
-    pub fn admit(&self, fd: BorrowedFd<'_>, uid: u32) -> FsResult<()> {
-        if uid == 0 || (fd.as_raw_fd() as u64) < self.threshold {
-            return Ok(());
+    /// The most descriptors one non-root user may hold.
+    pub fn user_max(&self) -> u64 {
+        self.user_max
+    }
+
+    /// Whether the new descriptor `fd` may be kept for a caller with `uid`;
+    /// if so, the charge to keep beside it (none for root).
+    pub fn admit(self: &Arc<Self>, fd: BorrowedFd<'_>, uid: u32) -> FsResult<Option<Charge>> {
+        if uid == 0 {
+            return Ok(None);
         }
-        Err(self.refuse(uid))
+        if (fd.as_raw_fd() as u64) >= self.threshold {
+            return Err(self.refuse(uid));
+        }
+        let mut users = self.users.lock();
+        let held = users.entry(uid).or_insert(0);
+        if *held >= self.user_max {
+            drop(users);
+            return Err(self.refuse_user(uid));
+        }
+        *held += 1;
+        Ok(Some(Charge {
+            gate: self.clone(),
+            uid,
+        }))
     }
 
     /// Before an open that cannot be taken back (CREATE makes the file):
     /// whether a new descriptor would be admitted (`any` is any descriptor
     /// to probe with).
     pub fn precheck(&self, any: BorrowedFd<'_>, uid: u32) -> FsResult<()> {
-        if uid == 0 || (sys::lowest_free_fd(any)? as u64) < self.threshold {
+        if uid == 0 {
             return Ok(());
         }
-        Err(self.refuse(uid))
+        if (sys::lowest_free_fd(any)? as u64) >= self.threshold {
+            return Err(self.refuse(uid));
+        }
+        if self.held_by(uid) >= self.user_max {
+            return Err(self.refuse_user(uid));
+        }
+        Ok(())
+    }
+
+    /// Charges a descriptor already made to `uid`, whatever its share (a
+    /// CREATE's, checked by [`precheck`](Self::precheck) before the file
+    /// was made); none for root.
+    pub fn charge(self: &Arc<Self>, uid: u32) -> Option<Charge> {
+        if uid == 0 {
+            return None;
+        }
+        *self.users.lock().entry(uid).or_insert(0) += 1;
+        Some(Charge {
+            gate: self.clone(),
+            uid,
+        })
+    }
+
+    /// Descriptors charged to `uid` now.
+    pub fn held_by(&self, uid: u32) -> u64 {
+        self.users.lock().get(&uid).copied().unwrap_or(0)
     }
 
     fn refuse(&self, uid: u32) -> FsError {
@@ -367,9 +455,29 @@ impl FdGate {
         FsError::new(libc::EMFILE)
     }
 
-    /// Opens refused since the mount.
+    fn refuse_user(&self, uid: u32) -> FsError {
+        self.refusals.fetch_add(1, Ordering::Relaxed);
+        self.user_refusals.fetch_add(1, Ordering::Relaxed);
+        if let Some(suppressed) = self.user_log.allow() {
+            tracing::warn!(
+                uid,
+                user_max = self.user_max,
+                suppressed,
+                "a user holds its share of the daemon's descriptors: its open is refused with EMFILE \
+                 (other users' are not)"
+            );
+        }
+        FsError::new(libc::EMFILE)
+    }
+
+    /// Opens refused since the mount (for either reason).
     pub fn refusals(&self) -> u64 {
         self.refusals.load(Ordering::Relaxed)
+    }
+
+    /// Of those, the opens refused because their user held its share.
+    pub fn user_refusals(&self) -> u64 {
+        self.user_refusals.load(Ordering::Relaxed)
     }
 }
 
@@ -377,8 +485,12 @@ impl FdGate {
 mod tests {
     use super::*;
 
-    fn devnull() -> FsResult<OwnedFd> {
+    fn null() -> FsResult<OwnedFd> {
         sys::open_path(c"/dev/null", libc::O_RDONLY)
+    }
+
+    fn devnull() -> FsResult<(OwnedFd, Option<Charge>)> {
+        null().map(|fd| (fd, None))
     }
 
     #[test]
@@ -502,18 +614,50 @@ mod tests {
 
     #[test]
     fn the_gate_refuses_high_descriptors_for_non_root_only() {
-        let g = FdGate::new(1024, 256);
+        let g = Arc::new(FdGate::new(1024, 256));
         assert_eq!(g.threshold(), 1024 - 256 - 64);
-        let low = devnull().unwrap();
+        let low = null().unwrap();
         assert!((low.as_raw_fd() as u64) < g.threshold());
         g.admit(low.as_fd(), 65534).unwrap();
         g.precheck(low.as_fd(), 65534).unwrap();
         // A tiny limit: every descriptor is above the threshold.
-        let g = FdGate::new(2, 0);
+        let g = Arc::new(FdGate::new(2, 0));
         assert_eq!(g.threshold(), 1);
         assert_eq!(g.admit(low.as_fd(), 65534).unwrap_err().errno(), libc::EMFILE);
         assert_eq!(g.precheck(low.as_fd(), 1000).unwrap_err().errno(), libc::EMFILE);
         g.admit(low.as_fd(), 0).unwrap();
         assert_eq!(g.refusals(), 2);
+    }
+
+    /// Each non-root user may hold half of what lies below the threshold;
+    /// a charge is given back when dropped, and another user (and root)
+    /// still gets descriptors while one user holds its whole share.
+    #[test]
+    fn one_user_holds_at_most_its_share() {
+        let g = Arc::new(FdGate::new(1024, 256));
+        let share = g.user_max();
+        assert_eq!(share, g.threshold() / 2);
+        let fd = null().unwrap();
+        let mut held: Vec<Charge> = (0..share)
+            .map(|_| g.admit(fd.as_fd(), 1000).unwrap().expect("a charge"))
+            .collect();
+        assert_eq!(g.held_by(1000), share);
+        assert_eq!(g.admit(fd.as_fd(), 1000).unwrap_err().errno(), libc::EMFILE);
+        assert_eq!(g.precheck(fd.as_fd(), 1000).unwrap_err().errno(), libc::EMFILE);
+        assert_eq!(g.user_refusals(), 2);
+        let other = g.admit(fd.as_fd(), 1001).unwrap().expect("another user's charge");
+        assert!(g.admit(fd.as_fd(), 0).unwrap().is_none(), "root is never charged");
+        held.pop();
+        assert_eq!(g.held_by(1000), share - 1);
+        held.push(g.admit(fd.as_fd(), 1000).unwrap().expect("room again"));
+        drop(held);
+        drop(other);
+        assert_eq!(g.held_by(1000), 0);
+        assert!(g.users.lock().is_empty(), "entries left: {:?}", g.users.lock());
+        // A create's descriptor is charged whatever the share.
+        let made: Vec<Charge> = (0..share + 1).filter_map(|_| g.charge(1002)).collect();
+        assert_eq!(g.held_by(1002), share + 1);
+        drop(made);
+        assert_eq!(g.held_by(1002), 0);
     }
 }

@@ -45,6 +45,8 @@ impl Fs {
                 "shared_fd_reuses": self.shared.reuses(),
                 "fd_refusals": self.gate.refusals(),
                 "fd_threshold": self.gate.threshold(),
+                "fd_user_max": self.gate.user_max(),
+                "fd_user_refusals": self.gate.user_refusals(),
                 "indexed_parents": self.table.indexed_parents() as u64,
                 "stale_opens": self.stale_opens.load(Ordering::Relaxed),
                 "source_dir_changes": self.dir_changes.load(Ordering::Relaxed),

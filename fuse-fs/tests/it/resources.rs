@@ -128,11 +128,16 @@ struct Opener {
 
 impl Opener {
     fn spawn() -> Self {
+        Self::spawn_as(NOBODY)
+    }
+
+    /// The opener run as `uid` (and gid `uid`).
+    fn spawn_as(uid: u32) -> Self {
         let mut child = Command::new("/usr/bin/python3")
             .arg("-c")
             .arg(OPENER)
-            .uid(NOBODY)
-            .gid(NOBODY)
+            .uid(uid)
+            .gid(uid)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -255,6 +260,63 @@ fn nobody_opening_many_files_is_refused_before_root() {
     assert!(
         back,
         "{after} descriptors still held 10 s after nobody closed {n} (had {fds})"
+    );
+}
+
+/// One user holding as many files open as the daemon lets it does not
+/// lock another user out: each non-root user may hold half of the
+/// descriptors below the reserve (`open_files.rs`).
+#[test]
+fn one_user_holding_its_share_of_descriptors_leaves_room_for_another() {
+    if !can_switch_users() {
+        return;
+    }
+    const NOFILE: u64 = 1024;
+    const FILES: usize = 1000;
+    const OTHERS: usize = 100;
+    /// Any unprivileged uid other than nobody's.
+    const OTHER: u32 = 61000;
+    let Some(m) = Mount::with_nofile(&["-o", "allow_other"], Some(NOFILE), |src| {
+        for (dir, n) in [("many", FILES), ("others", OTHERS)] {
+            fs::create_dir(src.join(dir)).unwrap();
+            fs::set_permissions(src.join(dir), fs::Permissions::from_mode(0o755)).unwrap();
+            for i in 0..n {
+                let p = src.join(format!("{dir}/f{i:04}"));
+                fs::write(&p, b"x").unwrap();
+                fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+            }
+        }
+    }) else {
+        return;
+    };
+    let share = m.stat("inodes", "fd_user_max");
+    let threshold = m.stat("inodes", "fd_threshold");
+    assert!(
+        share > 0 && share * 2 <= threshold,
+        "share {share}, threshold {threshold}"
+    );
+    let mut greedy = Opener::spawn();
+    let paths: Vec<_> = (0..FILES).map(|i| m.at(&format!("many/f{i:04}"))).collect();
+    let jobs: Vec<(&Path, usize)> = paths.iter().map(|p| (p.as_path(), 1)).collect();
+    let (n, err) = greedy.open(&jobs);
+    eprintln!("nobody opened {n} files before errno {err} (its share: {share})");
+    assert_eq!(err, libc::EMFILE, "nobody's opens ended with errno {err} after {n}");
+    assert!(
+        n as u64 <= share,
+        "nobody held {n} descriptors, past its share of {share}"
+    );
+    assert!(m.stat("inodes", "fd_user_refusals") >= 1, "{}", m.stats());
+    // While nobody holds its share, another user opens what it needs.
+    let mut other = Opener::spawn_as(OTHER);
+    let paths: Vec<_> = (0..OTHERS).map(|i| m.at(&format!("others/f{i:04}"))).collect();
+    let jobs: Vec<(&Path, usize)> = paths.iter().map(|p| (p.as_path(), 1)).collect();
+    let (got, err) = other.open(&jobs);
+    other.finish();
+    greedy.finish();
+    assert_eq!(
+        (got, err),
+        (OTHERS, 0),
+        "uid {OTHER} was locked out by nobody's {n} open files"
     );
 }
 
