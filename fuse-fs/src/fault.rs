@@ -153,6 +153,7 @@ pub fn lookup_delay(_name: &[u8]) {}
 enum HookPoint {
     Lookup,
     Publish,
+    ListingRead,
 }
 
 /// A hook's point, the name it waits for and the closure it runs.
@@ -182,6 +183,25 @@ pub fn on_next_lookup(name: &[u8], hook: impl FnOnce() + 'static) {
 pub fn on_next_publish(name: &[u8], hook: impl FnOnce() + 'static) {
     HOOK.with(|h| *h.borrow_mut() = Some((HookPoint::Publish, name.to_vec(), Box::new(hook))));
 }
+
+/// Unit tests: runs `hook` when this thread next reads the listing of the
+/// directory with node id `ino` (`Listings::read`), between reading the
+/// source and keeping what it read.
+#[cfg(test)]
+pub fn on_next_listing_read(ino: u64, hook: impl FnOnce() + 'static) {
+    HOOK.with(|h| *h.borrow_mut() = Some((HookPoint::ListingRead, ino.to_ne_bytes().to_vec(), Box::new(hook))));
+}
+
+/// Runs the hook [`on_next_listing_read`] set for `ino`, if any.
+#[cfg(test)]
+pub fn listing_read_hook(ino: u64) {
+    run_hook(HookPoint::ListingRead, &ino.to_ne_bytes());
+}
+
+/// Outside unit tests: nothing.
+#[cfg(not(test))]
+#[inline(always)]
+pub fn listing_read_hook(_ino: u64) {}
 
 /// Runs this thread's hook if it waits for `point` and `name`.
 #[cfg(test)]

@@ -590,6 +590,9 @@ impl Fs {
     /// [`interval`](Self::interval) of the inode with node id `ino` (a
     /// node id no longer known: the shorter one).
     fn interval_of(&self, ino: u64) -> Duration {
+        if self.cfg.coherence != Coherence::Watch {
+            return self.cfg.revalidate;
+        }
         if self.all_covered() {
             return self.cfg.watch_revalidate;
         }

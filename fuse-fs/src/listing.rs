@@ -35,10 +35,17 @@
 //!
 //! # Invariants
 //! - A listing is served only while younger than *R*, while the listing
-//!   generation it was read under is current (every drop moves it: a drop
-//!   of any directory forgets every listing), and while the directory's
+//!   generation it was read under is current (a drop of the mount's root
+//!   moves it, forgetting every listing), and while the directory's
 //!   cached attributes still show the stamp (size, mtime, ctime) it was
 //!   read under.
+//! - A drop of another directory forgets the listings of the directories
+//!   it drops ([`Listings::forget`]), not those of other users' trees.
+//!   A listing whose read overlapped any drop is not kept
+//!   ([`Listings::drop_begins`] moves a count that the read compares
+//!   before and after; its store into the directory and the drop's
+//!   forgetting take the directory's lock, so one of the two sees the
+//!   other).
 //! - A change through the mount to a directory's names (create, mkdir,
 //!   mknod, symlink, link, unlink, rmdir, rename) forgets that directory's
 //!   listing before it is answered; the revalidation that finds the
@@ -100,6 +107,8 @@ impl Drop for Listing {
 pub struct Listings {
     enabled: bool,
     generation: AtomicU64,
+    /// Drops begun (see the module docs).
+    drops: AtomicU64,
     /// Entries held by kept listings.
     held: Arc<AtomicUsize>,
     /// Entries held by listings read for their handle only.
@@ -130,6 +139,7 @@ impl Listings {
         Self {
             enabled,
             generation: AtomicU64::new(0),
+            drops: AtomicU64::new(0),
             held: Arc::new(AtomicUsize::new(0)),
             handles_held: Arc::new(AtomicUsize::new(0)),
             budget,
@@ -170,6 +180,9 @@ impl Listings {
     /// budgets allow.
     pub fn read(&self, fd: BorrowedFd<'_>, dir: &Inode, st: &libc::stat) -> FsResult<Read> {
         let generation = self.generation.load(Ordering::Relaxed);
+        // Acquire: before the source is read; pairs with the increment in
+        // `drop_begins` only through the directory's lock (module docs).
+        let drops = self.drops.load(Ordering::Acquire);
         let at = Instant::now();
         let mut entries = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
@@ -202,8 +215,15 @@ impl Listings {
                 self.handles_held.clone()
             }),
         });
+        crate::fault::listing_read_hook(dir.ino);
         if keep {
             dir.set_listing(Some(listing.clone()));
+            // After the store (its lock): a drop that forgot this
+            // directory's listing before it had begun before, and moved
+            // the count (module docs).
+            if self.drops.load(Ordering::Acquire) != drops {
+                dir.set_listing(None);
+            }
         }
         Ok(Read::Whole(listing))
     }
@@ -227,6 +247,21 @@ impl Listings {
     /// none is served again.
     pub fn forget_all(&self) {
         self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A drop of a directory other than the root begins: a listing being
+    /// read now is not kept (see the module docs). Before the drop's
+    /// [`forget`](Self::forget)s.
+    pub fn drop_begins(&self) {
+        // Release: before the drop takes each directory's lock to forget
+        // its listing; pairs with the Acquire loads in `read` through that
+        // lock.
+        self.drops.fetch_add(1, Ordering::Release);
+    }
+
+    /// Forgets `dir`'s kept listing (a drop of a directory above it).
+    pub fn forget(&self, dir: &Inode) {
+        dir.set_listing(None);
     }
 
     /// The `listings` section of the stats.

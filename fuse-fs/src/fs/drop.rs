@@ -73,9 +73,18 @@ impl Fs {
             return Err(FsError::PERM);
         }
         self.drops.requests.fetch_add(1, Ordering::Relaxed);
-        self.listings.forget_all();
-        self.unlisted.clear();
-        self.lists_ahead.clear();
+        // Listings and queued names: all of them for the root; otherwise
+        // those of the directories dropped (below), so that one user's drop
+        // does not empty what other users' trees keep.
+        let whole = dir.ino == ROOT_INO;
+        if whole {
+            self.listings.forget_all();
+            self.unlisted.clear();
+            self.lists_ahead.clear();
+        } else {
+            self.listings.drop_begins();
+        }
+        let mut unlisted_dirs = std::collections::HashSet::new();
         let mut out = DropOutcome::default();
         // Every inode under the directory: the kernel's view (the inodes it
         // knows, by their recorded parent chain) and the dcache's.
@@ -187,6 +196,10 @@ impl Fs {
                 skipped_inos.insert(inode.ino);
                 continue;
             }
+            if !whole && inode.is_dir() {
+                self.listings.forget(inode);
+                unlisted_dirs.insert(inode.ino);
+            }
             let known = inode.nlookup() > 0;
             // Either mode re-reads the source: the attributes too (a pages
             // drop that kept them would hand the kernel the old size with
@@ -221,6 +234,12 @@ impl Fs {
         }
         if mode.drops_dentries() {
             dir.expire_attr();
+        }
+        if !whole {
+            self.listings.forget(&dir);
+            unlisted_dirs.insert(dir.ino);
+            self.unlisted.clear_under(&unlisted_dirs);
+            self.lists_ahead.clear_under(&unlisted_dirs);
         }
         out.args.skipped = skipped_inos.len() as u64;
         // Visited: index entries walked plus the inodes found in the dcache.

@@ -45,8 +45,9 @@
 //! - The queue is bounded ([`MAX_QUEUED`] names); a name that does not fit
 //!   is not queued (counted: `source.names_first_unqueued`) and its LOOKUP
 //!   looks it up when it comes.
-//! - A drop empties the queue, so names listed before a drop are not put
-//!   back in the cache by the background threads after it. (A lookup
+//! - A drop empties the queue of the names under the directories it
+//!   drops (all of it, for the root), so names listed before a drop are
+//!   not put back in the cache by the background threads after it. (A lookup
 //!   already under way finishes, as a concurrent LOOKUP would.)
 //! - The background lookups change nothing in the source and run as the
 //!   daemon, as LOOKUP does; their cache checks count as name-cache hits
@@ -143,7 +144,16 @@ impl NameQueue {
         }
     }
 
-    /// Forgets every queued name (a drop).
+    /// Forgets the queued names under the directories `dirs` (node ids: a
+    /// drop of a directory other than the root).
+    pub fn clear_under(&self, dirs: &std::collections::HashSet<u64>) {
+        if dirs.is_empty() {
+            return;
+        }
+        self.state.lock().names.retain(|(dir, _)| !dirs.contains(&dir.ino));
+    }
+
+    /// Forgets every queued name (a drop of the root).
     pub fn clear(&self) {
         self.state.lock().names.clear();
     }

@@ -1684,4 +1684,5 @@ fn opens_racing_the_first_to_find_a_change_invalidate_too() {
 }
 
 mod coverage;
+mod listing_drops;
 mod stress;
