@@ -217,26 +217,6 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
         "Filesystems under the source that could not be watched",
     ),
     (
-        "coherence.failed_batches",
-        Kind::Counter,
-        "Event batches that could not be applied (every cache of the mount was then dropped)",
-    ),
-    (
-        "coherence.failed",
-        Kind::Gauge,
-        "1 once the source watch has stopped (everything is then re-checked after --revalidate)",
-    ),
-    (
-        "coherence.unindexed",
-        Kind::Gauge,
-        "Inodes without a file handle, which the watch cannot find (re-checked after --revalidate)",
-    ),
-    (
-        "coherence.watch_revalidate_secs",
-        Kind::Gauge,
-        "The interval of what the watch sees (0 without the watch)",
-    ),
-    (
         "coherence.indexed_handles",
         Kind::Gauge,
         "Inodes indexed by file handle for the watcher",

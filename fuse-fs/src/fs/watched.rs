@@ -358,6 +358,9 @@ impl Fs {
     /// Drops every cache of the mount as a root `rcufs drop --all` does,
     /// and queues the kernel's invalidations (waiting for room).
     fn drop_everything(&self, when: &str) {
+        // As before an applied batch: a read of the source in flight that
+        // stores after this drop sees the change sequence moved.
+        self.bump_seq();
         match self.drop_dir(ROOT_INO, DropMode::All, Caller::default()) {
             Ok(out) => {
                 if self.kernel_keeps_attrs() && !out.inval.is_empty() {
