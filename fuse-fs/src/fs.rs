@@ -590,15 +590,10 @@ impl Fs {
     /// [`interval`](Self::interval) of the inode with node id `ino` (a
     /// node id no longer known: the shorter one).
     fn interval_of(&self, ino: u64) -> Duration {
-        if self.cfg.coherence != Coherence::Watch {
-            return self.cfg.revalidate;
-        }
-        if self.all_covered() {
-            return self.cfg.watch_revalidate;
-        }
-        match self.table.get(ino) {
-            Ok(inode) => self.interval(&inode),
-            Err(_) => self.cfg.revalidate,
+        if self.covered_ino(ino) {
+            self.cfg.watch_revalidate
+        } else {
+            self.cfg.revalidate
         }
     }
 
@@ -620,7 +615,7 @@ impl Fs {
     pub fn attr_ttl(&self, ino: u64) -> Duration {
         if self.cfg.kernel_cache {
             self.interval_of(ino)
-        } else if self.lends_attrs() && (self.all_covered() || self.table.get(ino).is_ok_and(|i| self.covered(&i))) {
+        } else if self.lends_attrs() && self.covered_ino(ino) {
             LENT_ATTR_TTL
         } else {
             Duration::ZERO

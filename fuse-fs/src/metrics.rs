@@ -198,8 +198,8 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
     ),
     (
         "coherence.unindexed",
-        Kind::Gauge,
-        "Inodes without a file handle, which the watch cannot find (re-checked after --revalidate)",
+        Kind::Counter,
+        "Inodes made without a file handle, which the watch cannot find (re-checked after --revalidate)",
     ),
     (
         "coherence.watch_revalidate_secs",

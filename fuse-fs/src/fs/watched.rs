@@ -183,9 +183,10 @@ impl Coherence {
     }
 }
 
-/// The revalidation interval in watch mode: the kernel's entry and
-/// attribute timeouts (`--kernel-cache`) and rcufs's own re-checks. A
-/// safety net only: changes are applied when their events arrive.
+/// The revalidation interval in watch mode of what the watch sees
+/// ([`Fs::covered`]): the kernel's entry and attribute timeouts
+/// (`--kernel-cache`) and rcufs's own re-checks. A safety net only:
+/// changes are applied when their events arrive.
 pub const WATCH_REVALIDATE: Duration = Duration::from_secs(3600);
 
 /// The most handles of unknown objects kept for the reads in flight
@@ -238,6 +239,9 @@ pub struct Watched {
     /// Filesystems under the source that could not be watched (their
     /// devices are `Marked::Failed` in `marker`).
     unwatched: AtomicU64,
+    /// Those devices, readable without the marks' mutex (appended under
+    /// it, before `unwatched` counts them).
+    unwatched_devs: parking_lot::RwLock<Vec<u64>>,
     /// Set once the watch has stopped (its thread ended on an error): it
     /// sees nothing any more.
     failed: AtomicBool,
@@ -320,14 +324,22 @@ impl Fs {
             && self.watched.unwatched.load(Ordering::Relaxed) == 0
     }
 
+    /// [`covered`](Self::covered) of the inode with node id `ino` (a node
+    /// id no longer known: not covered); no table lookup while everything
+    /// is covered.
+    pub(crate) fn covered_ino(&self, ino: u64) -> bool {
+        self.watching() && (self.all_covered() || self.table.get(ino).is_ok_and(|i| self.covered(&i)))
+    }
+
     fn on_unwatched_filesystem(&self, dev: u64) -> bool {
-        if self.watched.unwatched.load(Ordering::Relaxed) == 0 {
+        // Acquire: pairs with the Release increment in `entered_filesystem`,
+        // after the device was listed.
+        if self.watched.unwatched.load(Ordering::Acquire) == 0 {
             return false;
         }
-        self.watched
-            .marker
-            .get()
-            .is_some_and(|(_, devs)| devs.lock().get(&dev) == Some(&Marked::Failed))
+        // Not the marks' mutex, which a lookup holds while it marks a
+        // filesystem: this is on every cache hit's freshness check.
+        self.watched.unwatched_devs.read().contains(&dev)
     }
 
     /// The watch has stopped for good (`why`): from now on every object is
@@ -515,9 +527,9 @@ impl Fs {
         let marked = crate::fault::mark_fails().map_or_else(|| marker.mark(dir, name), Err);
         devs.insert(dev, if marked.is_ok() { Marked::Later } else { Marked::Failed });
         if marked.is_err() {
-            // Counted under the lock: a reader that finds the count finds
-            // the device listed.
-            self.watched.unwatched.fetch_add(1, Ordering::Relaxed);
+            // Listed before it is counted, under the marks' lock.
+            self.watched.unwatched_devs.write().push(dev);
+            self.watched.unwatched.fetch_add(1, Ordering::Release);
         }
         drop(devs);
         match marked {
@@ -670,6 +682,12 @@ impl Fs {
             }
         }
         drop(actions);
+        if attrs && !inval.is_empty() {
+            let dropped = self.inval.push_waiting(inval, INVAL_WAIT);
+            if dropped > 0 {
+                w.inval_dropped.fetch_add(dropped, Ordering::Relaxed);
+            }
+        }
         if overflow {
             // The watcher's thread alone applies events (and counts these).
             if w.overflows.load(Ordering::Relaxed) == 0 {
@@ -678,19 +696,10 @@ impl Fs {
                      further overflows are counted in the stats (coherence.overflows)"
                 );
             }
-            match self.drop_dir(ROOT_INO, DropMode::All, Caller::default()) {
-                Ok(out) => inval.extend(out.inval),
-                Err(e) => tracing::error!("dropping the caches after a watch overflow: {e}"),
-            }
+            self.drop_everything("after a watch overflow");
             // Counted once handled: a reader of the stats that sees the
             // overflow sees the caches it dropped gone.
             w.overflows.fetch_add(1, Ordering::Relaxed);
-        }
-        if attrs && !inval.is_empty() {
-            let dropped = self.inval.push_waiting(inval, INVAL_WAIT);
-            if dropped > 0 {
-                w.inval_dropped.fetch_add(dropped, Ordering::Relaxed);
-            }
         }
         self.reap();
     }
