@@ -1127,11 +1127,14 @@ impl Fs {
             },
             || {
                 let fd = self.open_inode(&inode, flags, caller)?;
-                let charge = self.gate.admit(fd.as_fd(), caller.uid)?;
-                Ok((fd, charge))
+                self.gate.admit_number(fd.as_fd(), caller.uid)?;
+                Ok(fd)
             },
         )?;
-        self.opened(inode, fd, flags)
+        // The caller's share counts every descriptor it has a handle on,
+        // made by its open or another's (`open_files.rs`).
+        fd.hold(&self.gate, caller.uid, false)?;
+        self.opened(inode, fd, flags, caller.uid)
     }
 
     /// Opens `inode` for the caller. A root caller opens by handle; anyone
@@ -1148,9 +1151,19 @@ impl Fs {
         widened(flags, |f| sys::reopen(pfd.as_fd(), f))
     }
 
-    fn opened(&self, inode: Arc<Inode>, fd: Arc<SharedFd>, flags: i32) -> FsResult<Opened> {
+    /// Answers an OPEN or CREATE whose descriptor `fd` is held for `uid`
+    /// ([`SharedFd::hold`]): the handle lets go of it when dropped, on
+    /// every path out of here.
+    fn opened(&self, inode: Arc<Inode>, fd: Arc<SharedFd>, flags: i32, uid: u32) -> FsResult<Opened> {
+        let file = OpenFile {
+            inode,
+            fd,
+            append: flags & libc::O_APPEND != 0,
+            uid,
+        };
+        let inode = file.inode.clone();
         let before = self.source_seq();
-        let st = sys::fstat(fd.as_fd())?;
+        let st = sys::fstat(file.fd.as_fd())?;
         let had = Stamp::of(&inode.attr().st);
         let now = Stamp::of(&st);
         let lending = self.lends_attrs();
@@ -1180,9 +1193,8 @@ impl Fs {
             *stamp = Some(now);
             same
         };
-        let append = flags & libc::O_APPEND != 0;
         let no_flush = !flush::needs_flush(flags);
-        let fh = self.files.insert(OpenFile { inode, fd, append });
+        let fh = self.files.insert(file);
         Ok(Opened {
             fh,
             direct_io: !self.cfg.kernel_cache,
@@ -1297,18 +1309,23 @@ impl Fs {
             }));
         }
         let fd = self.open_inode(&inode, libc::O_RDONLY | libc::O_DIRECTORY, caller)?;
-        let charge = self.gate.admit(fd.as_fd(), caller.uid)?;
+        self.gate.admit_number(fd.as_fd(), caller.uid)?;
         let mut listing = None;
         if self.listings.enabled()
             && let listing::Read::Whole(l) = self.read_listing(fd.as_fd(), &inode)?
         {
             listing = Some(l);
         }
+        // A handle that reads a listing needs no descriptor, nor a share
+        // of them: only a kept descriptor is charged.
+        let (fd, charge) = match listing {
+            Some(_) => (None, None),
+            None => (Some(fd), self.gate.take_share(caller.uid)?),
+        };
         Ok(self.dirs.insert(OpenDir {
             inode,
-            // A handle that reads a listing needs no descriptor.
-            fd: Mutex::new(if listing.is_some() { None } else { Some(fd) }),
-            charge: if listing.is_some() { None } else { charge },
+            fd: Mutex::new(fd),
+            charge,
             listing: Mutex::new(listing),
             kept: false,
         }))
@@ -1532,9 +1549,6 @@ impl Fs {
         let names_read = parent.reading_names();
         let renames = self.table.watch_renames();
         let fd = self.create_fd(&parent, &pfd, name, &cname, mode, flags, caller)?;
-        // Made: charged whatever the share (the precheck refused the opens
-        // past it, but not ones racing with this).
-        let charge = self.gate.charge(caller.uid);
         self.touched_dir(&parent);
         let interning = self.interning();
         let before = self.source_seq();
@@ -1580,8 +1594,11 @@ impl Fs {
         // The new descriptor joins (or becomes) the inode's shared one.
         let fd = self
             .shared
-            .get(ShareKey::new(inode.ino, flags), false, |_| Ok(()), || Ok((fd, charge)))?;
-        let opened = self.opened(inode, fd, flags)?;
+            .get(ShareKey::new(inode.ino, flags), false, |_| Ok(()), || Ok(fd))?;
+        // Made: held whatever the share (the precheck refused the opens
+        // past it, but not ones racing with this).
+        fd.hold(&self.gate, caller.uid, true)?;
+        let opened = self.opened(inode, fd, flags, caller.uid)?;
         Ok((entry, opened))
     }
 

@@ -129,6 +129,11 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
         Kind::Counter,
         "Non-root opens refused because their user held its share of the descriptors",
     ),
+    (
+        "inodes.fd_charged",
+        Kind::Gauge,
+        "Descriptors charged to non-root users, one per user with a handle on each",
+    ),
     ("drops.requests", Kind::Counter, "Directory drops requested"),
     (
         "drops.busy",

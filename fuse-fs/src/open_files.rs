@@ -40,11 +40,17 @@
 //!
 //! Nor can one user lock the other users out: each non-root user may hold
 //! at most half of what lies below the threshold ([`FdGate::user_max`]).
-//! A new descriptor is charged to the user whose open made it
-//! ([`Charge`], kept beside the descriptor), until it is closed: a shared
-//! descriptor stays charged to its opener while any handle uses it, and
-//! costs the users who reuse it nothing, as it costs the daemon nothing
-//! more.
+//! What a user holds is counted per descriptor it has a handle on: a
+//! shared descriptor is charged once to every non-root user with a handle
+//! on it ([`SharedFd::hold`]), from that user's first handle to its last,
+//! and a directory's own descriptor to the user who opened it, while the
+//! handle keeps it ([`Charge`]). So a descriptor kept open by another
+//! user's handles no longer counts against the user who opened it: one
+//! user cannot use up another's share by holding on to what that other
+//! user opened (when a descriptor was charged to its opener alone, it
+//! could). The sum of the charges may exceed the descriptors (two users
+//! on one descriptor are charged one each); the threshold, which counts
+//! the daemon's real descriptors, is what protects root.
 //!
 //! # Invariants
 //! - A map entry names a live shared descriptor or one whose last handle is
@@ -72,10 +78,20 @@ use crate::sys;
 pub struct OpenFile {
     /// The inode.
     pub inode: Arc<Inode>,
-    /// The descriptor, shared with other handles of the same key.
+    /// The descriptor, shared with other handles of the same key; this
+    /// handle is one of its holder `uid`'s ([`SharedFd::hold`]), let go
+    /// when the handle is dropped.
     pub fd: Arc<SharedFd>,
     /// Opened with `O_APPEND`.
     pub append: bool,
+    /// The user whose open made the handle.
+    pub uid: u32,
+}
+
+impl Drop for OpenFile {
+    fn drop(&mut self) {
+        self.fd.let_go(self.uid);
+    }
 }
 
 /// An open directory (its descriptor is its own; see the module docs).
@@ -220,8 +236,70 @@ pub struct SharedFd {
     fd: OwnedFd,
     key: ShareKey,
     table: Arc<SharedInner>,
-    /// Given back when the descriptor is closed.
-    _charge: Option<Charge>,
+    /// The non-root users with a handle on the descriptor: how many
+    /// handles each, and its charge (see the module docs).
+    holders: Mutex<HashMap<u32, Holding>>,
+}
+
+#[derive(Debug)]
+struct Holding {
+    handles: u64,
+    _charge: Charge,
+}
+
+impl SharedFd {
+    /// Counts one more handle of `uid` on the descriptor. A user's first
+    /// handle charges the descriptor to it, refused with `EMFILE` if it
+    /// holds its share already, unless `forced` (a CREATE's descriptor,
+    /// whose file is made: [`FdGate::precheck`] refused past the share
+    /// before it). Root's handles are not counted. Each successful call is
+    /// matched by one [`let_go`](Self::let_go) (the [`OpenFile`]'s drop).
+    pub fn hold(&self, gate: &Arc<FdGate>, uid: u32, forced: bool) -> FsResult<()> {
+        if uid == 0 {
+            return Ok(());
+        }
+        // Lock order: the holders, then the gate's users (in `take_share`
+        // and in a charge's drop); nothing takes them the other way.
+        let mut holders = self.holders.lock();
+        if let Some(h) = holders.get_mut(&uid) {
+            h.handles += 1;
+            return Ok(());
+        }
+        let charge = if forced {
+            gate.charge(uid)
+        } else {
+            gate.take_share(uid)?
+        };
+        if let Some(charge) = charge {
+            holders.insert(
+                uid,
+                Holding {
+                    handles: 1,
+                    _charge: charge,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// One handle of `uid` is gone; its last gives the user's charge back.
+    pub fn let_go(&self, uid: u32) {
+        if uid == 0 {
+            return;
+        }
+        let mut holders = self.holders.lock();
+        if let Some(h) = holders.get_mut(&uid) {
+            h.handles -= 1;
+            if h.handles == 0 {
+                holders.remove(&uid);
+            }
+        }
+    }
+
+    /// The non-root users with a handle on it (for tests).
+    pub fn holders(&self) -> usize {
+        self.holders.lock().len()
+    }
 }
 
 impl AsFd for SharedFd {
@@ -275,7 +353,7 @@ impl SharedFds {
         key: ShareKey,
         reuse: bool,
         recheck: impl FnOnce(BorrowedFd<'_>) -> FsResult<()>,
-        open: impl FnOnce() -> FsResult<(OwnedFd, Option<Charge>)>,
+        open: impl FnOnce() -> FsResult<OwnedFd>,
     ) -> FsResult<Arc<SharedFd>> {
         let inner = &self.inner;
         if reuse {
@@ -286,12 +364,12 @@ impl SharedFds {
                 return Ok(fd);
             }
         }
-        let (fresh, charge) = open()?;
+        let fresh = open()?;
         let mut shard = inner.shard(&key).lock();
         if let Some(existing) = shard.get(&key).and_then(Weak::upgrade) {
             drop(shard);
             // The real open ran its checks; its descriptor is not needed.
-            drop((fresh, charge));
+            drop(fresh);
             inner.reuses.fetch_add(1, Ordering::Relaxed);
             return Ok(existing);
         }
@@ -299,7 +377,7 @@ impl SharedFds {
             fd: fresh,
             key,
             table: inner.clone(),
-            _charge: charge,
+            holders: Mutex::new(HashMap::new()),
         });
         shard.insert(key, Arc::downgrade(&fd));
         inner.live.fetch_add(1, Ordering::Relaxed);
@@ -388,11 +466,25 @@ impl FdGate {
     /// Whether the new descriptor `fd` may be kept for a caller with `uid`;
     /// if so, the charge to keep beside it (none for root).
     pub fn admit(self: &Arc<Self>, fd: BorrowedFd<'_>, uid: u32) -> FsResult<Option<Charge>> {
+        self.admit_number(fd, uid)?;
+        self.take_share(uid)
+    }
+
+    /// Whether the new descriptor `fd` may be made for a caller with
+    /// `uid`: not for a non-root caller once the descriptor numbers reach
+    /// the threshold. Nothing is charged.
+    pub fn admit_number(&self, fd: BorrowedFd<'_>, uid: u32) -> FsResult<()> {
+        if uid != 0 && (fd.as_raw_fd() as u64) >= self.threshold {
+            return Err(self.refuse(uid));
+        }
+        Ok(())
+    }
+
+    /// Charges one more descriptor to `uid`, refused with `EMFILE` once it
+    /// holds its share; none for root.
+    pub fn take_share(self: &Arc<Self>, uid: u32) -> FsResult<Option<Charge>> {
         if uid == 0 {
             return Ok(None);
-        }
-        if (fd.as_raw_fd() as u64) >= self.threshold {
-            return Err(self.refuse(uid));
         }
         let mut users = self.users.lock();
         let held = users.entry(uid).or_insert(0);
@@ -442,6 +534,11 @@ impl FdGate {
         self.users.lock().get(&uid).copied().unwrap_or(0)
     }
 
+    /// Charges held now, over every user.
+    pub fn charged(&self) -> u64 {
+        self.users.lock().values().sum()
+    }
+
     fn refuse(&self, uid: u32) -> FsError {
         self.refusals.fetch_add(1, Ordering::Relaxed);
         if let Some(suppressed) = self.log.allow() {
@@ -489,8 +586,8 @@ mod tests {
         sys::open_path(c"/dev/null", libc::O_RDONLY)
     }
 
-    fn devnull() -> FsResult<(OwnedFd, Option<Charge>)> {
-        null().map(|fd| (fd, None))
+    fn devnull() -> FsResult<OwnedFd> {
+        null()
     }
 
     #[test]
@@ -659,5 +756,49 @@ mod tests {
         assert_eq!(g.held_by(1002), share + 1);
         drop(made);
         assert_eq!(g.held_by(1002), 0);
+    }
+
+    /// A shared descriptor is charged once to each non-root user with a
+    /// handle on it, from its first handle to its last: the user who opened
+    /// it is no longer charged once its own handles are gone, however long
+    /// another user's keep it open.
+    #[test]
+    fn a_shared_descriptor_is_charged_to_each_user_holding_it() {
+        let g = Arc::new(FdGate::new(1024, 256));
+        let s = SharedFds::default();
+        let k = ShareKey::new(3, libc::O_RDONLY);
+        let (a, b) = (1000, 1001);
+        let fd = s.get(k, true, |_| Ok(()), devnull).unwrap();
+        fd.hold(&g, a, false).unwrap();
+        fd.hold(&g, a, false).unwrap();
+        let again = s.get(k, true, |_| Ok(()), || panic!("reused")).unwrap();
+        again.hold(&g, b, false).unwrap();
+        again.hold(&g, 0, false).unwrap();
+        assert_eq!((g.held_by(a), g.held_by(b), g.charged(), fd.holders()), (1, 1, 2, 2));
+        fd.let_go(a);
+        assert_eq!(g.held_by(a), 1, "one of a's two handles is still open");
+        fd.let_go(a);
+        assert_eq!((g.held_by(a), g.held_by(b), fd.holders()), (0, 1, 1));
+        again.let_go(0);
+        again.let_go(b);
+        assert_eq!((g.charged(), fd.holders()), (0, 0));
+        assert!(g.users.lock().is_empty());
+        // A user at its share may add handles to a descriptor it holds,
+        // not hold a new one, unless forced (a CREATE's).
+        let share = g.user_max();
+        let mut rest: Vec<Charge> = (0..share - 1).map(|_| g.take_share(a).unwrap().unwrap()).collect();
+        fd.hold(&g, a, false).unwrap();
+        fd.hold(&g, a, false).unwrap();
+        let other = s
+            .get(ShareKey::new(4, libc::O_RDONLY), true, |_| Ok(()), devnull)
+            .unwrap();
+        assert_eq!(other.hold(&g, a, false).unwrap_err().errno(), libc::EMFILE);
+        other.hold(&g, a, true).unwrap();
+        assert_eq!(g.held_by(a), share + 1);
+        other.let_go(a);
+        fd.let_go(a);
+        fd.let_go(a);
+        rest.clear();
+        assert_eq!(g.held_by(a), 0);
     }
 }

@@ -47,6 +47,7 @@ impl Fs {
                 "fd_threshold": self.gate.threshold(),
                 "fd_user_max": self.gate.user_max(),
                 "fd_user_refusals": self.gate.user_refusals(),
+                "fd_charged": self.gate.charged(),
                 "indexed_parents": self.table.indexed_parents() as u64,
                 "stale_opens": self.stale_opens.load(Ordering::Relaxed),
                 "source_dir_changes": self.dir_changes.load(Ordering::Relaxed),

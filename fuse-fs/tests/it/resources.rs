@@ -306,6 +306,12 @@ fn one_user_holding_its_share_of_descriptors_leaves_room_for_another() {
         "nobody held {n} descriptors, past its share of {share}"
     );
     assert!(m.stat("inodes", "fd_user_refusals") >= 1, "{}", m.stats());
+    // Nobody can still list a directory: a handle that reads the listing
+    // read at OPENDIR keeps no descriptor, so it takes no share.
+    let mut lister = Opener::spawn();
+    let listed = lister.open(&[(&m.at("others"), 1)]);
+    lister.finish();
+    assert_eq!(listed, (1, 0), "nobody's OPENDIR was refused: {}", m.stats());
     // While nobody holds its share, another user opens what it needs.
     let mut other = Opener::spawn_as(OTHER);
     let paths: Vec<_> = (0..OTHERS).map(|i| m.at(&format!("others/f{i:04}"))).collect();
@@ -317,6 +323,69 @@ fn one_user_holding_its_share_of_descriptors_leaves_room_for_another() {
         (got, err),
         (OTHERS, 0),
         "uid {OTHER} was locked out by nobody's {n} open files"
+    );
+}
+
+/// A user cannot use up another user's share by keeping open what that
+/// user opened: a shared descriptor counts against each user with a handle
+/// on it, and no longer against its opener once the opener's handles are
+/// gone (`open_files.rs`).
+#[test]
+fn keeping_open_what_another_user_opened_does_not_use_up_its_share() {
+    if !can_switch_users() {
+        return;
+    }
+    const NOFILE: u64 = 1024;
+    const FILES: usize = 1000;
+    const OTHERS: usize = 100;
+    /// The user whose files the other keeps open.
+    const OWNER: u32 = 61001;
+    let Some(m) = Mount::with_nofile(&["-o", "allow_other"], Some(NOFILE), |src| {
+        for (dir, n) in [("many", FILES), ("others", OTHERS)] {
+            fs::create_dir(src.join(dir)).unwrap();
+            fs::set_permissions(src.join(dir), fs::Permissions::from_mode(0o755)).unwrap();
+            for i in 0..n {
+                let p = src.join(format!("{dir}/f{i:04}"));
+                fs::write(&p, b"x").unwrap();
+                fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+            }
+        }
+    }) else {
+        return;
+    };
+    let share = m.stat("inodes", "fd_user_max") as usize;
+    assert!(share + OTHERS <= FILES, "share {share}");
+    let paths: Vec<_> = (0..share).map(|i| m.at(&format!("many/f{i:04}"))).collect();
+    let jobs: Vec<(&Path, usize)> = paths.iter().map(|p| (p.as_path(), 1)).collect();
+    // The owner opens its whole share; nobody opens the same files (each
+    // open reuses the owner's descriptor) and keeps them.
+    let mut owner = Opener::spawn_as(OWNER);
+    assert_eq!(owner.open(&jobs), (share, 0), "the owner's own share");
+    let mut keeper = Opener::spawn();
+    assert_eq!(keeper.open(&jobs), (share, 0), "nobody's opens of the same files");
+    let reuses = m.stat("inodes", "shared_fd_reuses");
+    assert!(reuses >= share as u64, "nobody's opens made descriptors: {}", m.stats());
+    assert_eq!(m.stat("inodes", "fd_charged"), 2 * share as u64, "{}", m.stats());
+    // The owner closes everything; nobody keeps the descriptors open.
+    owner.finish();
+    assert!(
+        eventually(Duration::from_secs(10), || m.stat("inodes", "fd_charged")
+            == share as u64),
+        "the owner's charges outlived its handles: {}",
+        m.stats()
+    );
+    // So the owner can open files again, up to its share.
+    let paths: Vec<_> = (0..OTHERS).map(|i| m.at(&format!("others/f{i:04}"))).collect();
+    let jobs: Vec<(&Path, usize)> = paths.iter().map(|p| (p.as_path(), 1)).collect();
+    let mut owner = Opener::spawn_as(OWNER);
+    let got = owner.open(&jobs);
+    owner.finish();
+    keeper.finish();
+    assert_eq!(
+        got,
+        (OTHERS, 0),
+        "uid {OWNER} was refused after its own files were closed: {}",
+        m.stats()
     );
 }
 
