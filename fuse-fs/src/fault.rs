@@ -35,7 +35,10 @@
 //! source watcher stop with an error MS milliseconds after the mount
 //! started, without reading anything; `RCUFS_FAULT=apply-panics:NAME`
 //! makes applying a batch of events that names `NAME` panic before
-//! anything of it is applied. Several faults are separated by commas.
+//! anything of it is applied; `RCUFS_FAULT=watch-read-panics` makes the
+//! watcher's thread panic in its read loop, outside the application of a
+//! batch, once it has read the first batch of events. Several faults are
+//! separated by commas.
 //! Release builds ignore the variable and compile the checks away.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -371,5 +374,21 @@ pub fn apply_panics(name: &[u8]) -> bool {
 #[cfg(not(debug_assertions))]
 #[inline(always)]
 pub fn apply_panics(_name: &[u8]) -> bool {
+    false
+}
+
+/// Whether the source watcher's read loop must panic once it has read
+/// events (debug builds with `RCUFS_FAULT=watch-read-panics` only).
+#[cfg(debug_assertions)]
+pub fn watch_read_panics() -> bool {
+    use std::sync::OnceLock;
+    static SET: OnceLock<bool> = OnceLock::new();
+    *SET.get_or_init(|| fault_arg("watch-read-panics").is_some())
+}
+
+/// Release builds: never.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn watch_read_panics() -> bool {
     false
 }

@@ -558,19 +558,29 @@ fn watch_worker(w: &Watcher, fs: &Fs) {
     if let Some(stall) = crate::fault::watch_stall() {
         std::thread::sleep(stall);
     }
-    let r = w.run(|events| {
-        let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs.apply_source_events(events)));
-        if applied.is_err() {
-            crate::fault::record_panic();
-            let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs.watch_batch_failed()));
-            if dropped.is_err() {
-                // Nothing more can be trusted of what the watch kept.
+    // A panic outside the guarded application of a batch (in reading or
+    // parsing the events) ends the watch: nothing reports changes any more,
+    // so it fails as an error does.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        w.run(|events| {
+            let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs.apply_source_events(events)));
+            if applied.is_err() {
                 crate::fault::record_panic();
-                fs.watch_failed("a panic while dropping the caches after a failed batch");
+                let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs.watch_batch_failed()));
+                if dropped.is_err() {
+                    // Nothing more can be trusted of what the watch kept.
+                    crate::fault::record_panic();
+                    fs.watch_failed("a panic while dropping the caches after a failed batch");
+                }
             }
+        })
+    }));
+    match r {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => fs.watch_failed(&format!("{e:#}")),
+        Err(_) => {
+            crate::fault::record_panic();
+            fs.watch_failed("a panic in the watcher's thread");
         }
-    });
-    if let Err(e) = r {
-        fs.watch_failed(&format!("{e:#}"));
     }
 }

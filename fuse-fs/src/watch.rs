@@ -305,6 +305,9 @@ impl Watcher {
                 let mut events = Vec::with_capacity(n / 64);
                 parse(&buf[..n], self.own_pid, &mut events);
                 if !events.is_empty() {
+                    if crate::fault::watch_read_panics() {
+                        panic!("injected fault: a panic in the watcher's read loop");
+                    }
                     apply(&events);
                 }
                 // The kernel returns every whole event that fits: a read

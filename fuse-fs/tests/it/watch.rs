@@ -746,6 +746,46 @@ fn a_watch_that_stops_leaves_the_mount_rechecking_after_revalidate() {
     assert_eq!(m.stat("coherence", "sync_timeouts"), timeouts, "{}", m.stats());
 }
 
+/// A panic in the watcher's thread outside the application of a batch (in
+/// its read loop: a fault here) ends the watch as an error does: it is
+/// marked failed, every cache is dropped, and the mount re-checks the
+/// source after `--revalidate`, where a thread that silently died left
+/// everything trusted for its hour.
+#[test]
+fn a_panic_in_the_watchers_read_loop_fails_the_watch() {
+    let args = ["--coherence", "watch", "--kernel-cache", "--revalidate", "1"];
+    let Some(m) = Mount::with_env(&args, &[("RCUFS_FAULT", "watch-read-panics")], tree) else {
+        return;
+    };
+    assert_eq!(fs::read(m.at("d/a")).unwrap(), content(1, 9000));
+    assert_eq!(errno(&fs::metadata(m.at("d/new"))), Some(libc::ENOENT));
+    assert_eq!(m.stat("coherence", "failed"), 0, "{}", m.stats());
+    // The first event read makes the watcher panic.
+    fs::set_permissions(m.src_at("d/a"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(
+        eventually(SOON, || m.stat("coherence", "failed") == 1),
+        "the panic did not fail the watch: {}\n{}",
+        m.stats(),
+        m.log_text()
+    );
+    assert!(
+        m.log_text().contains("a panic in the watcher's thread"),
+        "{}",
+        m.log_text()
+    );
+    assert!(m.stats()["panics"].as_u64() >= Some(1), "{}", m.stats());
+    fs::write(m.src_at("d/new"), b"new").unwrap();
+    assert!(
+        eventually(RECHECKED, || {
+            fs::read(m.at("d/new")).is_ok_and(|b| b == b"new")
+                && fs::metadata(m.at("d/a")).is_ok_and(|md| md.permissions().mode() & 0o777 == 0o600)
+        }),
+        "changes after the watcher's panic not seen: {}\n{}",
+        m.stats(),
+        m.log_text()
+    );
+}
+
 /// A batch of events that cannot be applied (a panic while applying it: a
 /// fault here) may hold changes of cached objects: every cache is dropped,
 /// and the watch goes on.
