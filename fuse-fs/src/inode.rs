@@ -1491,6 +1491,15 @@ impl InodeTable {
         (out, visited)
     }
 
+    /// The inodes the kernel knows under the node ids of directories it
+    /// has forgotten (orphans, see [`adopt`](Self::adopt)), each with its
+    /// depth under that node id. Where such a directory is, nothing here
+    /// says until a lookup adopts its children.
+    pub fn orphans_known(&self) -> Vec<(Arc<Inode>, u32)> {
+        let olds: Vec<u64> = self.orphans.lock().values().copied().collect();
+        olds.into_iter().flat_map(|old| self.known_under(old).0).collect()
+    }
+
     /// Directories with a child in the children index.
     pub fn indexed_parents(&self) -> usize {
         self.children.parents()

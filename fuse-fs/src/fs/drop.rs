@@ -6,6 +6,10 @@
 
 use super::*;
 
+/// The depth an orphan's own depth is added to (see [`Fs::drop_dir`]):
+/// deeper than anything a walk from a directory finds.
+const ORPHAN_DEPTH: u32 = 1 << 16;
+
 impl Fs {
     /// IOCTL: only [`protocol::IOC_DROP`] on a directory; anything else is `ENOTTY`.
     pub fn ioctl(&self, ino: u64, cmd: u32, input: &[u8], caller: Caller) -> FsResult<(Vec<u8>, Vec<Inval>)> {
@@ -97,10 +101,20 @@ impl Fs {
         for (inode, depth) in known {
             found.insert(inode.ino, (inode, depth));
         }
+        // What the walk cannot reach: inodes listed under a directory's
+        // forgotten node id (orphans, `inode.rs`), until a lookup of the
+        // directory adopts them. Where that directory is, nothing says
+        // (it may be under `dir`), so every drop takes the orphans its
+        // caller owns: rare, and a drop of too much costs only refills.
+        // Their depths put them before everything else, in their own
+        // bottom-up order.
+        for (inode, depth) in self.table.orphans_known() {
+            if owner(&inode) {
+                found.entry(inode.ino).or_insert((inode, ORPHAN_DEPTH + depth));
+            }
+        }
         if dir.ino == ROOT_INO {
-            // Everything the kernel knows, also what the walk cannot reach:
-            // inodes listed under a directory's forgotten node id (orphans,
-            // `inode.rs`), which a lookup of the directory adopts later.
+            // Everything else the kernel knows.
             for inode in self.table.all_known() {
                 found.entry(inode.ino).or_insert((inode, 0));
             }

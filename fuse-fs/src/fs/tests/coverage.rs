@@ -117,3 +117,31 @@ fn a_root_drop_reaches_what_the_kernel_knows_under_a_forgotten_directory() {
     assert!(out.args.pages_dropped > 0, "{:?}", out.args);
     assert_eq!(t.fs.stats_json()["pagecache"]["pages"], 0);
 }
+
+/// A drop of a directory (not the root) reaches the orphans too: an inode
+/// the kernel knows under a directory whose node id it has forgotten has
+/// no recorded place until a lookup adopts it, and may be under the
+/// directory dropped.
+#[test]
+fn a_subtree_drop_reaches_what_the_kernel_knows_under_a_forgotten_directory() {
+    let t = setup(FsConfig {
+        kernel_cache: true,
+        revalidate: Duration::from_secs(3600),
+        ..default_cfg()
+    });
+    let d = walk(&t.fs, "d").expect("d").ino;
+    let e = t.fs.lookup(d, b"e").expect("e").ino;
+    let f = t.fs.lookup(e, b"f").expect("f").ino;
+    assert_eq!(read_all(&t.fs, f).len(), 10_000);
+    t.fs.forget(e, 1);
+    let dir_d = t.fs.table.get(d).expect("d");
+    t.fs.names.drop_subtree(&dir_d, |_| true);
+    let out = t.fs.drop_dir(d, DropMode::All, ME).expect("drop");
+    assert!(
+        out.inval.contains(&Inval::Inode { ino: f, offset: 0 }),
+        "f's pages not invalidated: {:?}",
+        out.inval
+    );
+    assert!(out.args.pages_dropped > 0, "{:?}", out.args);
+    assert_eq!(t.fs.stats_json()["pagecache"]["pages"], 0);
+}
