@@ -255,6 +255,13 @@ pub struct Entry {
     pub ino: u64,
     /// Attributes.
     pub attr: Attr,
+    /// Whether the kernel may keep the answer for its timeouts: false when
+    /// the read of the source behind it overlapped a change of the source
+    /// (an applied event, an event for an object not known yet, a change
+    /// through the mount), which rcufs then did not cache either. Such an
+    /// answer is given timeouts of 0 (`fuse.rs`): a change applied while
+    /// it was in flight cannot have invalidated what the kernel makes of it.
+    pub lend: bool,
 }
 
 /// An OPEN/CREATE answer.
@@ -624,7 +631,7 @@ impl Fs {
 
     /// Whether the kernel may hold attributes of the mount's inodes, which
     /// changes must then invalidate.
-    pub(crate) fn kernel_keeps_attrs(&self) -> bool {
+    pub fn kernel_keeps_attrs(&self) -> bool {
         self.cfg.kernel_cache || self.lends_attrs()
     }
 
@@ -663,6 +670,7 @@ impl Fs {
         Entry {
             ino: inode.ino,
             attr: Attr::from_stat(inode.ino, &inode.attr().st),
+            lend: true,
         }
     }
 
@@ -673,6 +681,7 @@ impl Fs {
             Ok(Entry {
                 ino: 0,
                 attr: Attr::from_stat(0, &sys::zero_stat()),
+                lend: true,
             })
         } else {
             Err(FsError::NOENT)
@@ -716,6 +725,17 @@ impl Fs {
     /// Looks `name` up in the source under `parent`, interns the result and
     /// records it in the name cache. Takes one kernel reference if `remember`.
     fn lookup_source(&self, parent: &Arc<Inode>, name: &[u8], remember: bool) -> FsResult<Option<Arc<Inode>>> {
+        self.lookup_source_kept(parent, name, remember).map(|(found, _)| found)
+    }
+
+    /// [`lookup_source`](Self::lookup_source), and whether what it read was
+    /// kept: false if the read overlapped a change (see [`Entry::lend`]).
+    fn lookup_source_kept(
+        &self,
+        parent: &Arc<Inode>,
+        name: &[u8],
+        remember: bool,
+    ) -> FsResult<(Option<Arc<Inode>>, bool)> {
         // Inserting may evict dcache entries, whose inodes are then freed.
         self.reap();
         let pfd = self.table.path_fd(parent)?;
@@ -758,7 +778,8 @@ impl Fs {
                     .is_some();
                 // `lost_event_for` before the sequence (see `fs/watched.rs`).
                 let lost = self.lost_event_for(&inode);
-                if !cached || lost || self.source_changed_since(before) {
+                let kept = cached && !lost && !self.source_changed_since(before);
+                if !kept {
                     // A name under the directory changed through the mount,
                     // or the source changed, while this was read: cache
                     // nothing.
@@ -767,16 +788,17 @@ impl Fs {
                     }
                     inode.expire_attr();
                 }
-                Ok(Some(inode))
+                Ok((Some(inode), kept))
             }
             Err(e) if e.errno() == libc::ENOENT => {
                 let cached = parent
                     .cache_if_unchanged(names_read, || self.names.insert(parent, name, None))
                     .is_some();
-                if cached && self.source_changed_since(before) {
+                let kept = cached && !self.source_changed_since(before);
+                if cached && !kept {
                     self.names.remove(parent, name);
                 }
-                Ok(None)
+                Ok((None, kept))
             }
             Err(e) => Err(e),
         }
@@ -816,10 +838,13 @@ impl Fs {
             Hit::Negative => return self.negative(&parent, name),
             Hit::Miss => {}
         }
-        match self.lookup_source(&parent, name, true)? {
-            Some(inode) => Ok(self.entry_of(&inode)),
-            None => self.negative(&parent, name),
-        }
+        let (found, kept) = self.lookup_source_kept(&parent, name, true)?;
+        let mut entry = match found {
+            Some(inode) => self.entry_of(&inode),
+            None => self.negative(&parent, name)?,
+        };
+        entry.lend = kept;
+        Ok(entry)
     }
 
     /// FORGET: the kernel drops `n` references to `ino`.
@@ -942,9 +967,12 @@ impl Fs {
         // change comes meanwhile).
         parent.change_names(|| self.names.remove(parent, name));
         self.touched_dir(parent);
-        match self.lookup_source(parent, name, true)? {
-            Some(inode) => Ok(self.entry_of(&inode)),
-            None => Err(FsError::NOENT),
+        match self.lookup_source_kept(parent, name, true)? {
+            (Some(inode), kept) => Ok(Entry {
+                lend: kept,
+                ..self.entry_of(&inode)
+            }),
+            (None, _) => Err(FsError::NOENT),
         }
     }
 
@@ -1441,7 +1469,7 @@ impl Fs {
                         let ino = if item.name == b"." { dir.inode.ino } else { ROOT_INO };
                         let mut attr = Attr::from_stat(ino, &sys::zero_stat());
                         attr.kind = Kind::Dir;
-                        item.entry = Some(Entry { ino, attr });
+                        item.entry = Some(Entry { ino, attr, lend: true });
                     } else {
                         let found = if names_first {
                             let watch = self.table.watch_renames();
@@ -1582,7 +1610,8 @@ impl Fs {
             }
         });
         let lost = self.lost_event_for(&inode);
-        if lost || self.source_changed_since(before) {
+        let overlapped = lost || self.source_changed_since(before);
+        if overlapped {
             self.names.remove(&parent, name);
             inode.expire_attr();
         }
@@ -1590,7 +1619,10 @@ impl Fs {
         // A new (or truncated) file: whatever the cache held is stale.
         self.data.drop_inode(inode.ino);
         *inode.data_stamp.lock() = Some(Stamp::of(&st));
-        let entry = self.entry_of(&inode);
+        let entry = Entry {
+            lend: !overlapped,
+            ..self.entry_of(&inode)
+        };
         // The new descriptor joins (or becomes) the inode's shared one.
         let fd = self
             .shared
@@ -1748,6 +1780,7 @@ impl Fs {
 
 mod drop;
 mod flush;
+pub mod lease;
 pub mod prefetch;
 mod stats;
 pub mod walk_ahead;

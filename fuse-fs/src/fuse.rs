@@ -65,6 +65,7 @@ use fuser::{
 };
 
 use crate::error::{FsError, FsResult};
+use crate::fs::lease::Lease;
 use crate::fs::{Attr, Caller, Fs, Inval, Kind, Opened, SetAttr, XattrReply};
 use crate::inval::{Lane, Outcome};
 use crate::ratelog::RateLimit;
@@ -156,16 +157,49 @@ impl FuseAdapter {
         );
     }
 
-    /// Answers an entry under `parent`: the node, its attributes for
-    /// [`Fs::attr_ttl`] (lent for a millisecond in the default mode with the
-    /// watch) and the name for [`Fs::entry_ttl`].
-    fn entry(&self, reply: ReplyEntry, parent: u64, e: &crate::fs::Entry) {
+    /// Answers the entry `name` under `parent`: the node, its attributes
+    /// for [`Fs::attr_ttl`] (lent for a millisecond in the default mode with
+    /// the watch) and the name for [`Fs::entry_ttl`]; nothing lent (0 for
+    /// both) if the answer overlapped a change of the source since `lease`
+    /// (`fs/lease.rs`).
+    fn entry(&self, reply: ReplyEntry, parent: u64, name: &OsStr, e: &crate::fs::Entry, lease: Lease) {
+        if !self.lends(e.lend, lease) {
+            reply.entry_with_ttls(&Duration::ZERO, &Duration::ZERO, &attr(&e.attr), Generation(0));
+            return;
+        }
         let attr_ttl = if e.ino == 0 {
             Duration::ZERO
         } else {
             self.fs.attr_ttl(e.ino)
         };
         reply.entry_with_ttls(&attr_ttl, &self.fs.entry_ttl(parent), &attr(&e.attr), Generation(0));
+        self.fs.after_lent_reply(lease, || lent_entry(parent, name, e.ino));
+    }
+
+    /// Whether a reply may lend its answer: its read was kept (`kept`) and
+    /// no change was applied since `lease`; counts the ones that may not.
+    fn lends(&self, kept: bool, lease: Lease) -> bool {
+        if !self.fs.kernel_keeps_attrs() {
+            // Every timeout is 0 anyway.
+            return true;
+        }
+        let lends = kept && self.fs.lease_holds(lease);
+        if !lends {
+            self.fs.count_unlent();
+        }
+        lends
+    }
+
+    /// Answers attributes of `ino` for [`Fs::attr_ttl`], or for 0 if a
+    /// change was applied since `lease` (`fs/lease.rs`).
+    fn attr_reply(&self, reply: ReplyAttr, ino: u64, a: &Attr, lease: Lease) {
+        if !self.lends(true, lease) {
+            reply.attr(&Duration::ZERO, &attr(a));
+            return;
+        }
+        reply.attr(&self.fs.attr_ttl(ino), &attr(a));
+        self.fs
+            .after_lent_reply(lease, || vec![Inval::Inode { ino, offset: -1 }]);
     }
 
     /// An open that found the file changed in the source makes the kernel
@@ -412,8 +446,9 @@ impl Filesystem for FuseAdapter {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         handler!("lookup", req, parent.0, {
+            let lease = self.fs.lease();
             match self.fs.lookup(parent.0, name.as_bytes()) {
-                Ok(e) => self.entry(reply, parent.0, &e),
+                Ok(e) => self.entry(reply, parent.0, name, &e, lease),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -427,8 +462,9 @@ impl Filesystem for FuseAdapter {
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         handler!("getattr", req, ino.0, {
+            let lease = self.fs.lease();
             match self.fs.getattr(ino.0, fh.map(|f| f.0)) {
-                Ok(a) => reply.attr(&self.fs.attr_ttl(ino.0), &attr(&a)),
+                Ok(a) => self.attr_reply(reply, ino.0, &a, lease),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -453,6 +489,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyAttr,
     ) {
         handler!("setattr", req, ino.0, {
+            let lease = self.fs.lease();
             let set = SetAttr {
                 mode,
                 uid,
@@ -463,7 +500,7 @@ impl Filesystem for FuseAdapter {
                 fh: fh.map(|f| f.0),
             };
             match self.fs.setattr(ino.0, set, caller(req)) {
-                Ok(a) => reply.attr(&self.fs.attr_ttl(ino.0), &attr(&a)),
+                Ok(a) => self.attr_reply(reply, ino.0, &a, lease),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -480,11 +517,12 @@ impl Filesystem for FuseAdapter {
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         handler!("mknod", req, parent.0, {
+            let lease = self.fs.lease();
             match self
                 .fs
                 .mknod(parent.0, name.as_bytes(), mode, rdev as u64, creator(req, umask))
             {
-                Ok(e) => self.entry(reply, parent.0, &e),
+                Ok(e) => self.entry(reply, parent.0, name, &e, lease),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -492,8 +530,9 @@ impl Filesystem for FuseAdapter {
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         handler!("mkdir", req, parent.0, {
+            let lease = self.fs.lease();
             match self.fs.mkdir(parent.0, name.as_bytes(), mode, creator(req, umask)) {
-                Ok(e) => self.entry(reply, parent.0, &e),
+                Ok(e) => self.entry(reply, parent.0, name, &e, lease),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -513,13 +552,14 @@ impl Filesystem for FuseAdapter {
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
         handler!("symlink", req, parent.0, {
+            let lease = self.fs.lease();
             match self.fs.symlink(
                 parent.0,
                 link_name.as_bytes(),
                 target.as_os_str().as_bytes(),
                 caller(req),
             ) {
-                Ok(e) => self.entry(reply, parent.0, &e),
+                Ok(e) => self.entry(reply, parent.0, link_name, &e, lease),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -552,8 +592,9 @@ impl Filesystem for FuseAdapter {
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         handler!("link", req, ino.0, {
+            let lease = self.fs.lease();
             match self.fs.link(ino.0, newparent.0, newname.as_bytes(), caller(req)) {
-                Ok(e) => self.entry(reply, newparent.0, &e),
+                Ok(e) => self.entry(reply, newparent.0, newname, &e, lease),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -704,16 +745,26 @@ impl Filesystem for FuseAdapter {
 
     fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         handler!("readdirplus", req, ino.0, {
+            let lease = self.fs.lease();
             let entry_ttl = self.fs.entry_ttl(ino.0);
+            // What the reply lends, should a change overtake it
+            // (`fs/lease.rs`): only entries are worth recording, as the
+            // attributes lent without them (default mode) last a millisecond.
+            let mut lent: Vec<(Vec<u8>, u64)> = Vec::new();
             let r = self.fs.readdir(fh.0, offset, true, |item| match &item.entry {
-                Some(e) => reply.add(
-                    INodeNo(e.ino),
-                    item.next_offset,
-                    OsStr::from_bytes(&item.name),
-                    &entry_ttl.min(self.fs.attr_ttl(e.ino)),
-                    &attr(&e.attr),
-                    Generation(0),
-                ),
+                Some(e) => {
+                    if !entry_ttl.is_zero() && item.name != b"." && item.name != b".." {
+                        lent.push((item.name.to_vec(), e.ino));
+                    }
+                    reply.add(
+                        INodeNo(e.ino),
+                        item.next_offset,
+                        OsStr::from_bytes(&item.name),
+                        &entry_ttl.min(self.fs.attr_ttl(e.ino)),
+                        &attr(&e.attr),
+                        Generation(0),
+                    )
+                }
                 // A slow source's name not cached yet (`fs/prefetch.rs`).
                 None => reply.add_name_only(
                     INodeNo(item.ino),
@@ -723,7 +774,16 @@ impl Filesystem for FuseAdapter {
                 ),
             });
             match r {
-                Ok(()) => reply.ok(),
+                Ok(()) => {
+                    reply.ok();
+                    if !lent.is_empty() {
+                        self.fs.after_lent_reply(lease, || {
+                            lent.iter()
+                                .flat_map(|(name, child)| lent_entry(ino.0, OsStr::from_bytes(name), *child))
+                                .collect()
+                        });
+                    }
+                }
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -825,17 +885,23 @@ impl Filesystem for FuseAdapter {
         reply: ReplyCreate,
     ) {
         handler!("create", req, parent.0, {
+            let lease = self.fs.lease();
             match self
                 .fs
                 .create(parent.0, name.as_bytes(), mode, flags, creator(req, umask))
             {
-                Ok((e, o)) => reply.created(
-                    &self.fs.entry_ttl(parent.0).min(self.fs.attr_ttl(e.ino)),
-                    &attr(&e.attr),
-                    Generation(0),
-                    FileHandle(o.fh),
-                    fopen(&o),
-                ),
+                Ok((e, o)) => {
+                    let lends = self.lends(e.lend, lease);
+                    let ttl = if lends {
+                        self.fs.entry_ttl(parent.0).min(self.fs.attr_ttl(e.ino))
+                    } else {
+                        Duration::ZERO
+                    };
+                    reply.created(&ttl, &attr(&e.attr), Generation(0), FileHandle(o.fh), fopen(&o));
+                    if lends {
+                        self.fs.after_lent_reply(lease, || lent_entry(parent.0, name, e.ino));
+                    }
+                }
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -1146,4 +1212,17 @@ pub mod session {
             .find(|m| m.mount_point == mp)
             .map(|m| m.dev)
     }
+}
+
+/// What a reply of entry `name` under `parent` (node `ino`, 0 if negative)
+/// lent the kernel, as invalidations (`fs/lease.rs`).
+fn lent_entry(parent: u64, name: &OsStr, ino: u64) -> Vec<Inval> {
+    let mut v = vec![Inval::Entry {
+        parent,
+        name: name.as_bytes().to_vec(),
+    }];
+    if ino != 0 {
+        v.push(Inval::Inode { ino, offset: -1 });
+    }
+    v
 }

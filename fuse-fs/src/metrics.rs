@@ -232,6 +232,16 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
         "1 while replies lend the kernel their attributes for a millisecond (default mode with the watch, until an invalidation is lost)",
     ),
     (
+        "coherence.unlent_replies",
+        Kind::Counter,
+        "Replies given timeouts of 0 because the read behind them overlapped a change of the source",
+    ),
+    (
+        "coherence.overlapped_replies",
+        Kind::Counter,
+        "Lending replies a change overtook as they were sent, whose entries and attributes the kernel was told to forget",
+    ),
+    (
         "warm.requests",
         Kind::Counter,
         "Warms requested with the user.rcufs.warm attribute",

@@ -253,6 +253,11 @@ pub struct Watched {
     /// Set once the invalidation queue dropped something: the default mode
     /// lends no more attributes (see the module docs).
     lending_stopped: AtomicBool,
+    /// Replies that lent nothing because they overlapped a change, and
+    /// lending replies a change overtook after they were built
+    /// (`fs/lease.rs`).
+    pub(super) unlent_replies: AtomicU64,
+    pub(super) overlapped_replies: AtomicU64,
 }
 
 /// The handle-index key of the object an event is about (the directory,
@@ -725,6 +730,8 @@ impl Fs {
             "sync_timeouts": w.sync_timeouts.load(Ordering::Relaxed),
             "indexed_handles": self.table.indexed_handles() as u64,
             "attrs_lent": u64::from(self.lends_attrs()),
+            "unlent_replies": w.unlent_replies.load(Ordering::Relaxed),
+            "overlapped_replies": w.overlapped_replies.load(Ordering::Relaxed),
         })
     }
 }

@@ -586,6 +586,40 @@ fn a_lookup_overtaken_by_a_source_change_caches_nothing_with_kernel_cache() {
     a_lookup_overtaken_by_a_change_caches_nothing(KERNEL);
 }
 
+/// A first LOOKUP of a file that read its attributes just before they
+/// changed in the source, and answers after the watcher saw the change,
+/// must not lend the kernel those attributes for the watch's hour: the
+/// kernel had no inode for the watcher to invalidate yet, so nothing
+/// else would correct them (`fs/lease.rs`). The daemon holds the LOOKUP
+/// between its read and its store for 500 ms, and the `chmod` lands
+/// inside that window.
+#[test]
+fn a_first_lookup_overtaken_by_an_attribute_change_lends_nothing() {
+    let env = [("RCUFS_FAULT", "lookup-delay:keep:500")];
+    let Some(m) = Mount::with_env(KERNEL, &env, tree) else {
+        return;
+    };
+    assert!(fs::metadata(m.at("d")).is_ok());
+    std::thread::scope(|sc| {
+        let slow = sc.spawn(|| fs::symlink_metadata(m.at("d/keep")).map(|md| md.permissions().mode() & 0o777));
+        // The LOOKUP has read the source by now and waits to store.
+        std::thread::sleep(Duration::from_millis(200));
+        fs::set_permissions(m.src_at("d/keep"), fs::Permissions::from_mode(0o600)).unwrap();
+        // The overlapping LOOKUP may answer either mode.
+        let _ = slow.join().unwrap();
+    });
+    assert!(
+        eventually(SOON, || fs::metadata(m.at("d/keep")).is_ok_and(|md| md
+            .permissions()
+            .mode()
+            & 0o777
+            == 0o600)),
+        "the attributes read before the chmod were kept: {}",
+        m.stats()
+    );
+    assert!(m.stat("coherence", "unlent_replies") >= 1, "{}", m.stats());
+}
+
 /// Unmounts (lazily) a filesystem a test mounted, when dropped.
 struct Submount(std::path::PathBuf);
 
