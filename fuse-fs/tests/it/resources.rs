@@ -263,20 +263,15 @@ fn nobody_opening_many_files_is_refused_before_root() {
     );
 }
 
-/// One user holding as many files open as the daemon lets it does not
-/// lock another user out: each non-root user may hold half of the
-/// descriptors below the reserve (`open_files.rs`).
-#[test]
-fn one_user_holding_its_share_of_descriptors_leaves_room_for_another() {
-    if !can_switch_users() {
-        return;
-    }
-    const NOFILE: u64 = 1024;
-    const FILES: usize = 1000;
-    const OTHERS: usize = 100;
-    /// Any unprivileged uid other than nobody's.
-    const OTHER: u32 = 61000;
-    let Some(m) = Mount::with_nofile(&["-o", "allow_other"], Some(NOFILE), |src| {
+const NOFILE: u64 = 1024;
+const FILES: usize = 1000;
+const OTHERS: usize = 100;
+
+/// A mount, with a descriptor limit of `NOFILE`, of `many/` (`FILES` files)
+/// and `others/` (`OTHERS` files), all readable by anyone, for the tests
+/// of each user's share of the descriptors.
+fn share_mount() -> Option<Mount> {
+    Mount::with_nofile(&["-o", "allow_other"], Some(NOFILE), |src| {
         for (dir, n) in [("many", FILES), ("others", OTHERS)] {
             fs::create_dir(src.join(dir)).unwrap();
             fs::set_permissions(src.join(dir), fs::Permissions::from_mode(0o755)).unwrap();
@@ -286,7 +281,20 @@ fn one_user_holding_its_share_of_descriptors_leaves_room_for_another() {
                 fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
             }
         }
-    }) else {
+    })
+}
+
+/// One user holding as many files open as the daemon lets it does not
+/// lock another user out: each non-root user may hold half of the
+/// descriptors below the reserve (`open_files.rs`).
+#[test]
+fn one_user_holding_its_share_of_descriptors_leaves_room_for_another() {
+    if !can_switch_users() {
+        return;
+    }
+    /// Any unprivileged uid other than nobody's.
+    const OTHER: u32 = 61000;
+    let Some(m) = share_mount() else {
         return;
     };
     let share = m.stat("inodes", "fd_user_max");
@@ -335,22 +343,9 @@ fn keeping_open_what_another_user_opened_does_not_use_up_its_share() {
     if !can_switch_users() {
         return;
     }
-    const NOFILE: u64 = 1024;
-    const FILES: usize = 1000;
-    const OTHERS: usize = 100;
     /// The user whose files the other keeps open.
     const OWNER: u32 = 61001;
-    let Some(m) = Mount::with_nofile(&["-o", "allow_other"], Some(NOFILE), |src| {
-        for (dir, n) in [("many", FILES), ("others", OTHERS)] {
-            fs::create_dir(src.join(dir)).unwrap();
-            fs::set_permissions(src.join(dir), fs::Permissions::from_mode(0o755)).unwrap();
-            for i in 0..n {
-                let p = src.join(format!("{dir}/f{i:04}"));
-                fs::write(&p, b"x").unwrap();
-                fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
-            }
-        }
-    }) else {
+    let Some(m) = share_mount() else {
         return;
     };
     let share = m.stat("inodes", "fd_user_max") as usize;

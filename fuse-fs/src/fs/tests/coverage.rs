@@ -90,12 +90,13 @@ fn a_failed_watch_drops_everything_and_falls_back_to_revalidate() {
     assert_eq!(t.fs.getattr(a.ino, None).expect("getattr").perm & 0o777, 0o600);
 }
 
-/// A root drop reaches an inode the kernel knows under a directory whose
-/// node id it has forgotten (an orphan, listed under that old node id
-/// until a lookup of the directory adopts it), also when the dcache no
-/// longer holds its name: its pages go, and the kernel is told.
-#[test]
-fn a_root_drop_reaches_what_the_kernel_knows_under_a_forgotten_directory() {
+/// A drop (of the root if `root`, else of `d`) reaches an inode the kernel
+/// knows under a directory whose node id it has forgotten (an orphan,
+/// listed under that old node id until a lookup of the directory adopts
+/// it), also when the dcache no longer holds its name: its pages go, and
+/// the kernel is told. A drop of a directory must take the orphans too:
+/// they have no recorded place, and may be under it.
+fn a_drop_reaches_what_the_kernel_knows_under_a_forgotten_directory(root: bool) {
     let t = setup(FsConfig {
         kernel_cache: true,
         revalidate: Duration::from_secs(3600),
@@ -108,7 +109,9 @@ fn a_root_drop_reaches_what_the_kernel_knows_under_a_forgotten_directory() {
     t.fs.forget(e, 1);
     let dir_d = t.fs.table.get(d).expect("d");
     t.fs.names.drop_subtree(&dir_d, |_| true);
-    let out = t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("drop");
+    let out =
+        t.fs.drop_dir(if root { ROOT_INO } else { d }, DropMode::All, ME)
+            .expect("drop");
     assert!(
         out.inval.contains(&Inval::Inode { ino: f, offset: 0 }),
         "f's pages not invalidated: {:?}",
@@ -118,30 +121,12 @@ fn a_root_drop_reaches_what_the_kernel_knows_under_a_forgotten_directory() {
     assert_eq!(t.fs.stats_json()["pagecache"]["pages"], 0);
 }
 
-/// A drop of a directory (not the root) reaches the orphans too: an inode
-/// the kernel knows under a directory whose node id it has forgotten has
-/// no recorded place until a lookup adopts it, and may be under the
-/// directory dropped.
+#[test]
+fn a_root_drop_reaches_what_the_kernel_knows_under_a_forgotten_directory() {
+    a_drop_reaches_what_the_kernel_knows_under_a_forgotten_directory(true);
+}
+
 #[test]
 fn a_subtree_drop_reaches_what_the_kernel_knows_under_a_forgotten_directory() {
-    let t = setup(FsConfig {
-        kernel_cache: true,
-        revalidate: Duration::from_secs(3600),
-        ..default_cfg()
-    });
-    let d = walk(&t.fs, "d").expect("d").ino;
-    let e = t.fs.lookup(d, b"e").expect("e").ino;
-    let f = t.fs.lookup(e, b"f").expect("f").ino;
-    assert_eq!(read_all(&t.fs, f).len(), 10_000);
-    t.fs.forget(e, 1);
-    let dir_d = t.fs.table.get(d).expect("d");
-    t.fs.names.drop_subtree(&dir_d, |_| true);
-    let out = t.fs.drop_dir(d, DropMode::All, ME).expect("drop");
-    assert!(
-        out.inval.contains(&Inval::Inode { ino: f, offset: 0 }),
-        "f's pages not invalidated: {:?}",
-        out.inval
-    );
-    assert!(out.args.pages_dropped > 0, "{:?}", out.args);
-    assert_eq!(t.fs.stats_json()["pagecache"]["pages"], 0);
+    a_drop_reaches_what_the_kernel_knows_under_a_forgotten_directory(false);
 }
