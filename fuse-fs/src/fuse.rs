@@ -748,12 +748,13 @@ impl Filesystem for FuseAdapter {
             let lease = self.fs.lease();
             let entry_ttl = self.fs.entry_ttl(ino.0);
             // What the reply lends, should a change overtake it
-            // (`fs/lease.rs`): only entries are worth recording, as the
-            // attributes lent without them (default mode) last a millisecond.
+            // (`fs/lease.rs`; nothing to record without the watch): only
+            // entries are worth recording, as the attributes lent without
+            // them (default mode) last a millisecond.
             let mut lent: Vec<(Vec<u8>, u64)> = Vec::new();
             let r = self.fs.readdir(fh.0, offset, true, |item| match &item.entry {
                 Some(e) => {
-                    if !entry_ttl.is_zero() && item.name != b"." && item.name != b".." {
+                    if lease.may_break() && !entry_ttl.is_zero() && item.name != b"." && item.name != b".." {
                         lent.push((item.name.to_vec(), e.ino));
                     }
                     reply.add(

@@ -40,27 +40,36 @@
 
 use super::*;
 
-/// The change sequence when a request began (see the module docs).
+/// The change sequence when a request began (see the module docs); none
+/// without the watch, where nothing moves it.
 #[derive(Clone, Copy, Debug)]
-pub struct Lease(u64);
+pub struct Lease(Option<u64>);
+
+impl Lease {
+    /// Whether a change can overtake the request (the watch runs): only
+    /// then is it worth recording what a reply lends.
+    pub fn may_break(self) -> bool {
+        self.0.is_some()
+    }
+}
 
 impl Fs {
     /// Taken when a request that may lend the kernel its answer starts.
     pub fn lease(&self) -> Lease {
-        Lease(self.source_seq())
+        Lease(self.watching().then(|| self.source_seq()))
     }
 
     /// Whether a reply may lend the kernel its answer for the timeouts:
     /// no change of the source was applied since `lease` was taken.
     pub fn lease_holds(&self, lease: Lease) -> bool {
-        !self.source_changed_since(lease.0)
+        lease.0.is_none_or(|seq| !self.source_changed_since(seq))
     }
 
     /// After a reply that lent the kernel what `lent` names (entries and
     /// attributes): if a change was applied since `lease`, the kernel is
     /// told to forget them.
     pub fn after_lent_reply(&self, lease: Lease, lent: impl FnOnce() -> Vec<Inval>) {
-        if self.kernel_keeps_attrs() && self.source_changed_since(lease.0) {
+        if !self.lease_holds(lease) && self.kernel_keeps_attrs() {
             self.watched.overlapped_replies.fetch_add(1, Ordering::Relaxed);
             self.inval.push(lent());
         }

@@ -303,7 +303,7 @@ enum Action<'a> {
 }
 
 impl Fs {
-    fn watching(&self) -> bool {
+    pub(super) fn watching(&self) -> bool {
         self.cfg.coherence == Coherence::Watch
     }
 

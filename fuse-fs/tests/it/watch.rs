@@ -765,15 +765,7 @@ fn a_watch_that_stops_leaves_the_mount_rechecking_after_revalidate() {
     let timeouts = m.stat("coherence", "sync_timeouts");
     fs::set_permissions(m.src_at("d/a"), fs::Permissions::from_mode(0o600)).unwrap();
     fs::write(m.src_at("d/new"), b"new").unwrap();
-    assert!(
-        eventually(RECHECKED, || {
-            fs::read(m.at("d/new")).is_ok_and(|b| b == b"new")
-                && fs::metadata(m.at("d/a")).is_ok_and(|md| md.permissions().mode() & 0o777 == 0o600)
-        }),
-        "changes after the watch stopped not seen: {}\n{}",
-        m.stats(),
-        m.log_text()
-    );
+    assert_rechecked(&m, "the watch stopped");
     // Nothing waits for the stopped watcher to catch up (the open of a
     // changed file would, for 50 ms).
     assert_eq!(fs::read(m.at("d/a")).unwrap(), content(1, 9000));
@@ -809,12 +801,19 @@ fn a_panic_in_the_watchers_read_loop_fails_the_watch() {
     );
     assert!(m.stats()["panics"].as_u64() >= Some(1), "{}", m.stats());
     fs::write(m.src_at("d/new"), b"new").unwrap();
+    assert_rechecked(&m, "the watcher's panic");
+}
+
+/// After a failed watch: the source's `d/new` (written) and `d/a` (mode
+/// 0600) are seen through the mount within `RECHECKED`.
+#[track_caller]
+fn assert_rechecked(m: &Mount, after: &str) {
     assert!(
         eventually(RECHECKED, || {
             fs::read(m.at("d/new")).is_ok_and(|b| b == b"new")
                 && fs::metadata(m.at("d/a")).is_ok_and(|md| md.permissions().mode() & 0o777 == 0o600)
         }),
-        "changes after the watcher's panic not seen: {}\n{}",
+        "changes after {after} not seen: {}\n{}",
         m.stats(),
         m.log_text()
     );
