@@ -297,8 +297,10 @@ impl Data {
     /// The cache's counters as JSON.
     pub fn stats_json(&self) -> serde_json::Value {
         let s = self.cache.stats();
+        let frames = pagecache::frame_usage();
         serde_json::json!({"pages": s.pages, "bytes_cached": s.bytes_cached, "budget_bytes": self.budget,
             "hits": s.hits, "misses": s.misses, "fills": s.fills, "evictions": s.evictions,
-            "inodes": self.cache.inode_count() as u64})
+            "inodes": self.cache.inode_count() as u64,
+            "frame_chunk_bytes": frames.chunk_bytes, "frame_used_bytes": frames.used_bytes})
     }
 }

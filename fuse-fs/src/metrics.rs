@@ -94,6 +94,16 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
         "Bytes accounted to cached pages (a page size each)",
     ),
     ("pagecache.budget_bytes", Kind::Gauge, "Page cache budget"),
+    (
+        "pagecache.frame_chunk_bytes",
+        Kind::Gauge,
+        "Bytes of the 2 MiB chunks the page frames of single 4 KiB pages come from (in use, free, and their headers)",
+    ),
+    (
+        "pagecache.frame_used_bytes",
+        Kind::Gauge,
+        "Bytes of page frames holding a cached page (or one awaiting its grace period)",
+    ),
     ("pagecache.hits", Kind::Counter, "Page lookups that found a filled page"),
     (
         "pagecache.misses",

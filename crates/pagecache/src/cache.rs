@@ -97,6 +97,7 @@ use std::ptr::NonNull;
 use crate::Mode;
 use crate::counter::Counter;
 use crate::folio::{FAILED, FILLING, Folio, FolioOwn, NONEWREFS, PageRef, filling_item, prefetch_page, ready_tag};
+use crate::frames;
 use crate::radix::node::{SHIFT, bit};
 use crate::radix::{RadixTree, SLOTS, Tag};
 use crate::readahead::Readahead;
@@ -411,6 +412,9 @@ pub struct PageCache {
     /// log2 of the page size if it is a power of two (page numbers by a
     /// shift rather than a division on the hit path), else `u32::MAX`.
     page_shift: u32,
+    /// The budget reserved with the page-frame pool, if single pages of
+    /// this cache live in frames (`frames.rs`).
+    _frames: Option<frames::Reservation>,
 }
 
 impl std::fmt::Debug for PageCache {
@@ -465,6 +469,7 @@ impl PageCache {
             .rev()
             .find(|&o| config.page_size.checked_shl(o).is_some_and(|b| b <= quarter))
             .unwrap_or(0);
+        let _frames = frames::used_for(0, config.page_size).then(|| frames::Reservation::new(config.budget_bytes));
         Self {
             inodes: RadixTree::with_domain(config.mode, domain.clone()),
             domain,
@@ -478,6 +483,7 @@ impl PageCache {
             waits: (0..WAIT_BUCKETS).map(|_| (Mutex::new(()), Condvar::new())).collect(),
             max_order,
             page_shift,
+            _frames,
         }
     }
 

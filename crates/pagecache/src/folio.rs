@@ -1,11 +1,12 @@
 //! A folio: the page cache's unit, `2^order` consecutive pages of one file
 //! (order 0 is a single page), naturally aligned (its first page index is
-//! a multiple of `2^order`). Its header and its bytes are one allocation:
-//! the header fills the first cache line and the bytes follow, so a lookup
-//! that loads the header's state word has already brought in the line next
-//! to the first bytes it copies (seed 002, "A Concurrent Pagecache",
-//! §3.1.2 and §3.1.3 for the reference protocol; the Linux folio for the
-//! unit).
+//! a multiple of `2^order`). A single 4 KiB page lives in a page frame,
+//! its header in the frame's header slot (`frames.rs`: the kernel's
+//! `mem_map`), so that its bytes are page-aligned; any other folio is one
+//! allocation, the header in the first cache line and the bytes after it.
+//! Either way the bytes' address follows from the header's without a load
+//! ([`slot_bytes`]) (seed 002, "A Concurrent Pagecache", §3.1.2 and §3.1.3
+//! for the reference protocol; the Linux folio for the unit).
 //!
 //! # The state word
 //! | bits  | name        | meaning                                                  |
@@ -46,6 +47,7 @@
 use std::alloc::{Layout, alloc_zeroed, dealloc, handle_alloc_error};
 use std::ptr::NonNull;
 
+use crate::frames;
 use crate::radix::Own;
 use crate::sync::epoch::{Guard, Shared};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering, UnsafeCell, fence};
@@ -70,6 +72,8 @@ pub(crate) struct Folio {
     /// The bytes' length: `page size << order`.
     capacity: usize,
     order: u32,
+    /// Whether the folio lives in a page frame (`frames.rs`).
+    framed: bool,
     /// Stands for the bytes in the loom build, where every access to them
     /// goes through this cell so that loom checks that readers are ordered
     /// after the filler; zero-sized in the normal build.
@@ -86,8 +90,12 @@ pub(crate) enum GetError {
     Dead,
 }
 
-/// The bytes between the start of the allocation and the folio's bytes.
+/// The bytes between the start of the allocation and the folio's bytes
+/// (not framed).
 const HEADER: usize = std::mem::size_of::<Folio>();
+
+// A header fills a frame's header slot exactly.
+const _: () = assert!(HEADER == frames::SLOT && std::mem::align_of::<Folio>() == frames::SLOT);
 
 fn layout(capacity: usize) -> Layout {
     Layout::from_size_align(HEADER + capacity, std::mem::align_of::<Folio>()).expect("a folio's size fits a layout")
@@ -99,17 +107,27 @@ impl Folio {
     /// caller publishes it.
     fn alloc(index: u64, order: u32, page_size: usize, state: u64) -> NonNull<Folio> {
         let capacity = page_size << order;
-        let layout = layout(capacity);
-        // SAFETY: the layout's size is at least the header's, never zero.
-        let base = unsafe { alloc_zeroed(layout) };
-        let Some(base) = NonNull::new(base) else {
-            handle_alloc_error(layout)
+        let framed = frames::used_for(order, page_size);
+        let (base, data) = if framed {
+            let header = frames::alloc_frame();
+            // SAFETY: `data_of` keeps the chunk's provenance, and the frame's
+            // bytes are inside the chunk; never null.
+            (header, unsafe {
+                NonNull::new_unchecked(frames::data_of(header.as_ptr()))
+            })
+        } else {
+            let layout = layout(capacity);
+            // SAFETY: the layout's size is at least the header's, never zero.
+            let base = unsafe { alloc_zeroed(layout) };
+            let Some(base) = NonNull::new(base) else {
+                handle_alloc_error(layout)
+            };
+            // SAFETY: the allocation is `HEADER + capacity` bytes long.
+            (base, unsafe { base.add(HEADER) })
         };
-        // SAFETY: the allocation is `HEADER + capacity` bytes long.
-        let data = unsafe { base.add(HEADER) };
         let folio = base.cast::<Folio>();
-        // SAFETY: the allocation is fresh, aligned for `Folio` and large
-        // enough for it.
+        // SAFETY: the header's place (a frame's slot, or the allocation's
+        // start) is fresh, aligned for `Folio` and large enough for it.
         unsafe {
             folio.as_ptr().write(Folio {
                 state: AtomicU64::new(state),
@@ -118,6 +136,7 @@ impl Folio {
                 index,
                 capacity,
                 order,
+                framed,
                 bytes: UnsafeCell::new(()),
             });
         }
@@ -150,11 +169,16 @@ impl Folio {
     /// Nobody else holds or can reach `folio`.
     unsafe fn free(folio: NonNull<Folio>) {
         // SAFETY: per the contract the header is ours to read and drop, and
-        // the allocation was made with `layout(capacity)`.
+        // the memory came from `alloc`: a frame, or an allocation made with
+        // `layout(capacity)`.
         unsafe {
-            let capacity = folio.as_ref().capacity;
+            let (capacity, framed) = (folio.as_ref().capacity, folio.as_ref().framed);
             std::ptr::drop_in_place(folio.as_ptr());
-            dealloc(folio.as_ptr().cast(), layout(capacity));
+            if framed {
+                frames::free_frame(folio.cast());
+            } else {
+                dealloc(folio.as_ptr().cast(), layout(capacity));
+            }
         }
     }
 
@@ -162,6 +186,11 @@ impl Folio {
     /// from `data`, not from `&self`), for references and the final free.
     #[inline]
     pub(crate) fn ptr(&self) -> NonNull<Folio> {
+        if self.framed {
+            // SAFETY: `header_of` keeps the chunk's provenance and maps a
+            // frame's bytes back to its (non-null) header slot.
+            return unsafe { NonNull::new_unchecked(frames::header_of(self.data.as_ptr())) }.cast();
+        }
         // SAFETY: `data` is `HEADER` bytes into the allocation.
         unsafe { self.data.sub(HEADER) }.cast()
     }
@@ -409,12 +438,32 @@ unsafe impl Own<Folio> for FolioOwn {
 const TAG_ORDER: usize = 0b111;
 const TAG_NOT_READY: usize = 0b1000;
 const TAG_SHORT: usize = 0b1_0000;
+/// The folio lives in a page frame (`frames.rs`): its bytes are at
+/// [`frames::data_of`] its header, not right after it.
+const TAG_FRAMED: usize = 0b10_0000;
+
+/// The tag bit that says where a folio's bytes are.
+fn framed_tag(f: &Folio) -> usize {
+    if f.framed { TAG_FRAMED } else { 0 }
+}
+
+/// The first byte of the folio a slot holds, from the slot's pointer and
+/// tag alone (no load of the header), with the slot pointer's provenance.
+#[inline]
+fn slot_data(item: Shared<'_, Folio>) -> *const u8 {
+    let header = item.as_raw().cast::<u8>();
+    if item.tag() & TAG_FRAMED != 0 {
+        frames::data_of(header)
+    } else {
+        header.wrapping_add(HEADER)
+    }
+}
 
 /// The slot pointer of a folio being filled: its order, not ready.
 pub(crate) fn filling_item<'g>(folio: NonNull<Folio>) -> Shared<'g, Folio> {
     // SAFETY: the caller owns a reference to the folio, so it is alive.
-    let order = unsafe { folio.as_ref() }.order as usize;
-    Shared::from(folio.as_ptr().cast_const()).with_tag(order | TAG_NOT_READY)
+    let f = unsafe { folio.as_ref() };
+    Shared::from(folio.as_ptr().cast_const()).with_tag(f.order as usize | TAG_NOT_READY | framed_tag(f))
 }
 
 /// The slot pointer of a folio whose bytes are all written: its order,
@@ -430,7 +479,7 @@ pub(crate) fn ready_tag(folio: NonNull<Folio>) -> usize {
     // SAFETY: the caller owns a reference to the folio, and wrote (or
     // filled) its length.
     let f = unsafe { folio.as_ref() };
-    f.order as usize | if f.len() < f.capacity { TAG_SHORT } else { 0 }
+    f.order as usize | if f.len() < f.capacity { TAG_SHORT } else { 0 } | framed_tag(f)
 }
 
 /// What a slot's pointer says about its folio (see [`filling_item`] and
@@ -462,7 +511,7 @@ pub(crate) fn prefetch_page(item: Shared<'_, Folio>, index: u64, page_size: usiz
         // Folios are naturally aligned: the page's place in its folio is
         // the index's low `order` bits.
         let page = (index & ((1u64 << order) - 1)) as usize;
-        let base = item.as_raw().cast::<i8>().wrapping_add(HEADER + page * page_size);
+        let base = slot_data(item).cast::<i8>().wrapping_add(page * page_size);
         let mut at = 0;
         while at < n {
             // SAFETY: a prefetch never faults and changes nothing the
@@ -485,12 +534,12 @@ pub(crate) fn prefetch_page(item: Shared<'_, Folio>, index: u64, page_size: usiz
 #[inline]
 pub(crate) unsafe fn slot_bytes<'g>(item: Shared<'g, Folio>, from: usize, n: usize) -> &'g [u8] {
     // SAFETY: per the contract the folio is alive for 'g and its fill is
-    // over; the bytes start `HEADER` bytes into its allocation, and the
-    // range is within them. (The pointer is the slot's, which carries the
-    // allocation's provenance.)
+    // over; the bytes start at `slot_data` (in a frame, or `HEADER` bytes
+    // into the allocation), and the range is within them. (The pointer is
+    // the slot's, which carries the allocation's provenance.)
     unsafe {
         item.deref().bytes.with(|_| ());
-        std::slice::from_raw_parts(item.as_raw().cast::<u8>().add(HEADER + from), n)
+        std::slice::from_raw_parts(slot_data(item).add(from), n)
     }
 }
 

@@ -49,6 +49,8 @@
 mod cache;
 mod counter;
 mod folio;
+mod frames;
+pub use frames::{FrameUsage, usage as frame_usage};
 pub mod radix;
 mod readahead;
 mod sync;

@@ -2,6 +2,7 @@
 //! and of the page cache, with verification.
 
 mod cache;
+mod frames;
 mod tree;
 
 /// Scales a loop count down in debug builds, so the suite stays fast.
