@@ -66,28 +66,34 @@ const COMPARISONS: &[Comparison] = &[
     ("radix_lookup_sparse", "rcufs_radix", "rwlock_btreemap", None, None),
     ("radix_lookup_sparse", "rcufs_radix", "rcufs_radix_boxed", None, None),
     // A hit taking a counted reference (what the filesystem's zero-copy
-    // reply holds), then a copy; and the reference-less copy paths.
+    // reply holds), then a copy; and the reference-less copy paths. Held
+    // to a copy from page-aligned pages (where the kernel's page cache
+    // and rcufs's page frames put them); also set beside a copy from
+    // boxed pages, as a heap places them.
     (
         "pagecache_hit_copy",
         "rcufs_pagecache",
-        "memcpy",
+        "memcpy_aligned",
         Some(0.85),
         Some(0.85),
     ),
+    ("pagecache_hit_copy", "rcufs_pagecache", "memcpy", None, None),
     (
         "pagecache_hit_copy",
         "rcufs_read_into",
-        "memcpy",
+        "memcpy_aligned",
         Some(0.85),
         Some(0.85),
     ),
+    ("pagecache_hit_copy", "rcufs_read_into", "memcpy", None, None),
     (
         "pagecache_hit_copy",
         "rcufs_read_range",
-        "memcpy",
+        "memcpy_aligned",
         Some(0.85),
         Some(0.85),
     ),
+    ("pagecache_hit_copy", "rcufs_read_range", "memcpy", None, None),
     // The same copies against a copy from the cache's own pages (the lookup
     // alone), and that copy against `memcpy` (where the bytes sit).
     (
@@ -105,6 +111,14 @@ const COMPARISONS: &[Comparison] = &[
         None,
     ),
     ("pagecache_hit_copy", "memcpy_cached_pages", "memcpy", None, None),
+    (
+        "pagecache_hit_copy",
+        "memcpy_cached_pages",
+        "memcpy_aligned",
+        None,
+        None,
+    ),
+    ("pagecache_hit_copy", "memcpy_aligned", "memcpy", None, None),
     ("pagecache_range_128k", "rcufs_read_range", "memcpy", None, None),
     ("pagecache_range_1m", "rcufs_read_range", "memcpy", None, None),
 ];

@@ -21,6 +21,12 @@
 //!   without the lookup): what separates the lookup's cost from the
 //!   placement of the bytes;
 //! - `memcpy`: the same copy from a `Vec` of boxed pages;
+//! - `aligned_memcpy`: the same copy from page-aligned pages in 2 MiB-aligned
+//!   memory marked `MADV_HUGEPAGE` (where the page frames put the cache's
+//!   pages), the address computed rather than loaded; and
+//!   `aligned_loaded_memcpy`, the same with each page's address loaded from
+//!   a table of slices (one dependent load, as `held_memcpy` has: the
+//!   least any lookup adds);
 //! - `range128k_read_range`, `range1m_read_range`: 128 KiB and 1 MiB reads
 //!   at random aligned offsets of 16 files of 4 MiB cached as folios of
 //!   64 pages, through `read_range_into`, and `range128k_read_refs`,
@@ -133,6 +139,8 @@ fn main() {
         }
     }
     let total = (FILES * PAGES_PER_FILE) as usize;
+    let aligned = aligned_pages(&plain);
+    let aligned_slices: Vec<&[u8]> = aligned.chunks(PAGE).collect();
     // The cache's own pages, referenced once: the copy without the lookup.
     let held: Vec<_> = (1..=FILES)
         .flat_map(|ino| (0..PAGES_PER_FILE).map(move |index| (ino, index)))
@@ -308,6 +316,28 @@ fn main() {
             }),
         ),
         (
+            "aligned_memcpy",
+            200_000,
+            Box::new(|i| {
+                let (ino, index) = pages[i % total];
+                let p = ((ino - 1) * PAGES_PER_FILE + index) as usize;
+                let mut b = buf.borrow_mut();
+                b.copy_from_slice(&aligned[p * PAGE..(p + 1) * PAGE]);
+                black_box(&*b);
+            }),
+        ),
+        (
+            "aligned_loaded_memcpy",
+            200_000,
+            Box::new(|i| {
+                let (ino, index) = pages[i % total];
+                let p = ((ino - 1) * PAGES_PER_FILE + index) as usize;
+                let mut b = buf.borrow_mut();
+                b.copy_from_slice(aligned_slices[p]);
+                black_box(&*b);
+            }),
+        ),
+        (
             "range128k_read_range",
             10_000,
             Box::new(|i| {
@@ -387,5 +417,24 @@ fn main() {
             v[0],
             v[v.len() - 1]
         );
+    }
+}
+
+/// `pages` copied into one 2 MiB-aligned run of memory marked
+/// `MADV_HUGEPAGE` before its first write (leaked: the example's life).
+fn aligned_pages(pages: &[Box<[u8]>]) -> &'static [u8] {
+    let len = pages.len() * PAGE;
+    let layout = std::alloc::Layout::from_size_align(len, 2 << 20).expect("a valid layout");
+    // SAFETY: the layout's size is not zero (there are pages).
+    let ptr = unsafe { std::alloc::alloc(layout) };
+    assert!(!ptr.is_null(), "out of memory");
+    // SAFETY: the range is the allocation; advice first, then every byte
+    // is written before the slice is made.
+    unsafe {
+        libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE);
+        for (i, p) in pages.iter().enumerate() {
+            std::ptr::copy_nonoverlapping(p.as_ptr(), ptr.add(i * PAGE), PAGE);
+        }
+        std::slice::from_raw_parts(ptr, len)
     }
 }
