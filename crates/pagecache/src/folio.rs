@@ -57,15 +57,17 @@ pub(crate) const NONEWREFS: u64 = 1 << 32;
 pub(crate) const FILLING: u64 = 1 << 33;
 pub(crate) const FAILED: u64 = 1 << 34;
 
-/// The header of a folio; its bytes follow it in the same allocation.
+/// The header of a folio; its bytes follow it in the same allocation, or,
+/// for a folio in a page frame (`frames.rs`), are that frame's.
 #[repr(C, align(64))]
 pub(crate) struct Folio {
     state: AtomicU64,
     /// The valid length. Atomic (Relaxed) only so that a racy hint read
     /// (`drop_partial_below`) is not a data race; the state word orders it.
     len: AtomicUsize,
-    /// The first byte after the header, with the provenance of the whole
-    /// allocation (so that bytes reached from `&Folio` are in bounds).
+    /// The first byte of the bytes (after the header, or the frame's), with
+    /// the provenance of the whole allocation or chunk (so that bytes
+    /// reached from `&Folio` are in bounds).
     data: NonNull<u8>,
     /// The first page index.
     index: u64,
@@ -539,6 +541,8 @@ pub(crate) unsafe fn slot_bytes<'g>(item: Shared<'g, Folio>, from: usize, n: usi
     // the slot's, which carries the allocation's provenance.)
     unsafe {
         item.deref().bytes.with(|_| ());
+        // The tag's view of where the bytes are agrees with the header's.
+        debug_assert_eq!(slot_data(item), item.deref().data.as_ptr().cast_const());
         std::slice::from_raw_parts(slot_data(item).add(from), n)
     }
 }

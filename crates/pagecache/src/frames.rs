@@ -26,18 +26,33 @@
 //! One mutex guards the chunks: each keeps a stack of its free frames and a
 //! count of used ones; the chunks with free frames are listed. The pool is
 //! taken on a fill (a miss, which reads the source) and on a folio's final
-//! free (an epoch destructor), never on a hit.
+//! free. That free is an epoch destructor, which runs in whichever thread
+//! collects the epoch's garbage, sometimes one that has just pinned for a
+//! hit: a hit then pays for frees, as it pays for the allocator's `free`
+//! with heap folios. No system call is made under the mutex but the
+//! `MADV_FREE` of a chunk whose last frame came back: chunks are mapped
+//! and unmapped outside it.
 //!
 //! Each cache that uses frames reserves its budget with the pool while it
 //! lives ([`Reservation`]). A chunk whose frames are all free is kept for
-//! reuse while the chunks held stay within the caches' budgets (plus one
-//! chunk); past that, and once the caches are gone, it goes back to the
-//! allocator. So the memory the pool holds is bounded by the budgets (and
-//! the folios awaiting their grace period), as the caches' pages are, and
-//! a cache refilled after a drop does not fault its memory in again: with
-//! every empty chunk given back at once, a fill after a drop of the whole
-//! cache cost 2.7 µs against 1.6 µs with the allocator's blocks (which
-//! keeps them), and 1.15 µs with the chunks kept.
+//! reuse while the chunks held stay within the caches' budgets plus one
+//! chunk (so one empty chunk is kept even with no cache left); past that
+//! it is unmapped. So the memory the pool holds is bounded by the budgets
+//! (and the folios awaiting their grace period), as the caches' pages are,
+//! and a cache refilled after a drop does not fault its memory in again:
+//! with every empty chunk given back at once, a fill after a drop of the
+//! whole cache cost 2.7 µs against 1.6 µs with the allocator's blocks
+//! (which keeps them), and 1.15 µs with the chunks kept. A kept chunk's
+//! memory is lent back to the kernel with `MADV_FREE`: reclaimed only
+//! under memory pressure, and otherwise written again without a fault. A
+//! cache's budget also holds its larger folios, which live on the heap, so
+//! without that advice a cache whose reads turned sequential could hold
+//! its budget in heap folios and nearly as much again in empty chunks.
+//!
+//! Chunks are asked for just below the last one, where the kernel's
+//! top-down placement looks first, so that they are adjacent and merge
+//! into one mapping: one chunk per mapping would reach the default map
+//! count limit (65,530) at about 120 GiB of frames.
 //!
 //! The pool is process-wide (a folio is freed from an epoch destructor,
 //! which knows no cache). It is a plain mutex, not one of `sync.rs`'s
@@ -49,8 +64,9 @@
 //!
 //! # Invariants
 //! - A frame is in its chunk's free stack or owned by exactly one folio.
-//! - A chunk is in `chunks` from its allocation to its release; it is
-//!   listed in `partial` exactly when it has a free frame.
+//! - A chunk is in `chunks` from its mapping until it is taken out to be
+//!   unmapped; it is listed in `partial` exactly when it has a free frame,
+//!   and `listed` is its place there.
 //! - A frame's bytes are zeroed when it is handed out (and, in debug
 //!   builds, poisoned when given back).
 
@@ -75,20 +91,85 @@ struct Chunk {
     /// Free frame numbers (`FIRST..FRAMES`).
     free: Vec<u16>,
     used: usize,
+    /// Its place in [`Pool::partial`] while it is listed there.
+    listed: Option<usize>,
 }
 
 // SAFETY: a chunk is plain memory owned by the pool; the pointer is only
-// used under the pool's mutex or by the folio a frame was handed to.
+// used under the pool's mutex, by the folio a frame was handed to, or (to
+// unmap it) by the one thread that took the chunk out of the pool.
 unsafe impl Send for Chunk {}
 
 #[derive(Default)]
 struct Pool {
     /// Chunks by start address.
     chunks: HashMap<usize, Chunk>,
-    /// Start addresses of the chunks with a free frame.
+    /// Start addresses of the chunks with a free frame (each chunk knows
+    /// its place, so that one leaves the list in constant time).
     partial: Vec<usize>,
     /// The budgets of the live caches that use frames, in bytes.
     reserved: usize,
+    /// Where the next chunk is asked for: just below the last one mapped,
+    /// where the kernel's top-down placement would look first, so that
+    /// consecutive chunks are adjacent and merge into one mapping (one
+    /// entry of the process's bounded map count, `vm.max_map_count`,
+    /// rather than one per 2 MiB).
+    hint: usize,
+}
+
+impl Pool {
+    fn lock() -> std::sync::MutexGuard<'static, Pool> {
+        POOL.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn list(&mut self, base: usize) {
+        let chunk = self.chunks.get_mut(&base).expect("a known chunk");
+        debug_assert!(chunk.listed.is_none());
+        chunk.listed = Some(self.partial.len());
+        self.partial.push(base);
+    }
+
+    fn unlist(&mut self, base: usize) {
+        let chunk = self.chunks.get_mut(&base).expect("a known chunk");
+        let Some(at) = chunk.listed.take() else { return };
+        self.partial.swap_remove(at);
+        if let Some(&moved) = self.partial.get(at) {
+            self.chunks.get_mut(&moved).expect("a listed chunk is known").listed = Some(at);
+        }
+    }
+
+    /// Whether the chunks held exceed the live caches' budgets plus one
+    /// chunk (then an empty one goes back to the kernel).
+    fn over(&self) -> bool {
+        self.chunks.len() * CHUNK > self.reserved.saturating_add(CHUNK)
+    }
+
+    /// Takes the empty chunk at `base` out of the pool, for the caller to
+    /// [`unmap`] once the pool's lock is released (an unmap flushes other
+    /// CPUs' TLBs; nobody should wait for it to fill or free a frame).
+    fn take(&mut self, base: usize) -> Chunk {
+        self.unlist(base);
+        let chunk = self.chunks.remove(&base).expect("a known chunk");
+        debug_assert_eq!(chunk.used, 0);
+        chunk
+    }
+
+    /// Keeps the empty chunk at `base` for reuse, its memory given to the
+    /// kernel to reclaim lazily (`MADV_FREE`): under memory pressure the
+    /// kernel takes it, otherwise the next fill writes it again without a
+    /// fault. So the chunks kept for refills (up to the caches' budgets,
+    /// while the budget may meanwhile be taken by larger folios on the
+    /// heap) are not memory withheld from the rest of the system.
+    fn rest(&mut self, base: usize) {
+        let chunk = &self.chunks[&base];
+        debug_assert_eq!(chunk.used, 0);
+        // Under the lock: a frame handed out after the advice (and written)
+        // is kept by the kernel, but one written before it could be lost.
+        // Only a chunk's last free gets here.
+        // SAFETY: the range is the chunk, a mapping of this process, and no
+        // frame of it holds anything (every frame is free).
+        unsafe { libc::madvise(chunk.base.as_ptr().cast(), CHUNK, libc::MADV_FREE) };
+    }
 }
 
 /// A cache's budget, reserved with the pool while the cache lives (see the
@@ -99,7 +180,7 @@ pub(crate) struct Reservation(usize);
 impl Reservation {
     /// Reserves `bytes` (a cache's budget).
     pub(crate) fn new(bytes: usize) -> Self {
-        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = Pool::lock();
         pool.reserved = pool.reserved.saturating_add(bytes);
         Self(bytes)
     }
@@ -107,48 +188,56 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-        pool.reserved = pool.reserved.saturating_sub(self.0);
-        // Empty chunks past the budgets left go back now; others as their
-        // frames come back.
-        let over = |pool: &Pool| pool.chunks.len() * CHUNK > pool.reserved + CHUNK;
-        let empty: Vec<usize> = pool
-            .chunks
-            .iter()
-            .filter(|(_, c)| c.used == 0)
-            .map(|(&b, _)| b)
-            .collect();
-        for base in empty {
-            if !over(&pool) {
-                break;
+        let gone = {
+            let mut pool = Pool::lock();
+            pool.reserved = pool.reserved.saturating_sub(self.0);
+            // Empty chunks past the budgets left go back now; others as
+            // their frames come back.
+            let empty: Vec<usize> = pool
+                .chunks
+                .iter()
+                .filter(|(_, c)| c.used == 0)
+                .map(|(&b, _)| b)
+                .collect();
+            let mut gone = Vec::new();
+            for base in empty {
+                if !pool.over() {
+                    break;
+                }
+                gone.push(pool.take(base));
             }
-            release(&mut pool, base);
-        }
+            gone
+        };
+        gone.into_iter().for_each(unmap);
     }
 }
 
-/// Gives an empty chunk back to the allocator.
-fn release(pool: &mut Pool, base: usize) {
-    let chunk = pool.chunks.remove(&base).expect("a known chunk");
-    debug_assert_eq!(chunk.used, 0);
-    pool.partial.retain(|&b| b != base);
-    // SAFETY: every frame of the chunk is free, and the chunk is a mapping
-    // of `CHUNK` bytes of its own (`map_chunk`).
+/// Gives an empty chunk taken out of the pool back to the kernel; if the
+/// kernel refuses (an unmap in the middle of a mapping splits it, which
+/// the map count can forbid), the chunk goes back to the pool instead, so
+/// that its memory is still used and accounted for.
+fn unmap(chunk: Chunk) {
+    // SAFETY: every frame of the chunk is free, the chunk is out of the pool
+    // (nobody else can hand out its frames), and it is `CHUNK` bytes of a
+    // mapping made by `map_chunk`.
     let r = unsafe { libc::munmap(chunk.base.as_ptr().cast(), CHUNK) };
-    debug_assert_eq!(r, 0, "munmap of a chunk: {}", std::io::Error::last_os_error());
+    if r != 0 {
+        let mut pool = Pool::lock();
+        let base = chunk.base.as_ptr().addr();
+        pool.chunks.insert(base, chunk);
+        pool.list(base);
+        pool.rest(base);
+    }
 }
 
-/// Maps a fresh chunk: `CHUNK` zeroed bytes aligned to `CHUNK`, a mapping
-/// of its own (so that `release` unmaps exactly it), marked for huge
-/// pages.
-fn map_chunk() -> NonNull<u8> {
-    // Twice the size, then the unaligned ends cut off: mmap aligns to a
-    // page only.
-    let len = 2 * CHUNK;
-    // SAFETY: a fresh anonymous private mapping; nothing is replaced.
+/// An anonymous private read-write mapping of `len` bytes, at `at` if that
+/// range is free (a hint: without `MAP_FIXED` nothing is replaced).
+fn mmap_anon(at: usize, len: usize) -> Option<NonNull<u8>> {
+    // SAFETY: a fresh anonymous private mapping; without MAP_FIXED the
+    // address is only a hint and nothing mapped is replaced.
     let ptr = unsafe {
         libc::mmap(
-            std::ptr::null_mut(),
+            std::ptr::without_provenance_mut(at),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
@@ -157,29 +246,58 @@ fn map_chunk() -> NonNull<u8> {
         )
     };
     if ptr == libc::MAP_FAILED {
-        // As the allocator does when the system has no memory to give.
-        std::alloc::handle_alloc_error(std::alloc::Layout::from_size_align(CHUNK, CHUNK).expect("a chunk's layout"));
+        None
+    } else {
+        NonNull::new(ptr.cast())
     }
-    let start = ptr.cast::<u8>();
-    let head = start.addr().next_multiple_of(CHUNK) - start.addr();
-    let tail = len - head - CHUNK;
-    // SAFETY: both ranges are parts of the mapping just made, outside the
-    // aligned chunk kept; a zero-length range is skipped.
-    unsafe {
-        if head > 0 {
-            libc::munmap(ptr, head);
+}
+
+/// Maps a fresh chunk: `CHUNK` zeroed bytes aligned to `CHUNK`, a mapping
+/// of its own (so that `unmap` unmaps exactly it), marked for huge
+/// pages; at `hint` if that range is free (see [`Pool::hint`]).
+fn map_chunk(hint: usize) -> NonNull<u8> {
+    let layout = || std::alloc::Layout::from_size_align(CHUNK, CHUNK).expect("a chunk's layout");
+    // First the chunk alone, at the hint, or where the kernel puts it
+    // (Linux aligns anonymous mappings of a multiple of 2 MiB to 2 MiB
+    // where transparent huge pages are possible).
+    let base = match mmap_anon(hint, CHUNK) {
+        Some(p) if p.as_ptr().addr().is_multiple_of(CHUNK) => p,
+        other => {
+            if let Some(p) = other {
+                // SAFETY: the mapping just made, which nobody else knows.
+                unsafe { libc::munmap(p.as_ptr().cast(), CHUNK) };
+            }
+            // Then twice the size, with the unaligned ends cut off. The
+            // highest aligned chunk is kept: the next mapping the kernel
+            // places (top-down) then tends to end where it begins.
+            let len = 2 * CHUNK;
+            let Some(start) = mmap_anon(0, len) else {
+                // As the allocator does when the system has no memory to give.
+                std::alloc::handle_alloc_error(layout())
+            };
+            let s = start.as_ptr().addr();
+            let head = ((s + len - CHUNK) & !(CHUNK - 1)) - s;
+            let tail = len - head - CHUNK;
+            // SAFETY: both ranges are parts of the mapping just made,
+            // outside the aligned chunk kept; a zero-length range is
+            // skipped.
+            unsafe {
+                if head > 0 {
+                    libc::munmap(start.as_ptr().cast(), head);
+                }
+                if tail > 0 {
+                    libc::munmap(start.as_ptr().add(head + CHUNK).cast(), tail);
+                }
+            }
+            // SAFETY: `head + CHUNK <= len`, inside the mapping.
+            unsafe { start.add(head) }
         }
-        if tail > 0 {
-            libc::munmap(start.add(head + CHUNK).cast(), tail);
-        }
-    }
-    // SAFETY: `head + CHUNK <= len`, inside the mapping.
-    let base = unsafe { start.add(head) };
+    };
     // Only advice: without transparent huge pages (or with them off) the
     // chunk is backed by small pages, as any other memory.
     // SAFETY: the range is the chunk, a mapping of this process.
-    unsafe { libc::madvise(base.cast(), CHUNK, libc::MADV_HUGEPAGE) };
-    NonNull::new(base).expect("mmap never maps at address 0 here")
+    unsafe { libc::madvise(base.as_ptr().cast(), CHUNK, libc::MADV_HUGEPAGE) };
+    base
 }
 
 static POOL: LazyLock<Mutex<Pool>> = LazyLock::new(|| Mutex::new(Pool::default()));
@@ -215,33 +333,38 @@ pub(crate) fn header_of(data: *const u8) -> *mut u8 {
 /// them); its `FRAME` bytes, zeroed, are at [`data_of`] that address.
 pub(crate) fn alloc_frame() -> NonNull<u8> {
     let header = {
-        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-        let base = match pool.partial.last() {
-            Some(&b) => b,
-            None => {
-                let ptr = map_chunk();
-                let b = ptr.as_ptr().addr();
-                pool.chunks.insert(
-                    b,
-                    Chunk {
-                        base: ptr,
-                        free: (FIRST as u16..FRAMES as u16).rev().collect(),
-                        used: 0,
-                    },
-                );
-                pool.partial.push(b);
-                b
+        let mut pool = Pool::lock();
+        loop {
+            if let Some(&base) = pool.partial.last() {
+                let chunk = pool.chunks.get_mut(&base).expect("a listed chunk is known");
+                let frame = chunk.free.pop().expect("a listed chunk has a free frame") as usize;
+                chunk.used += 1;
+                // SAFETY: `frame < FRAMES`, so the slot is inside the chunk.
+                let header = unsafe { chunk.base.add(frame * SLOT) };
+                if chunk.free.is_empty() {
+                    pool.unlist(base);
+                }
+                break header;
             }
-        };
-        let chunk = pool.chunks.get_mut(&base).expect("a listed chunk is known");
-        let frame = chunk.free.pop().expect("a listed chunk has a free frame") as usize;
-        chunk.used += 1;
-        // SAFETY: `frame < FRAMES`, so the slot is inside the chunk.
-        let header = unsafe { chunk.base.add(frame * SLOT) };
-        if chunk.free.is_empty() {
-            pool.partial.pop();
+            // No free frame: a new chunk, mapped without the lock (another
+            // thread may map one meanwhile; both are kept).
+            let hint = pool.hint;
+            drop(pool);
+            let ptr = map_chunk(hint);
+            pool = Pool::lock();
+            let b = ptr.as_ptr().addr();
+            pool.hint = b.saturating_sub(CHUNK);
+            pool.chunks.insert(
+                b,
+                Chunk {
+                    base: ptr,
+                    free: (FIRST as u16..FRAMES as u16).rev().collect(),
+                    used: 0,
+                    listed: None,
+                },
+            );
+            pool.list(b);
         }
-        header
     };
     // SAFETY: the frame is this caller's alone from now on, and its bytes
     // are `FRAME` bytes inside the chunk.
@@ -266,24 +389,43 @@ pub(crate) unsafe fn free_frame(header: NonNull<u8>) {
     let a = header.as_ptr().addr();
     let base = a & !(CHUNK - 1);
     let frame = (a - base) / SLOT;
-    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-    let pool = &mut *pool;
-    let chunk = pool.chunks.get_mut(&base).expect("a frame's chunk is live");
-    let was_full = chunk.free.is_empty();
-    chunk.free.push(frame as u16);
-    chunk.used -= 1;
-    if was_full {
-        pool.partial.push(base);
-    }
-    if chunk.used == 0 && pool.chunks.len() * CHUNK > pool.reserved + CHUNK {
-        release(pool, base);
+    debug_assert!(
+        a.is_multiple_of(SLOT) && (FIRST..FRAMES).contains(&frame),
+        "not a frame's header: {a:#x}"
+    );
+    let gone = {
+        let mut pool = Pool::lock();
+        let pool = &mut *pool;
+        let chunk = pool.chunks.get_mut(&base).expect("a frame's chunk is live");
+        debug_assert!(
+            !chunk.free.contains(&(frame as u16)),
+            "frame {frame} of {base:#x} freed twice"
+        );
+        let was_full = chunk.free.is_empty();
+        chunk.free.push(frame as u16);
+        chunk.used -= 1;
+        let empty = chunk.used == 0;
+        if was_full {
+            pool.list(base);
+        }
+        match (empty, pool.over()) {
+            (true, true) => Some(pool.take(base)),
+            (true, false) => {
+                pool.rest(base);
+                None
+            }
+            _ => None,
+        }
+    };
+    if let Some(chunk) = gone {
+        unmap(chunk);
     }
 }
 
 /// The process's page frames (`frames.rs`): bytes of chunks held, and
 /// bytes of frames in use. Every cache of the process shares the frames.
 pub fn usage() -> FrameUsage {
-    let pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    let pool = Pool::lock();
     FrameUsage {
         chunk_bytes: (pool.chunks.len() * CHUNK) as u64,
         used_bytes: (pool.chunks.values().map(|c| c.used).sum::<usize>() * FRAME) as u64,
@@ -303,6 +445,49 @@ pub struct FrameUsage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The mappings of this process that overlap `[start, end)`.
+    fn mappings_over(start: usize, end: usize) -> usize {
+        std::fs::read_to_string("/proc/self/maps")
+            .expect("/proc/self/maps")
+            .lines()
+            .filter(|l| {
+                let range = l.split_whitespace().next().expect("a range");
+                let (a, b) = range.split_once('-').expect("start-end");
+                let (a, b) = (
+                    usize::from_str_radix(a, 16).unwrap(),
+                    usize::from_str_radix(b, 16).unwrap(),
+                );
+                a < end && start < b
+            })
+            .count()
+    }
+
+    #[test]
+    fn chunks_are_aligned_and_placed_to_merge_into_few_mappings() {
+        if !*ENABLED {
+            return;
+        }
+        // As `alloc_frame` asks for them: each below the last.
+        let mut hint = 0;
+        let mut bases = Vec::new();
+        for _ in 0..8 {
+            let b = map_chunk(hint);
+            assert!(b.as_ptr().addr().is_multiple_of(CHUNK), "unaligned chunk {b:p}");
+            hint = b.as_ptr().addr().saturating_sub(CHUNK);
+            bases.push(b);
+        }
+        let lo = bases.iter().map(|b| b.as_ptr().addr()).min().unwrap();
+        let hi = bases.iter().map(|b| b.as_ptr().addr()).max().unwrap() + CHUNK;
+        let maps = mappings_over(lo, hi);
+        for b in bases {
+            // SAFETY: each chunk was mapped above and is used by nobody.
+            unsafe { libc::munmap(b.as_ptr().cast(), CHUNK) };
+        }
+        // Other tests' threads may map memory meanwhile and take a hint's
+        // place now and then; one mapping per chunk means no merging at all.
+        assert!(maps <= 4, "8 chunks in {maps} mappings over {lo:#x}..{hi:#x}");
+    }
 
     #[test]
     fn headers_and_bytes_map_to_each_other_and_frames_come_back() {

@@ -160,7 +160,7 @@ fn metadata_overhead_per_page() {
     assert_eq!(header, 64, "the folio header is one cache line before the bytes");
     // A page-tree slot points at its folio (no box in between).
     println!(
-        "per folio: header {header} B (same allocation as the bytes) + leaf node {node} B / {SLOTS} slots (a slot is a {handle}-byte pointer)"
+        "per folio: header {header} B (beside the bytes, or in a page frame's header slot) + leaf node {node} B / {SLOTS} slots (a slot is a {handle}-byte pointer)"
     );
 }
 

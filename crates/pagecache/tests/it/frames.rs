@@ -13,8 +13,9 @@ use rand::{Rng, SeedableRng};
 use crate::scaled;
 
 const PS: usize = 4096;
-const INODES: u64 = 3;
-const PAGES: u64 = 96;
+/// Frames per 2 MiB chunk that hold bytes (the first eight frames' room
+/// holds the headers).
+const CHUNK_FRAMES: usize = 504;
 
 /// The byte at `off` of file `ino` in generation `g` (a page is written
 /// whole, so a page holds one generation).
@@ -45,14 +46,55 @@ impl Drop for Finished<'_> {
 
 #[test]
 fn framed_pages_hold_their_bytes_through_fills_writes_drops_and_reclaim() {
+    // Small: every frame in one chunk, reused at once.
+    stress(40, 3, 96, scaled(40_000));
+    // Large: frames spread over several chunks, so that chunks fill, empty,
+    // are lent back and unmapped while others are in use.
+    let filled = stress(4 * CHUNK_FRAMES, 6, 1024, scaled(20_000));
+    let off = std::env::var_os("PAGECACHE_SYSTEM_ALLOC").is_some_and(|v| v == "1");
+    if !off {
+        assert!(
+            filled.chunk_bytes >= 4 * (2 << 20) && filled.used_bytes >= (4 * CHUNK_FRAMES * PS) as u64,
+            "a cache filled with four chunks' frames holds fewer: {filled:?}"
+        );
+    }
+    // The last folios' frees wait in the epoch collector for their grace
+    // period: let it pass.
+    for _ in 0..10_000 {
+        if frame_usage().used_bytes == 0 {
+            break;
+        }
+        crossbeam_epoch::pin().flush();
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+    let left = frame_usage();
+    assert_eq!(left.used_bytes, 0, "frames not given back: {left:?}");
+    assert!(left.chunk_bytes <= 2 << 20, "more than one spare chunk kept: {left:?}");
+    // And the pool serves a new cache after its chunks went back.
+    stress(2 * CHUNK_FRAMES, 2, 1024, scaled(2_000));
+}
+
+/// Two readers and a writer on a cache of `budget` pages over `inodes`
+/// files of `pages` pages, first filled to its budget; returns the frames'
+/// usage once it was filled.
+fn stress(budget: usize, inodes: u64, pages: u64, rounds: usize) -> pagecache::FrameUsage {
     let cache = PageCache::new(Config {
-        budget_bytes: 40 * PS,
+        budget_bytes: budget * PS,
         page_size: PS,
         ..Config::default()
     });
+    for n in 0..budget as u64 {
+        let (ino, index) = (n / pages % inodes, n % pages);
+        cache
+            .get_or_fill(ino, index, |b| {
+                b.copy_from_slice(&page(ino, index, 0));
+                Ok::<_, ()>(PS)
+            })
+            .unwrap();
+    }
+    let filled = frame_usage();
     // Readers done: the writer runs until both are.
     let done = AtomicUsize::new(0);
-    let rounds = scaled(40_000);
     std::thread::scope(|s| {
         // Readers: single pages (filled as generation 0 when missing),
         // ranged copies across pages, held pages.
@@ -65,8 +107,8 @@ fn framed_pages_hold_their_bytes_through_fills_writes_drops_and_reclaim() {
                 let _done = Finished(done);
                 let mut rng = SmallRng::seed_from_u64(t);
                 for _ in 0..rounds {
-                    let ino = rng.random_range(0..INODES);
-                    let index = rng.random_range(0..PAGES);
+                    let ino = rng.random_range(0..inodes);
+                    let index = rng.random_range(0..pages);
                     match rng.random_range(0..3) {
                         0 => {
                             let r = cache
@@ -127,8 +169,8 @@ fn framed_pages_hold_their_bytes_through_fills_writes_drops_and_reclaim() {
         s.spawn(move || {
             let mut rng = SmallRng::seed_from_u64(99);
             while done.load(Ordering::Relaxed) < 2 {
-                let ino = rng.random_range(0..INODES);
-                let index = rng.random_range(0..PAGES);
+                let ino = rng.random_range(0..inodes);
+                let index = rng.random_range(0..pages);
                 let g: u8 = rng.random();
                 match rng.random_range(0..4) {
                     0 => cache.write(ino, index * PS as u64, &page(ino, index, g)),
@@ -146,25 +188,13 @@ fn framed_pages_hold_their_bytes_through_fills_writes_drops_and_reclaim() {
     cache.check_invariants().unwrap();
     // With the frames turned off (for memcheck) no page may use one.
     let off = std::env::var_os("PAGECACHE_SYSTEM_ALLOC").is_some_and(|v| v == "1");
+    let usage = frame_usage();
     assert_eq!(
-        frame_usage().used_bytes > 0,
+        usage.used_bytes > 0,
         !off,
-        "frames turned off: {off}; in use: {:?}",
-        frame_usage()
+        "frames turned off: {off}; in use: {usage:?}"
     );
     // (Not bounded by the budget here: folios replaced or dropped wait for
     // their grace period before their frames come back.)
-    drop(cache);
-    // The last folios' frees wait in the epoch collector for their grace
-    // period: let it pass.
-    for _ in 0..10_000 {
-        if frame_usage().used_bytes == 0 {
-            break;
-        }
-        crossbeam_epoch::pin().flush();
-        std::thread::sleep(std::time::Duration::from_micros(100));
-    }
-    let left = frame_usage();
-    assert_eq!(left.used_bytes, 0, "frames not given back: {left:?}");
-    assert!(left.chunk_bytes <= 2 << 20, "more than one spare chunk kept: {left:?}");
+    filled
 }
