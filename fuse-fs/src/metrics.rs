@@ -97,12 +97,12 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
     (
         "pagecache.frame_chunk_bytes",
         Kind::Gauge,
-        "Bytes of the 2 MiB chunks the page frames of single 4 KiB pages come from (in use, free, and their headers)",
+        "Bytes of the 2 MiB chunks the page frames of single 4 KiB pages come from (in use, free, and their headers); process-wide, shared by every mount the process serves",
     ),
     (
         "pagecache.frame_used_bytes",
         Kind::Gauge,
-        "Bytes of page frames holding a cached page (or one awaiting its grace period)",
+        "Bytes of page frames holding a cached page (or one awaiting its grace period); process-wide",
     ),
     ("pagecache.hits", Kind::Counter, "Page lookups that found a filled page"),
     (
