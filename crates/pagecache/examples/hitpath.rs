@@ -34,6 +34,13 @@
 //!   slices (what a `writev` would read); beside `range128k_memcpy`,
 //!   `range1m_memcpy`, the same bytes copied from plain 4 MiB buffers.
 //!
+//! - `pagecache_fill`: a miss, `get_or_fill` of a 4 KiB page of a fresh
+//!   file whose fill writes the page, and its share of dropping the file
+//!   after every 8,192 pages (so that the folios' memory is freed and used
+//!   again, as a cache that runs at its budget does). Run once as is and once
+//!   with `PAGECACHE_SYSTEM_ALLOC=1` to set the page frames against the
+//!   allocator's blocks.
+//!
 //! `cargo run --release -p pagecache --example hitpath -- [rounds] [filter]`
 //! (default 15 rounds; `filter`, a comma-separated list, keeps the
 //! contenders whose name contains one of its parts, and builds only what
@@ -224,6 +231,15 @@ fn main() {
         black_box(&*o);
     };
 
+    // Fresh files filled page by page and dropped every `FILL_RUN` pages.
+    const FILL_RUN: u64 = 8192;
+    let fills = PageCache::new(Config {
+        budget_bytes: 2 * FILL_RUN as usize * PAGE,
+        page_size: PAGE,
+        ..Config::default()
+    });
+    let filled = std::cell::Cell::new(0u64);
+
     // One destination buffer for every contender (they run one at a time).
     let buf = std::cell::RefCell::new(vec![0u8; PAGE]);
     let mut ops: Vec<(&str, usize, Op<'_>)> = vec![
@@ -335,6 +351,26 @@ fn main() {
                 let mut b = buf.borrow_mut();
                 b.copy_from_slice(aligned_slices[p]);
                 black_box(&*b);
+            }),
+        ),
+        (
+            "pagecache_fill",
+            200_000,
+            Box::new(|_| {
+                let n = filled.get();
+                filled.set(n + 1);
+                let (ino, index) = (n / FILL_RUN + 1, n % FILL_RUN);
+                let p = fills
+                    .get_or_fill(ino, index, |b| {
+                        b.fill(index as u8);
+                        Ok::<usize, ()>(b.len())
+                    })
+                    .expect("filled");
+                black_box(&p[..1]);
+                drop(p);
+                if index == FILL_RUN - 1 {
+                    fills.drop_inode(ino);
+                }
             }),
         ),
         (
