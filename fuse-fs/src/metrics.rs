@@ -202,6 +202,11 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
         "Watcher queue overflows (every cache of the mount was then dropped)",
     ),
     (
+        "coherence.mount_changes",
+        Kind::Counter,
+        "Mounts attached or detached under the source (every cache of the mount was then dropped)",
+    ),
+    (
         "coherence.failed_batches",
         Kind::Counter,
         "Event batches that could not be applied (every cache of the mount was then dropped)",

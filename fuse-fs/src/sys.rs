@@ -66,6 +66,22 @@ pub fn fstat(fd: BorrowedFd<'_>) -> FsResult<libc::stat> {
     fstatat(fd, EMPTY, libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW)
 }
 
+/// The unique id of the mount at `path` (`statx` with
+/// `STATX_MNT_ID_UNIQUE`, Linux 6.8; `ENOSYS` where the kernel gives none),
+/// not following a last symlink nor triggering an automount.
+pub fn mount_id_unique(path: &std::path::Path) -> FsResult<u64> {
+    let c = cstr(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))?;
+    // SAFETY: `statx` is plain old data; all-zero bytes are a valid value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let flags = libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT | libc::AT_STATX_DONT_SYNC;
+    // SAFETY: `c` is NUL-terminated and `stx` is a valid, writable `struct statx`.
+    check(unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), flags, libc::STATX_MNT_ID_UNIQUE, &mut stx) })?;
+    if stx.stx_mask & libc::STATX_MNT_ID_UNIQUE == 0 {
+        return Err(FsError::new(libc::ENOSYS));
+    }
+    Ok(stx.stx_mnt_id)
+}
+
 /// `openat(dirfd, name, flags, mode)`, always with `O_CLOEXEC`.
 pub fn openat(dirfd: BorrowedFd<'_>, name: &CStr, flags: libc::c_int, mode: libc::mode_t) -> FsResult<OwnedFd> {
     // SAFETY: `name` is NUL-terminated; the mode argument is read only with O_CREAT/O_TMPFILE.

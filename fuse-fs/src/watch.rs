@@ -47,10 +47,18 @@
 //! seen the old state (the applier deals with that race, see
 //! `fs/watched.rs`).
 //!
+//! Mounts attached or detached at or under the source, which no filesystem
+//! mark reports, come from a second group on the mount namespace
+//! (`watch/mounts.rs`, Linux 6.15) as [`Event::Mounts`]: whoever applies
+//! events must then assume anything under the source changed, and that
+//! the filesystems marked may no longer be the ones mounted.
+//!
 //! # What it cannot see
 //! Changes the kernel never hears of: remote changes on a network
-//! filesystem (NFS, SMB, CephFS, a FUSE filesystem); and filesystems
-//! mounted below the source after the watch started. Writes through a
+//! filesystem (NFS, SMB, CephFS, a FUSE filesystem); filesystems
+//! mounted below the source after the watch started (until a lookup
+//! enters one and marks it); and, before Linux 6.15, mounts attached or
+//! detached under the source. Writes through a
 //! shared mapping are reported only when the writer closes the file.
 //! [`Watcher::new`] refuses filesystems whose type is known to have remote
 //! writers or no file ids unless told to watch anyway, so `--coherence auto`
@@ -68,6 +76,8 @@ use parking_lot::{Condvar, Mutex};
 use crate::mountinfo::{self, MountEntry};
 use crate::sys;
 
+mod mounts;
+
 /// What fanotify tells the applier, borrowed from the read buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event<'a> {
@@ -84,6 +94,10 @@ pub enum Event<'a> {
     Data(Handle<'a>),
     /// Events were lost: anything may have changed.
     Overflow,
+    /// A mount at or under the source was attached or detached: anything
+    /// under the source may have changed, and a filesystem marked may be
+    /// gone (and its device number another's).
+    Mounts,
 }
 
 /// A file handle as fanotify reports it: the filesystem id and the handle.
@@ -153,6 +167,8 @@ pub struct Watcher {
     wake: OwnedFd,
     rounds: Arc<Rounds>,
     marked: Vec<Marked>,
+    /// The mount namespace's group (None before Linux 6.15).
+    mounts: Option<mounts::MountWatch>,
     own_pid: i32,
 }
 
@@ -234,12 +250,21 @@ impl Watcher {
         if marked.is_empty() {
             bail!("no mount holds {}", source.display());
         }
+        let mounts = mounts::MountWatch::new(&source)
+            .inspect_err(|e| {
+                tracing::warn!(
+                    "mounts attached or detached under the source are not watched ({e:#}): a filesystem mounted \
+                     there in place of another is seen only after a drop"
+                )
+            })
+            .ok();
         Ok(Self {
             fan,
             stop: sys::eventfd()?,
             wake: sys::eventfd()?,
             rounds: Arc::default(),
             marked,
+            mounts,
             own_pid: std::process::id() as i32,
         })
     }
@@ -283,7 +308,10 @@ impl Watcher {
         // 64 KiB holds several hundred events; the kernel returns as many
         // whole events as fit.
         let mut buf = vec![0u8; 64 << 10];
-        let fds = [self.fan.as_fd(), self.stop.as_fd(), self.wake.as_fd()];
+        // The stop and wake descriptors first after the group's: the pause
+        // below polls `fds[1..]`.
+        let mut fds = vec![self.fan.as_fd(), self.stop.as_fd(), self.wake.as_fd()];
+        fds.extend(self.mounts.as_ref().map(|m| m.fd()));
         loop {
             let ready = sys::poll_readable(&fds).context("polling the watch")?;
             if ready[1] {
@@ -316,6 +344,14 @@ impl Watcher {
                 if short {
                     break;
                 }
+            }
+            // Then the mounts (a non-blocking read that finds nothing, if
+            // none moved): within the round, so that a caller catching up
+            // sees a mount change made before it asked applied too.
+            if let Some(m) = &self.mounts
+                && m.changed(&mut buf)?
+            {
+                apply(&[Event::Mounts]);
             }
             self.rounds.serve(asked);
             if short {

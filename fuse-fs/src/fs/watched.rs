@@ -229,6 +229,8 @@ pub struct Watched {
     pub(super) lost: Mutex<HashSet<Box<[u8]>>>,
     /// Queue overflows (everything dropped).
     overflows: AtomicU64,
+    /// Mounts attached or detached under the source (everything dropped).
+    mount_changes: AtomicU64,
     /// Batches that could not be applied (everything dropped).
     failed_batches: AtomicU64,
     /// Kernel invalidations the watcher could not queue.
@@ -264,7 +266,7 @@ pub struct Watched {
 /// for a name event).
 fn handle_key_of(ev: &Event<'_>) -> Option<Box<[u8]>> {
     let h = match ev {
-        Event::Overflow => return None,
+        Event::Overflow | Event::Mounts => return None,
         Event::Name { dir, .. } => dir,
         Event::Attrib(h) | Event::Data(h) => h,
     };
@@ -563,7 +565,7 @@ impl Fs {
     /// an object not known.
     fn action_of<'e>(&self, ev: &'e Event<'e>) -> Option<Action<'e>> {
         match ev {
-            Event::Overflow => None,
+            Event::Overflow | Event::Mounts => None,
             Event::Name { dir, name } => self.find(dir).map(|d| Action::Name(d, name)),
             Event::Attrib(h) => self.find(h).map(Action::Attrib),
             Event::Data(h) => self.find(h).map(Action::Data),
@@ -593,12 +595,14 @@ impl Fs {
         // the decrement in `interning` (see the module docs).
         let interning = w.interning.load(Ordering::SeqCst);
         let mut overflow = false;
+        let mut remounted = false;
         let mut actions = Vec::new();
         let mut unknown = Vec::new();
         for ev in events {
             match self.action_of(ev) {
                 Some(a) => actions.push(a),
                 None if matches!(ev, Event::Overflow) => overflow = true,
+                None if matches!(ev, Event::Mounts) => remounted = true,
                 None => unknown.push(ev),
             }
         }
@@ -626,7 +630,7 @@ impl Fs {
             w.unknown_rechecked.fetch_add(unknown.len() as u64, Ordering::Relaxed);
             actions.extend(unknown.into_iter().filter_map(|ev| self.action_of(ev)));
         }
-        if actions.is_empty() && !overflow {
+        if actions.is_empty() && !overflow && !remounted {
             return;
         }
         crate::fault::watch_apply_delay();
@@ -706,6 +710,23 @@ impl Fs {
             // overflow sees the caches it dropped gone.
             w.overflows.fetch_add(1, Ordering::Relaxed);
         }
+        if remounted {
+            // The filesystems marked may be gone, and a new one may have
+            // an old one's device number: forget every mark made, so that
+            // the next lookup to enter a filesystem marks it (again; a mark
+            // made twice is one), then forget everything cached. (Today a
+            // filesystem rcufs entered stays held by the descriptor its
+            // file handles are opened with, so its device number cannot be
+            // given back while rcufs runs; this does not rely on that.) A
+            // device that could not be marked stays unwatched (and counted
+            // once).
+            if let Some((_, devs)) = w.marker.get() {
+                devs.lock().retain(|_, m| *m == Marked::Failed);
+            }
+            tracing::info!("a mount under the source was attached or detached: dropping every cache of the mount");
+            self.drop_everything("after a mount change under the source");
+            w.mount_changes.fetch_add(1, Ordering::Relaxed);
+        }
         self.reap();
     }
 
@@ -720,6 +741,7 @@ impl Fs {
             "batches": w.batches.load(Ordering::Relaxed),
             "unknown_rechecked": w.unknown_rechecked.load(Ordering::Relaxed),
             "overflows": w.overflows.load(Ordering::Relaxed),
+            "mount_changes": w.mount_changes.load(Ordering::Relaxed),
             "failed_batches": w.failed_batches.load(Ordering::Relaxed),
             "failed": u64::from(w.failed.load(Ordering::Relaxed)),
             "unindexed": self.table.unindexed(),

@@ -691,6 +691,61 @@ fn mounted_later_is_watched(warm_first: bool) {
     drop(m);
 }
 
+/// A filesystem under the source unmounted and another mounted in its
+/// place (no change any filesystem mark reports): what was cached from the
+/// old one is dropped, the new one is seen at once and watched in turn, in
+/// both modes.
+#[test]
+fn a_filesystem_replaced_under_the_source_is_seen_and_watched() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: mounting a tmpfs inside the source needs root");
+        return;
+    }
+    for kernel_cache in [false, true] {
+        let mut args = DEFAULT.to_vec();
+        if kernel_cache {
+            args.push("--kernel-cache");
+        }
+        let Some(m) = Mount::with(&args, |src| fs::create_dir(src.join("sub")).unwrap()) else {
+            return;
+        };
+        let sub = m.src_at("sub");
+        let first = Submount::tmpfs(&sub);
+        fs::write(sub.join("a"), b"first").unwrap();
+        assert_eq!(fs::read(m.at("sub/a")).unwrap(), b"first");
+        assert_eq!(errno(&fs::metadata(m.at("sub/b"))), Some(libc::ENOENT));
+        drop(first);
+        let _second = Submount::tmpfs(&sub);
+        fs::write(sub.join("a"), b"second one").unwrap();
+        fs::write(sub.join("b"), b"b").unwrap();
+        assert!(
+            eventually(SOON, || {
+                fs::read(m.at("sub/a")).is_ok_and(|b| b == b"second one")
+                    && fs::read(m.at("sub/b")).is_ok_and(|b| b == b"b")
+            }),
+            "the filesystem mounted in the old one's place not seen (kernel cache: {kernel_cache}): {}\n{}",
+            m.stats(),
+            m.log_text()
+        );
+        // And watched: a change in it is seen well before the hour.
+        fs::write(sub.join("a"), b"third").unwrap();
+        fs::set_permissions(sub.join("b"), fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(
+            eventually(SOON, || {
+                fs::read(m.at("sub/a")).is_ok_and(|b| b == b"third")
+                    && fs::metadata(m.at("sub/b")).is_ok_and(|md| md.permissions().mode() & 0o777 == 0o600)
+            }),
+            "a change in the new filesystem not seen (kernel cache: {kernel_cache}): {}\n{}",
+            m.stats(),
+            m.log_text()
+        );
+        assert!(m.stat("coherence", "mount_changes") >= 1, "{}", m.stats());
+        assert_eq!(m.stat("coherence", "unwatched_filesystems"), 0, "{}", m.stats());
+        drop(m);
+    }
+}
+
 /// Well past `--revalidate 1` (below), far below the watch's hour.
 const RECHECKED: Duration = Duration::from_secs(15);
 
