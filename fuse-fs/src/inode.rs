@@ -87,12 +87,13 @@ pub fn key_of(st: &libc::stat) -> Key {
 /// How an inode reaches its source object.
 #[derive(Debug)]
 pub enum Backing {
-    /// A kernel file handle on the mount with this id; descriptors come from the pool.
+    /// A kernel file handle on a source mount; descriptors come from the pool.
     Handle {
         /// The handle bytes.
         handle: KernelHandle,
-        /// The mount id `name_to_handle_at` reported.
-        mount_id: i32,
+        /// The mount `name_to_handle_at` reported, held open while an
+        /// inode on it lives.
+        mount: Arc<SourceMount>,
     },
     /// A pinned `O_PATH` descriptor: the root only.
     Pinned(Arc<OwnedFd>),
@@ -101,6 +102,20 @@ pub enum Backing {
     /// the parent inode), opened into the pool on demand and checked
     /// against the key; it holds no descriptor while not in use.
     ByName,
+}
+
+/// A source mount whose file handles inodes use: the descriptor
+/// `open_by_handle_at` needs, open while an inode on the mount lives and
+/// closed with the last one, so that rcufs does not keep a filesystem
+/// mounted under the source busy (unmountable) after the kernel and rcufs
+/// have let go of everything on it (a drop; the kernel's forgets).
+#[derive(Debug)]
+pub struct SourceMount {
+    /// A directory on the mount, opened for real (`open_by_handle_at`
+    /// refuses `O_PATH` descriptors).
+    fd: OwnedFd,
+    /// The filesystem's id (`f_fsid`), which the watcher's events carry.
+    fsid: u64,
 }
 
 /// The attributes last read from the source, and when.
@@ -746,10 +761,10 @@ pub struct InodeTable {
     by_ino: Box<[InoShard]>,
     by_key: Box<[KeyShard]>,
     next_ino: AtomicU64,
-    /// One descriptor per source mount, for `open_by_handle_at`.
-    mounts: RwLock<HashMap<i32, Arc<OwnedFd>>>,
-    /// The filesystem id (`f_fsid`) of each source mount.
-    fsids: RwLock<HashMap<i32, u64>>,
+    /// The source mounts live inodes use, by the mount id
+    /// `name_to_handle_at` reports (an id a gone mount gave back may be
+    /// another's now: its entry is dead then, and a new one is opened).
+    mounts: RwLock<HashMap<i32, Weak<SourceMount>>>,
     /// Source mounts whose file handles are not used (FUSE).
     no_handles: RwLock<std::collections::HashSet<i32>>,
     /// File handle -> inode, for the source watcher (`None` unless
@@ -811,7 +826,6 @@ impl InodeTable {
             by_key: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next_ino: AtomicU64::new(ROOT_INO + 1),
             mounts: RwLock::new(HashMap::new()),
-            fsids: RwLock::new(HashMap::new()),
             no_handles: RwLock::new(std::collections::HashSet::new()),
             by_handle: None,
             pool: FdPool::new(pool_capacity),
@@ -997,7 +1011,7 @@ impl InodeTable {
     /// the old inode stale.
     fn same_object(&self, inode: &Inode, new: &NewInode<'_>) -> bool {
         let same = match &inode.backing {
-            Backing::Handle { handle, mount_id } => {
+            Backing::Handle { handle, mount } => {
                 let flags = if new.name.is_empty() { libc::AT_EMPTY_PATH } else { 0 };
                 sys::name_to_handle_at(new.parent, new.name, flags).is_ok_and(|(h, _)| &h == handle) || {
                     // The name leads elsewhere or nowhere now. If the inode's
@@ -1005,12 +1019,9 @@ impl InodeTable {
                     // (a rename moved it after the read), that object is the
                     // one read: no two live objects share a key. If it is
                     // gone, the key was reused by the object read.
-                    let mount_fd = self.mounts.read().get(mount_id).cloned();
-                    mount_fd.is_some_and(|m| {
-                        sys::open_by_handle_at(m.as_fd(), handle, libc::O_PATH | libc::O_NOFOLLOW)
-                            .and_then(|fd| sys::fstat(fd.as_fd()))
-                            .is_ok_and(|st| key_of(&st) == inode.key)
-                    })
+                    sys::open_by_handle_at(mount.fd.as_fd(), handle, libc::O_PATH | libc::O_NOFOLLOW)
+                        .and_then(|fd| sys::fstat(fd.as_fd()))
+                        .is_ok_and(|st| key_of(&st) == inode.key)
                 }
             }
             Backing::Pinned(fd) => {
@@ -1041,11 +1052,9 @@ impl InodeTable {
         match &inode.backing {
             Backing::Pinned(fd) => sys::fstat(fd.as_fd()).is_ok_and(|st| st.st_nlink > 0),
             Backing::ByName => self.open_by_name(inode, false).is_ok(),
-            Backing::Handle { handle, mount_id } => self
-                .mounts
-                .read()
-                .get(mount_id)
-                .is_some_and(|m| sys::open_by_handle_at(m.as_fd(), handle, libc::O_PATH | libc::O_NOFOLLOW).is_ok()),
+            Backing::Handle { handle, mount } => {
+                sys::open_by_handle_at(mount.fd.as_fd(), handle, libc::O_PATH | libc::O_NOFOLLOW).is_ok()
+            }
         }
     }
 
@@ -1062,32 +1071,44 @@ impl InodeTable {
             match sys::name_to_handle_at(new.parent, new.name, flags) {
                 Ok((_, mount_id)) if self.no_handles.read().contains(&mount_id) => {}
                 Ok((handle, mount_id)) => {
-                    let known = self.mounts.read().contains_key(&mount_id);
-                    if !known {
-                        // `open_by_handle_at` refuses `O_PATH` mount descriptors
-                        // (EBADF), so this one is a real open of a directory:
-                        // the object itself (a mount's root is a directory) or,
-                        // for a non-directory, its parent on the same filesystem.
-                        let fd = sys::openat(
-                            new.parent,
-                            new.name,
-                            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-                            0,
-                        )
-                        .or_else(|_| sys::reopen(new.parent, libc::O_RDONLY | libc::O_DIRECTORY))?;
-                        let (fsid, magic) = sys::fs_ids(fd.as_fd()).unwrap_or((0, 0));
-                        if magic == sys::FUSE_SUPER_MAGIC {
-                            // A FUSE filesystem hands out handles, but opens
-                            // them only while the kernel still caches the
-                            // inode (unless it exports, which the kernel
-                            // does not tell): useless once evicted.
-                            self.no_handles.write().insert(mount_id);
-                            return self.make_backing(new);
+                    let live = self.mounts.read().get(&mount_id).and_then(Weak::upgrade);
+                    let mount = match live {
+                        Some(m) => m,
+                        None => {
+                            // `open_by_handle_at` refuses `O_PATH` mount descriptors
+                            // (EBADF), so this one is a real open of a directory:
+                            // the object itself (a mount's root is a directory) or,
+                            // for a non-directory, its parent on the same filesystem.
+                            let fd = sys::openat(
+                                new.parent,
+                                new.name,
+                                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+                                0,
+                            )
+                            .or_else(|_| sys::reopen(new.parent, libc::O_RDONLY | libc::O_DIRECTORY))?;
+                            let (fsid, magic) = sys::fs_ids(fd.as_fd()).unwrap_or((0, 0));
+                            if magic == sys::FUSE_SUPER_MAGIC {
+                                // A FUSE filesystem hands out handles, but opens
+                                // them only while the kernel still caches the
+                                // inode (unless it exports, which the kernel
+                                // does not tell): useless once evicted.
+                                self.no_handles.write().insert(mount_id);
+                                return self.make_backing(new);
+                            }
+                            let mut mounts = self.mounts.write();
+                            // Another lookup may have opened it meanwhile.
+                            match mounts.get(&mount_id).and_then(Weak::upgrade) {
+                                Some(m) => m,
+                                None => {
+                                    mounts.retain(|_, m| m.strong_count() > 0);
+                                    let m = Arc::new(SourceMount { fd, fsid });
+                                    mounts.insert(mount_id, Arc::downgrade(&m));
+                                    m
+                                }
+                            }
                         }
-                        self.fsids.write().entry(mount_id).or_insert(fsid);
-                        self.mounts.write().entry(mount_id).or_insert_with(|| Arc::new(fd));
-                    }
-                    return Ok(Backing::Handle { handle, mount_id });
+                    };
+                    return Ok(Backing::Handle { handle, mount });
                 }
                 Err(e) if matches!(e.errno(), libc::EOPNOTSUPP | libc::ENOSYS | libc::EOVERFLOW) => {}
                 Err(e) => return Err(e),
@@ -1341,10 +1362,9 @@ impl InodeTable {
             // Checked by name first (`O_PATH`), then reopened: an open with
             // `O_TRUNC` never reaches an object the name no longer names.
             Backing::ByName => reopen(&*self.path_fd(inode)?),
-            Backing::Handle { handle, mount_id } => {
-                let mount_fd = self.mounts.read().get(mount_id).cloned().ok_or(FsError::STALE)?;
+            Backing::Handle { handle, mount } => {
                 let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY);
-                sys::open_by_handle_at(mount_fd.as_fd(), handle, flags).inspect_err(|e| {
+                sys::open_by_handle_at(mount.fd.as_fd(), handle, flags).inspect_err(|e| {
                     if e.errno() == libc::ESTALE {
                         tracing::debug!(ino = inode.ino, name = %String::from_utf8_lossy(&inode.link().1), "inode marked stale: its handle no longer opens");
                         inode.stale.store(true, Ordering::Relaxed);
@@ -1394,7 +1414,7 @@ impl InodeTable {
             return;
         };
         let fsid = match &inode.backing {
-            Backing::Handle { mount_id, .. } => self.fsids.read().get(mount_id).copied(),
+            Backing::Handle { mount, .. } => Some(mount.fsid),
             _ => None,
         };
         let (Backing::Handle { handle, .. }, Some(fsid)) = (&inode.backing, fsid) else {

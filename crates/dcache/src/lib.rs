@@ -186,6 +186,24 @@ pub fn keep_freed_entries(on: bool) {
     sync::set_keep_blocks(on);
 }
 
+/// Lets what this thread's removals freed be destroyed now (each entry's
+/// payload dropped), rather than once enough later operations of the
+/// process have moved the epoch on: flushes this thread's deferred frees to
+/// the global queue and pins three times, each advancing the epoch as far
+/// as no pinned thread holds it back and running what is old enough. A
+/// removed entry is freed only after every reader that might see it has
+/// unpinned (seed 000's grace period); an idle process has no readers to
+/// end one, so payloads that hold resources (descriptors, which keep a
+/// filesystem busy) would otherwise outlive their removal for as long as
+/// the process stays idle. Entries freed by other threads and still in
+/// their own (unflushed) deferred lists wait for those threads' next
+/// operations.
+pub fn quiesce() {
+    for _ in 0..3 {
+        sync::epoch::pin().flush();
+    }
+}
+
 /// Capacity and batching of a [`Dcache`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {

@@ -248,6 +248,12 @@ impl Fs {
         }
         if mode.drops_dentries() {
             dir.expire_attr();
+            // The entries unhashed above are freed after a grace period,
+            // which an idle daemon would not end: their inodes (and the
+            // descriptor each source mount is held open by) would live on,
+            // and a filesystem mounted under the source would stay busy
+            // after the kernel forgot everything on it.
+            dcache::quiesce();
         }
         if !whole {
             self.listings.forget(&dir);

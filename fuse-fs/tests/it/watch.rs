@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{Mount, content, eventually, listed, wait_warm, write_tree};
 use crate::sys::errno;
+use fuse_fs::protocol::XATTR_DROP;
 
 const DEFAULT: &[&str] = &["--coherence", "watch"];
 const KERNEL: &[&str] = &["--coherence", "watch", "--kernel-cache"];
@@ -744,6 +745,85 @@ fn a_filesystem_replaced_under_the_source_is_seen_and_watched() {
         assert_eq!(m.stat("coherence", "unwatched_filesystems"), 0, "{}", m.stats());
         drop(m);
     }
+}
+
+/// A filesystem under the source that rcufs and the kernel let go of can
+/// be unmounted (rcufs keeps no descriptor on it then), and another mounted
+/// there gets the device number the first gave back: the new one is marked
+/// when a lookup enters it (the first one's mark, gone with it, is
+/// forgotten), so its changes are seen.
+#[test]
+fn a_filesystem_let_go_of_unmounts_and_one_with_its_device_number_is_watched() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: mounting a tmpfs inside the source needs root");
+        return;
+    }
+    // With `--kernel-cache`, where a drop makes the kernel forget what it
+    // held (the default mode's kernel keeps its unused dentries, and their
+    // inodes, until it evicts them).
+    let args = ["--coherence", "watch", "--kernel-cache"];
+    let Some(m) = Mount::with(&args, |src| fs::create_dir(src.join("sub")).unwrap()) else {
+        return;
+    };
+    let sub = m.src_at("sub");
+    let first = Submount::tmpfs(&sub);
+    let dev = fs::metadata(&sub).unwrap().dev();
+    fs::write(sub.join("a"), b"a").unwrap();
+    assert_eq!(fs::read(m.at("sub/a")).unwrap(), b"a");
+    // After a drop of everything (and the kernel's forgets that follow it)
+    // nothing holds the tmpfs: a plain unmount (not a lazy one) succeeds.
+    // (Once the kernel has forgotten it all, one try: the daemon is idle
+    // then, and nothing but the drop itself may have let go of the
+    // tmpfs.)
+    crate::sys::setxattr(&m.mnt, XATTR_DROP, b"all", 0).expect("setxattr user.rcufs.drop");
+    assert!(
+        eventually(SOON, || m.stat("inodes", "known") == 1),
+        "the kernel did not forget the tmpfs's inodes: {}",
+        m.stats()
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let c = crate::sys::cpath(&sub);
+    // SAFETY: the path is NUL-terminated.
+    let rc = unsafe { libc::umount2(c.as_ptr(), 0) };
+    assert_eq!(
+        rc,
+        0,
+        "the first tmpfs stayed busy: {}",
+        std::io::Error::last_os_error()
+    );
+    std::mem::forget(first);
+    let _second = Submount::tmpfs(&sub);
+    assert_eq!(
+        fs::metadata(&sub).unwrap().dev(),
+        dev,
+        "the second tmpfs did not get the first one's device number; nothing to test"
+    );
+    fs::write(sub.join("a"), b"second").unwrap();
+    fs::set_permissions(sub.join("a"), fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(
+        eventually(SOON, || fs::read(m.at("sub/a")).is_ok_and(|b| b == b"second")),
+        "the second tmpfs not seen: {}\n{}",
+        m.stats(),
+        m.log_text()
+    );
+    // What only the watch reports (an open re-checks a file's data by
+    // itself): a name created where a lookup found none, and a chmod.
+    assert_eq!(errno(&fs::metadata(m.at("sub/b"))), Some(libc::ENOENT));
+    assert_eq!(fs::metadata(m.at("sub/a")).unwrap().permissions().mode() & 0o777, 0o644);
+    fs::write(sub.join("b"), b"b").unwrap();
+    fs::set_permissions(sub.join("a"), fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(
+        eventually(SOON, || {
+            fs::read(m.at("sub/b")).is_ok_and(|b| b == b"b")
+                && fs::metadata(m.at("sub/a")).is_ok_and(|md| md.permissions().mode() & 0o777 == 0o600)
+        }),
+        "a change in the second tmpfs not seen (not marked?): {}\n{}",
+        m.stats(),
+        m.log_text()
+    );
+    assert_eq!(m.stat("coherence", "unwatched_filesystems"), 0, "{}", m.stats());
+    drop(m);
 }
 
 /// Well past `--revalidate 1` (below), far below the watch's hour.
