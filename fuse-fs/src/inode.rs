@@ -1086,6 +1086,16 @@ impl InodeTable {
                                 0,
                             )
                             .or_else(|_| sys::reopen(new.parent, libc::O_RDONLY | libc::O_DIRECTORY))?;
+                            // What the name led to a moment ago may be on
+                            // another mount now (one mounted over it, or a
+                            // file bind-mounted on a file, whose parent is
+                            // elsewhere): then no descriptor for this mount
+                            // is at hand, and the object is reached by name.
+                            let same_mount = sys::name_to_handle_at(fd.as_fd(), sys::EMPTY, libc::AT_EMPTY_PATH)
+                                .is_ok_and(|(_, id)| id == mount_id);
+                            if !same_mount {
+                                return Ok(self.by_name_backing());
+                            }
                             let (fsid, magic) = sys::fs_ids(fd.as_fd()).unwrap_or((0, 0));
                             if magic == sys::FUSE_SUPER_MAGIC {
                                 // A FUSE filesystem hands out handles, but opens
@@ -1114,13 +1124,18 @@ impl InodeTable {
                 Err(e) => return Err(e),
             }
         }
+        Ok(self.by_name_backing())
+    }
+
+    /// `Backing::ByName`, counted (and said once).
+    fn by_name_backing(&self) -> Backing {
         if self.by_name.fetch_add(1, Ordering::Relaxed) == 0 {
             tracing::info!(
                 "no kernel file handles for the source here (not root, or a filesystem without them): \
                  inodes are reopened by name from their parent, through the bounded descriptor pool"
             );
         }
-        Ok(Backing::ByName)
+        Backing::ByName
     }
 
     fn sweep_keys(&self) {

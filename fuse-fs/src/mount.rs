@@ -417,7 +417,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     let mut watch_stop = None;
     if let Some(w) = watcher {
         watch_stop = Some(w.stopper()?);
-        fs.set_watch_marker(w.marker()?, w.marked().iter().map(|m| m.dev));
+        fs.set_watch_marker(w.marker()?, w.marked().iter().map(|m| (m.dev, m.mount_id)));
         fs.set_watch_syncer(w.syncer()?);
         let fs = fs.clone();
         spawn(&mut workers, "rcufs-watch", "the source watcher thread", move || {

@@ -71,15 +71,83 @@ pub fn fstat(fd: BorrowedFd<'_>) -> FsResult<libc::stat> {
 /// not following a last symlink nor triggering an automount.
 pub fn mount_id_unique(path: &std::path::Path) -> FsResult<u64> {
     let c = cstr(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))?;
+    statx_mount_id(libc::AT_FDCWD, &c)
+}
+
+/// As [`mount_id_unique`], for `name` under the directory `dir`.
+pub fn mount_id_unique_at(dir: BorrowedFd<'_>, name: &CStr) -> FsResult<u64> {
+    statx_mount_id(dir.as_raw_fd(), name)
+}
+
+fn statx_mount_id(dirfd: libc::c_int, name: &CStr) -> FsResult<u64> {
     // SAFETY: `statx` is plain old data; all-zero bytes are a valid value.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    let flags = libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT | libc::AT_STATX_DONT_SYNC;
-    // SAFETY: `c` is NUL-terminated and `stx` is a valid, writable `struct statx`.
-    check(unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), flags, libc::STATX_MNT_ID_UNIQUE, &mut stx) })?;
+    let mut flags = libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT | libc::AT_STATX_DONT_SYNC;
+    if name.is_empty() {
+        flags |= libc::AT_EMPTY_PATH;
+    }
+    // SAFETY: `name` is NUL-terminated and `stx` is a valid, writable `struct statx`.
+    check(unsafe { libc::statx(dirfd, name.as_ptr(), flags, libc::STATX_MNT_ID_UNIQUE, &mut stx) })?;
     if stx.stx_mask & libc::STATX_MNT_ID_UNIQUE == 0 {
         return Err(FsError::new(libc::ENOSYS));
     }
     Ok(stx.stx_mnt_id)
+}
+
+/// Where the mount with unique id `id` is mounted (`statmount` with
+/// `STATMOUNT_MNT_POINT`, Linux 6.8), relative to this process's root;
+/// `None` if no such mount exists (any more).
+pub fn statmount_point(id: u64) -> FsResult<Option<Vec<u8>>> {
+    /// `__NR_statmount` (one number on every architecture but MIPS).
+    const SYS_STATMOUNT: libc::c_long = 457;
+    const STATMOUNT_MNT_POINT: u64 = 0x10;
+    /// The fixed part of `struct statmount`; its strings follow.
+    const HEADER: usize = 512;
+    // `struct mnt_id_req`, its first published size (24 bytes).
+    #[repr(C)]
+    struct Req {
+        size: u32,
+        spare: u32,
+        mnt_id: u64,
+        param: u64,
+    }
+    let req = Req {
+        size: std::mem::size_of::<Req>() as u32,
+        spare: 0,
+        mnt_id: id,
+        param: STATMOUNT_MNT_POINT,
+    };
+    let mut words = 1024usize;
+    loop {
+        let mut buf = vec![0u64; words];
+        let len = words * 8;
+        // SAFETY: `req` is a valid request of the size it says; `buf` is
+        // writable for `len` bytes and 8-aligned, as `struct statmount` needs.
+        let r = unsafe { libc::syscall(SYS_STATMOUNT, &req as *const Req, buf.as_mut_ptr(), len, 0u32) };
+        if r == -1 {
+            let e = FsError::last_os_error();
+            match e.errno() {
+                libc::ENOENT => return Ok(None),
+                libc::EOVERFLOW if words < (1 << 17) => {
+                    words *= 4;
+                    continue;
+                }
+                _ => return Err(e),
+            }
+        }
+        // SAFETY: plain bytes of the buffer just written, within its length.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), len) };
+        let u32_at = |at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        let mask = u64::from_ne_bytes(bytes[8..16].try_into().expect("8 bytes"));
+        let size = (u32_at(0) as usize).min(len);
+        if mask & STATMOUNT_MNT_POINT == 0 || size < HEADER {
+            return Err(FsError::new(libc::ENOSYS));
+        }
+        let at = HEADER + u32_at(108) as usize;
+        let strings = bytes.get(at..size).ok_or(FsError::new(libc::EIO))?;
+        let end = strings.iter().position(|&b| b == 0).unwrap_or(strings.len());
+        return Ok(Some(strings[..end].to_vec()));
+    }
 }
 
 /// `openat(dirfd, name, flags, mode)`, always with `O_CLOEXEC`.

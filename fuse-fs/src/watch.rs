@@ -156,6 +156,10 @@ pub struct Marked {
     pub fsid: u64,
     /// Its device number (`st_dev`).
     pub dev: u64,
+    /// The unique id of the mount marked (0 where the kernel gives none):
+    /// with the device, what tells this filesystem from one mounted later
+    /// with the device number it gave back.
+    pub mount_id: u64,
 }
 
 /// A fanotify group with marks on the source's filesystems.
@@ -240,11 +244,13 @@ impl Watcher {
                 .with_context(|| format!("opening {}", point.display()))?;
             let (fsid, _) = sys::fs_ids(fd.as_fd()).with_context(|| format!("statfs of {}", point.display()))?;
             let dev = sys::fstat(fd.as_fd())?.st_dev;
+            let mount_id = sys::mount_id_unique_at(fd.as_fd(), sys::EMPTY).unwrap_or(0);
             marked.push(Marked {
                 mount_point: point,
                 fstype,
                 fsid,
                 dev,
+                mount_id,
             });
         }
         if marked.is_empty() {
@@ -349,7 +355,7 @@ impl Watcher {
             // none moved): within the round, so that a caller catching up
             // sees a mount change made before it asked applied too.
             if let Some(m) = &self.mounts
-                && m.changed(&mut buf)?
+                && m.changed(&mut buf)
             {
                 apply(&[Event::Mounts]);
             }

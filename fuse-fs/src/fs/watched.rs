@@ -236,8 +236,10 @@ pub struct Watched {
     /// Kernel invalidations the watcher could not queue.
     inval_dropped: AtomicU64,
     /// How to mark filesystems mounted under the source after the mount
-    /// started, and the devices marked (or found unwatchable) so far.
-    marker: OnceLock<(Marker, Mutex<HashMap<u64, Marked>>)>,
+    /// started, and the filesystems marked (or found unwatchable) so far,
+    /// by device and unique mount id (a filesystem mounted in place of a
+    /// gone one may have its device number, never its mount id).
+    marker: OnceLock<(Marker, Mutex<Marks>)>,
     /// Filesystems under the source that could not be watched (their
     /// devices are `Marked::Failed` in `marker`).
     unwatched: AtomicU64,
@@ -272,6 +274,10 @@ fn handle_key_of(ev: &Event<'_>) -> Option<Box<[u8]>> {
     };
     Some(crate::inode::InodeTable::handle_key(h.fsid, h.handle_type, h.bytes))
 }
+
+/// The filesystems under the source marked (or found unwatchable), by
+/// device number and unique mount id.
+type Marks = HashMap<(u64, u64), Marked>;
 
 /// A filesystem under the source and its mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -484,8 +490,9 @@ impl Fs {
     }
 
     /// Lets the filesystem mark filesystems mounted under the source later
-    /// (`devs`: the devices the watch marked at the start).
-    pub fn set_watch_marker(&self, marker: Marker, devs: impl IntoIterator<Item = u64>) {
+    /// (`devs`: the devices and unique mount ids the watch marked at the
+    /// start).
+    pub fn set_watch_marker(&self, marker: Marker, devs: impl IntoIterator<Item = (u64, u64)>) {
         let devs = devs.into_iter().map(|d| (d, Marked::AtStart)).collect();
         let _ = self.watched.marker.set((marker, Mutex::new(devs)));
     }
@@ -527,12 +534,15 @@ impl Fs {
         let Some((marker, devs)) = self.watched.marker.get() else {
             return false;
         };
+        // The mount the name leads to (0 where the kernel gives no unique
+        // id: the device alone then tells filesystems apart).
+        let key = (dev, crate::sys::mount_id_unique_at(dir, name).unwrap_or(0));
         let mut devs = devs.lock();
-        if let Some(m) = devs.get(&dev) {
+        if let Some(m) = devs.get(&key) {
             return *m == Marked::Later;
         }
         let marked = crate::fault::mark_fails().map_or_else(|| marker.mark(dir, name), Err);
-        devs.insert(dev, if marked.is_ok() { Marked::Later } else { Marked::Failed });
+        devs.insert(key, if marked.is_ok() { Marked::Later } else { Marked::Failed });
         if marked.is_err() {
             // Listed before it is counted, under the marks' lock.
             self.watched.unwatched_devs.write().push(dev);
@@ -711,15 +721,12 @@ impl Fs {
             w.overflows.fetch_add(1, Ordering::Relaxed);
         }
         if remounted {
-            // The filesystems marked may be gone, and a new one may have
-            // an old one's device number: forget every mark made, so that
-            // the next lookup to enter a filesystem marks it (again; a mark
-            // made twice is one), then forget everything cached. (Today a
-            // filesystem rcufs entered stays held by the descriptor its
-            // file handles are opened with, so its device number cannot be
-            // given back while rcufs runs; this does not rely on that.) A
-            // device that could not be marked stays unwatched (and counted
-            // once).
+            // The filesystems marked may be gone: forget the marks made (a
+            // filesystem mounted later in a gone one's place has another
+            // mount id, so it is marked anyway when a lookup enters it;
+            // this only keeps the map to what is mounted), then forget
+            // everything cached. A filesystem that could not be marked stays
+            // unwatched (and counted once).
             if let Some((_, devs)) = w.marker.get() {
                 devs.lock().retain(|_, m| *m == Marked::Failed);
             }

@@ -11,21 +11,26 @@
 //! `FAN_MNT_DETACH`, each event naming the mount by its unique 64-bit id,
 //! the id `statx` reports as `STATX_MNT_ID_UNIQUE`.
 //!
-//! The group reports every mount of the namespace. A batch of events
-//! concerns the source when one of them names a mount that was at or under
-//! the source when last looked (a detach, or a move away) or is there now
-//! (an attach, or a move in); a mount attached and detached within one
-//! batch, where neither look can have seen it, counts too, as does a lost
-//! event (`FAN_Q_OVERFLOW`). Mounts elsewhere cost a read of
-//! `/proc/self/mountinfo` and a `statx` per mount under the source.
-//!
-//! Not seen: a mount hidden under another mounted over it at the same
-//! point (its id is not the one `statx` finds there) when it is detached
-//! while still hidden, which changes nothing visible under the source.
+//! The group reports every mount of the namespace. Each event's mount is
+//! looked up by its id (`statmount`, Linux 6.8): a mount attached (or moved)
+//! at or under the source is a change, and its id is kept; a mount detached
+//! (or moved away) whose id was kept is a change. The ids of the mounts
+//! under the source when the watch starts come from their mount points
+//! (`statx`). A mount already gone when its attach is read (attached and
+//! detached between two reads) cannot be placed: it counts as a change, as
+//! a lost event (`FAN_Q_OVERFLOW`) does; so do mounts that come and go
+//! quickly anywhere in the namespace (a container's start), each costing
+//! the mount its caches. Nothing here walks a path after the start (a
+//! stuck network filesystem under the source cannot hang the watcher),
+//! and nothing here fails the watch: a mount watch that cannot read its
+//! events or look a mount up reports a change, and one that cannot read
+//! them at all turns itself off, logged.
 
 use std::collections::HashSet;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
 use parking_lot::Mutex;
@@ -50,9 +55,11 @@ const METADATA_LEN: usize = 24;
 pub(super) struct MountWatch {
     fan: OwnedFd,
     source: PathBuf,
-    /// The unique ids of the mounts at or under the source at the last
-    /// look (only the watcher's thread uses it).
+    /// The unique ids of the mounts at or under the source, as far as the
+    /// events read so far tell (only the watcher's thread uses it).
     under: Mutex<HashSet<u64>>,
+    /// Reading the group failed: the watch of mounts is off.
+    off: AtomicBool,
 }
 
 impl MountWatch {
@@ -68,13 +75,21 @@ impl MountWatch {
             &ns,
         )
         .context("fanotify_mark(FAN_MARK_MNTNS) on the mount namespace")?;
-        let watch = Self {
+        // After the mark: a mount made meanwhile is in the table read here,
+        // or its event is in the group, or both.
+        let text = std::fs::read("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+        let mut under = HashSet::new();
+        for m in mountinfo::parse_mountinfo(&String::from_utf8_lossy(&text)) {
+            if m.mount_point.starts_with(source) {
+                under.insert(sys::mount_id_unique(&m.mount_point).context("the unique id of a mount (Linux 6.8)")?);
+            }
+        }
+        Ok(Self {
             fan,
             source: source.to_path_buf(),
-            under: Mutex::default(),
-        };
-        *watch.under.lock() = watch.look()?;
-        Ok(watch)
+            under: Mutex::new(under),
+            off: AtomicBool::new(false),
+        })
     }
 
     /// The group's descriptor, readable when events are queued.
@@ -84,54 +99,63 @@ impl MountWatch {
 
     /// Reads the group until it is empty; whether what it read concerns
     /// the source (see the module docs).
-    pub(super) fn changed(&self, buf: &mut [u8]) -> Result<bool> {
-        let mut attached = Vec::new();
-        let mut detached = Vec::new();
-        let mut lost = false;
+    pub(super) fn changed(&self, buf: &mut [u8]) -> bool {
+        if self.off.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut events = Vec::new();
+        let mut changed = false;
         loop {
             let n = match sys::read(self.fan.as_fd(), buf) {
                 Ok(n) => n,
                 Err(e) if e.errno() == libc::EINTR => continue,
                 Err(e) if e.errno() == libc::EAGAIN => break,
-                Err(e) => anyhow::bail!("reading mount events: {e}"),
+                Err(e) => {
+                    tracing::error!(
+                        "reading mount events: {e}: mounts under the source are not watched any more (a \
+                         filesystem mounted there in place of another is seen only after a drop)"
+                    );
+                    self.off.store(true, Ordering::Relaxed);
+                    return true;
+                }
             };
-            lost |= parse(&buf[..n], &mut attached, &mut detached);
+            changed |= parse(&buf[..n], &mut events);
         }
-        if attached.is_empty() && detached.is_empty() && !lost {
-            return Ok(false);
-        }
-        let now = self.look()?;
         let mut under = self.under.lock();
-        let concerns = |id: &u64| now.contains(id) || under.contains(id);
-        let changed = lost
-            || attached.iter().any(concerns)
-            || detached.iter().any(concerns)
-            || attached.iter().any(|id| detached.contains(id));
-        *under = now;
-        Ok(changed)
-    }
-
-    /// The unique ids of the mounts at or under the source now.
-    fn look(&self) -> Result<HashSet<u64>> {
-        let text = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
-        let mut ids = HashSet::new();
-        for m in mountinfo::parse_mountinfo(&text) {
-            if !m.mount_point.starts_with(&self.source) {
+        for (mask, id) in events {
+            let was = if mask & FAN_MNT_DETACH != 0 {
+                under.remove(&id)
+            } else {
+                under.contains(&id)
+            };
+            changed |= was;
+            if mask & FAN_MNT_ATTACH == 0 {
                 continue;
             }
-            // A mount point gone meanwhile (detached since the read) has no
-            // id to give: its detach is in the group for the next look.
-            if let Ok(id) = sys::mount_id_unique(&m.mount_point) {
-                ids.insert(id);
+            match sys::statmount_point(id) {
+                Ok(Some(point)) => {
+                    if Path::new(std::ffi::OsStr::from_bytes(&point)).starts_with(&self.source) {
+                        under.insert(id);
+                        changed = true;
+                    } else {
+                        under.remove(&id);
+                    }
+                }
+                // Gone already: where it was, nothing says.
+                Ok(None) => changed = true,
+                Err(e) => {
+                    tracing::debug!(id, "statmount of an attached mount: {e}");
+                    changed = true;
+                }
             }
         }
-        Ok(ids)
+        changed
     }
 }
 
-/// Adds the mounts the events in `buf` attach or detach to the lists;
-/// returns whether the kernel lost events.
-fn parse(buf: &[u8], attached: &mut Vec<u64>, detached: &mut Vec<u64>) -> bool {
+/// Adds the events in `buf` to `events` as (mask, mount id); returns
+/// whether the kernel lost events.
+fn parse(buf: &[u8], events: &mut Vec<(u64, u64)>) -> bool {
     let u16_at = |b: &[u8], at: usize| u16::from_ne_bytes([b[at], b[at + 1]]);
     let u32_at = |b: &[u8], at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().unwrap_or_default());
     let u64_at = |b: &[u8], at: usize| u64::from_ne_bytes(b[at..at + 8].try_into().unwrap_or_default());
@@ -156,13 +180,7 @@ fn parse(buf: &[u8], attached: &mut Vec<u64>, detached: &mut Vec<u64>) -> bool {
                 break;
             }
             if kind == INFO_MNT && rlen >= 16 {
-                let id = u64_at(ev, rat + 8);
-                if mask & FAN_MNT_ATTACH != 0 {
-                    attached.push(id);
-                }
-                if mask & FAN_MNT_DETACH != 0 {
-                    detached.push(id);
-                }
+                events.push((mask & (FAN_MNT_ATTACH | FAN_MNT_DETACH), u64_at(ev, rat + 8)));
             }
             rat += rlen;
         }
@@ -216,7 +234,7 @@ mod tests {
         let mut buf = vec![0u8; 4096];
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
         while std::time::Instant::now() < deadline {
-            if w.changed(&mut buf).unwrap() {
+            if w.changed(&mut buf) {
                 return true;
             }
             let _ = sys::poll_readable_for(&[w.fd()], std::time::Duration::from_millis(50));
@@ -232,7 +250,9 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        let (source, elsewhere) = (dir.path().join("src"), dir.path().join("elsewhere"));
+        // As `Watcher::new` passes it: canonical.
+        let base = dir.path().canonicalize().unwrap();
+        let (source, elsewhere) = (base.join("src"), base.join("elsewhere"));
         let (inside, deeper) = (source.join("sub"), source.join("sub/deeper"));
         std::fs::create_dir_all(&inside).unwrap();
         std::fs::create_dir_all(&elsewhere).unwrap();
@@ -250,6 +270,10 @@ mod tests {
         assert!(!reports(&w), "an unmount outside the source was reported");
         umount(&inside);
         assert!(reports(&w), "an unmount under the source was not reported");
+        // Found where it is mounted, by its id.
+        let root = sys::mount_id_unique(Path::new("/")).unwrap();
+        assert_eq!(sys::statmount_point(root).unwrap().as_deref(), Some(&b"/"[..]));
+        assert_eq!(sys::statmount_point(u64::MAX - 1).unwrap(), None);
     }
 
     #[test]
@@ -257,17 +281,20 @@ mod tests {
         let mut buf = event(FAN_MNT_ATTACH, 0x8000_002b);
         buf.extend(event(FAN_MNT_DETACH, 0x8000_002c));
         buf.extend(event(FAN_MNT_ATTACH | FAN_MNT_DETACH, 7));
-        let (mut a, mut d) = (Vec::new(), Vec::new());
-        assert!(!parse(&buf, &mut a, &mut d));
-        assert_eq!(a, [0x8000_002b, 7]);
-        assert_eq!(d, [0x8000_002c, 7]);
+        let mut events = Vec::new();
+        assert!(!parse(&buf, &mut events));
+        let both = FAN_MNT_ATTACH | FAN_MNT_DETACH;
+        assert_eq!(
+            events,
+            [(FAN_MNT_ATTACH, 0x8000_002b), (FAN_MNT_DETACH, 0x8000_002c), (both, 7)]
+        );
         // A truncated event is not read: the first, whole, is; the
         // second, cut, is not.
-        assert!(!parse(&buf[..50], &mut a, &mut d));
-        assert_eq!((a.len(), d.len()), (3, 2));
+        assert!(!parse(&buf[..50], &mut events));
+        assert_eq!(events.len(), 4);
         let mut lost = event(libc::FAN_Q_OVERFLOW, 0);
         lost.truncate(24);
         lost[0] = 24;
-        assert!(parse(&lost, &mut a, &mut d));
+        assert!(parse(&lost, &mut events));
     }
 }
