@@ -45,7 +45,7 @@ const FAN_MARK_MNTNS: libc::c_uint = 0x0000_0110;
 const FAN_MNT_ATTACH: u64 = 0x0100_0000;
 const FAN_MNT_DETACH: u64 = 0x0200_0000;
 /// `FAN_EVENT_INFO_TYPE_MNT`: a `struct fanotify_event_info_mnt`, the
-/// header then (8-aligned) the mount's unique id.
+/// header then (aligned) the mount's unique id.
 const INFO_MNT: u8 = 7;
 /// `struct fanotify_event_metadata`'s size.
 const METADATA_LEN: usize = 24;
@@ -179,8 +179,10 @@ fn parse(buf: &[u8], events: &mut Vec<(u64, u64)>) -> bool {
             if rlen < 4 || rat + rlen > ev.len() {
                 break;
             }
-            if kind == INFO_MNT && rlen >= 16 {
-                events.push((mask & (FAN_MNT_ATTACH | FAN_MNT_DETACH), u64_at(ev, rat + 8)));
+            if kind == INFO_MNT && rlen >= 12 {
+                // The id ends the record (after padding to its alignment,
+                // which differs between 64- and 32-bit targets).
+                events.push((mask & (FAN_MNT_ATTACH | FAN_MNT_DETACH), u64_at(ev, rat + rlen - 8)));
             }
             rat += rlen;
         }
