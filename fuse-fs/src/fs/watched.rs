@@ -534,13 +534,19 @@ impl Fs {
         let Some((marker, devs)) = self.watched.marker.get() else {
             return false;
         };
-        // The mount the name leads to (0 where the kernel gives no unique
-        // id: the device alone then tells filesystems apart).
-        let key = (dev, crate::sys::mount_id_unique_at(dir, name).unwrap_or(0));
+        // The mount the name leads to. Without its id (a kernel that gives
+        // none, or the name gone since the lookup) any entry of the device
+        // answers, as the device alone told filesystems apart before.
+        let mount_id = crate::sys::mount_id_unique_at(dir, name).ok();
         let mut devs = devs.lock();
-        if let Some(m) = devs.get(&key) {
-            return *m == Marked::Later;
+        let known = match mount_id {
+            Some(id) => devs.get(&(dev, id)).copied(),
+            None => devs.iter().find(|((d, _), _)| *d == dev).map(|(_, m)| *m),
+        };
+        if let Some(m) = known {
+            return m == Marked::Later;
         }
+        let key = (dev, mount_id.unwrap_or(0));
         let marked = crate::fault::mark_fails().map_or_else(|| marker.mark(dir, name), Err);
         devs.insert(key, if marked.is_ok() { Marked::Later } else { Marked::Failed });
         if marked.is_err() {
