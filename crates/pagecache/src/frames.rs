@@ -39,10 +39,12 @@
 //! chunk (so one empty chunk is kept even with no cache left); past that
 //! it is unmapped. So the memory the pool holds is bounded by the budgets
 //! (and the folios awaiting their grace period), as the caches' pages are,
-//! and a cache refilled after a drop does not fault its memory in again:
-//! with every empty chunk given back at once, a fill after a drop of the
-//! whole cache cost 2.7 µs against 1.6 µs with the allocator's blocks
-//! (which keeps them), and 1.15 µs with the chunks kept. A kept chunk's
+//! and a cache refilled after a drop does not fault its memory in again
+//! (on a first version, whose chunks came from the allocator, a fill after
+//! a drop of the whole cache cost 2.7 µs with every empty chunk given back
+//! at once and 1.15 µs with them kept; with the mapped chunks, `hitpath 9
+//! pagecache_fill`, a fill costs 733-798 ns against 835-989 ns from the
+//! allocator's blocks, `PAGECACHE_SYSTEM_ALLOC=1`). A kept chunk's
 //! memory is lent back to the kernel with `MADV_FREE`: reclaimed only
 //! under memory pressure, and otherwise written again without a fault. A
 //! cache's budget also holds its larger folios, which live on the heap, so
@@ -55,9 +57,9 @@
 //! count limit (65,530) at about 120 GiB of frames.
 //!
 //! The pool is process-wide (a folio is freed from an epoch destructor,
-//! which knows no cache). It is a plain mutex, not one of `sync.rs`'s
-//! primitives: the model-checked build (`rcufs_loom`) uses no frames, and
-//! nothing is shared through the pool but its own lists. With
+//! which knows no cache), behind `sync.rs`'s mutex. The model-checked build
+//! (`rcufs_loom`) uses no frames and never touches the pool (nothing is
+//! shared through it but its own lists), so no model covers it. With
 //! `PAGECACHE_SYSTEM_ALLOC=1` in the environment (read once) no frames are
 //! used either, so that valgrind's memcheck sees every folio's allocation
 //! and free (a frame reused by the pool hides a use after free from it).
@@ -70,9 +72,9 @@
 //! - A frame's bytes are zeroed when it is handed out (and, in debug
 //!   builds, poisoned when given back).
 
+use crate::sync::{LazyLock, Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::ptr::NonNull;
-use std::sync::{LazyLock, Mutex};
 
 /// The bytes of one frame (the page size that uses frames).
 pub(crate) const FRAME: usize = 4096;
@@ -118,8 +120,8 @@ struct Pool {
 }
 
 impl Pool {
-    fn lock() -> std::sync::MutexGuard<'static, Pool> {
-        POOL.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock() -> MutexGuard<'static, Pool> {
+        POOL.lock()
     }
 
     fn list(&mut self, base: usize) {
@@ -425,6 +427,9 @@ pub(crate) unsafe fn free_frame(header: NonNull<u8>) {
 /// The process's page frames (`frames.rs`): bytes of chunks held, and
 /// bytes of frames in use. Every cache of the process shares the frames.
 pub fn usage() -> FrameUsage {
+    if !*ENABLED {
+        return FrameUsage::default();
+    }
     let pool = Pool::lock();
     FrameUsage {
         chunk_bytes: (pool.chunks.len() * CHUNK) as u64,

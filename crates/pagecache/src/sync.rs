@@ -15,6 +15,8 @@
 #[cfg(not(rcufs_loom))]
 mod imp {
     pub(crate) use std::sync::Arc;
+    /// For process-wide state made on first use (the page-frame pool).
+    pub(crate) use std::sync::LazyLock;
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
     /// A mutex whose `lock()` returns the guard directly, as loom's does after
@@ -169,6 +171,9 @@ mod imp {
     pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::sync::Arc;
     pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+    /// Not modeled: only the page-frame pool's process-wide statics use it,
+    /// and this build never reaches them (it uses no frames, `frames.rs`).
+    pub(crate) use std::sync::LazyLock;
 
     /// loom's mutex with the poisoning unwrapped, so call sites match the
     /// parking_lot build.
