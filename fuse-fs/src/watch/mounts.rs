@@ -80,8 +80,17 @@ impl MountWatch {
         let text = std::fs::read("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
         let mut under = HashSet::new();
         for m in mountinfo::parse_mountinfo(&String::from_utf8_lossy(&text)) {
-            if m.mount_point.starts_with(source) {
-                under.insert(sys::mount_id_unique(&m.mount_point).context("the unique id of a mount (Linux 6.8)")?);
+            if !m.mount_point.starts_with(source) {
+                continue;
+            }
+            match sys::mount_id_unique(&m.mount_point) {
+                Ok(id) => {
+                    under.insert(id);
+                }
+                // Unmounted since the table was read: nothing is cached yet
+                // that its going could outdate.
+                Err(e) if e.errno() == libc::ENOENT => {}
+                Err(e) => return Err(e).context("the unique id of a mount (Linux 6.8)"),
             }
         }
         Ok(Self {

@@ -668,6 +668,13 @@ fn mount_with_sub(args: &[&str]) -> Option<Mount> {
     Mount::with(args, |src| fs::create_dir(src.join("sub")).unwrap())
 }
 
+/// Whether the mount shows `written` holding `bytes` and `chmodded` with
+/// mode 0600.
+fn shows_write_and_mode(m: &Mount, written: &str, bytes: &[u8], chmodded: &str) -> bool {
+    fs::read(m.at(written)).is_ok_and(|b| b == bytes)
+        && fs::metadata(m.at(chmodded)).is_ok_and(|md| md.permissions().mode() & 0o777 == 0o600)
+}
+
 /// Creates `sub/b` and makes `sub/a` mode 0600 in the source (changes only
 /// an event or an expiry reveals: an open re-checks a file's data by
 /// itself), and asserts that the mount shows both within `within`.
@@ -676,10 +683,7 @@ fn assert_submount_changes_seen(m: &Mount, within: Duration, what: &str) {
     fs::write(sub.join("b"), b"b").unwrap();
     fs::set_permissions(sub.join("a"), fs::Permissions::from_mode(0o600)).unwrap();
     assert!(
-        eventually(within, || {
-            fs::read(m.at("sub/b")).is_ok_and(|b| b == b"b")
-                && fs::metadata(m.at("sub/a")).is_ok_and(|md| md.permissions().mode() & 0o777 == 0o600)
-        }),
+        eventually(within, || shows_write_and_mode(m, "sub/b", b"b", "sub/a")),
         "{what}: changes in the submount not seen: {}\n{}",
         m.stats(),
         m.log_text()
@@ -911,10 +915,7 @@ fn a_panic_in_the_watchers_read_loop_fails_the_watch() {
 #[track_caller]
 fn assert_rechecked(m: &Mount, after: &str) {
     assert!(
-        eventually(RECHECKED, || {
-            fs::read(m.at("d/new")).is_ok_and(|b| b == b"new")
-                && fs::metadata(m.at("d/a")).is_ok_and(|md| md.permissions().mode() & 0o777 == 0o600)
-        }),
+        eventually(RECHECKED, || shows_write_and_mode(m, "d/new", b"new", "d/a")),
         "changes after {after} not seen: {}\n{}",
         m.stats(),
         m.log_text()
