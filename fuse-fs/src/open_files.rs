@@ -167,7 +167,7 @@ impl<T> Handles<T> {
 }
 
 /// The open flags that make two descriptors of one inode behave differently
-/// (`O_DIRECT` is not one: it never reaches the source, see `fs.rs`).
+/// (`O_DIRECT` is not one: it never reaches the source, see `fs/args.rs`).
 const SHARE_FLAGS: i32 = libc::O_ACCMODE
     | libc::O_APPEND
     | libc::O_SYNC

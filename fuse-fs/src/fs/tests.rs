@@ -1,8 +1,11 @@
 //! Unit tests of the filesystem logic, without a mount: each test builds a
 //! source tree in a temporary directory and drives [`Fs`] as the adapter would.
 
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
+use parking_lot::Mutex;
+
+use super::types::time;
 use super::*;
 
 struct T {
