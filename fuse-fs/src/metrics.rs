@@ -204,7 +204,12 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
     (
         "coherence.mount_changes",
         Kind::Counter,
-        "Mounts attached or detached under the source (every cache of the mount was then dropped)",
+        "Mounts attached, detached or moved under the source where they could be placed (the entries of their mount points were then forgotten)",
+    ),
+    (
+        "coherence.mount_drops",
+        Kind::Counter,
+        "Mount changes that could not be placed (every cache of the mount was then dropped)",
     ),
     (
         "coherence.failed_batches",

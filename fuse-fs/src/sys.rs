@@ -158,6 +158,32 @@ pub fn openat(dirfd: BorrowedFd<'_>, name: &CStr, flags: libc::c_int, mode: libc
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Opens `path` (relative; `.` for `dir` itself) beneath the directory
+/// `dir` with `flags` (`openat2`, Linux 5.6), refusing to leave `dir`, to
+/// cross into another mount, or to follow any symlink on the way: the
+/// path is resolved within `dir`'s own filesystem or not at all.
+pub fn open_beneath(dir: BorrowedFd<'_>, path: &CStr, flags: libc::c_int) -> FsResult<OwnedFd> {
+    // SAFETY: `open_how` is plain old data; all-zero bytes are a valid value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.resolve =
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_XDEV | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: `path` is NUL-terminated and `how` is a valid `struct open_how`
+    // of the size passed; the kernel only reads both.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    let fd = check(fd as libc::c_int)?;
+    // SAFETY: `openat2` succeeded, so `fd` is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Opens `path` (absolute) with `flags`.
 pub fn open_path(path: &CStr, flags: libc::c_int) -> FsResult<OwnedFd> {
     // SAFETY: `path` is NUL-terminated; no O_CREAT, so the mode is unused.

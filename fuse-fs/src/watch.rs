@@ -49,8 +49,10 @@
 //!
 //! Mounts attached or detached at or under the source, which no filesystem
 //! mark reports, come from a second group on the mount namespace
-//! (`watch/mounts.rs`, Linux 6.15) as [`Event::Mounts`]: whoever applies
-//! events must then assume anything under the source changed, and that
+//! (`watch/mounts.rs`, Linux 6.15): where the mount point's place is known,
+//! as the name changed there ([`Event::Name`] of its parent directory) with
+//! an [`Event::Mount`]; otherwise as [`Event::Mounts`], after which whoever
+//! applies events must assume anything under the source changed, and that
 //! the filesystems marked may no longer be the ones mounted.
 //!
 //! # What it cannot see
@@ -94,10 +96,22 @@ pub enum Event<'a> {
     Data(Handle<'a>),
     /// Events were lost: anything may have changed.
     Overflow,
-    /// A mount at or under the source was attached or detached: anything
-    /// under the source may have changed, and a filesystem marked may be
-    /// gone (and its device number another's).
+    /// A mount at or under the source was attached or detached where no
+    /// place for it is known (`watch/mounts.rs`): anything under the
+    /// source may have changed, and a filesystem marked may be gone (and
+    /// its device number another's).
     Mounts,
+    /// The mount with the unique id `id` was attached, detached or moved
+    /// at or under the source. Where: its mount point's name in the parent
+    /// directory comes as an [`Event::Name`] of the same batch, for each
+    /// place it left or took. `gone`: it is no longer under the source
+    /// (a filesystem marked there may be gone with it).
+    Mount {
+        /// The mount's unique id (`STATX_MNT_ID_UNIQUE`).
+        id: u64,
+        /// Whether it left the source.
+        gone: bool,
+    },
 }
 
 /// A file handle as fanotify reports it: the filesystem id and the handle.
@@ -354,10 +368,28 @@ impl Watcher {
             // Then the mounts (a non-blocking read that finds nothing, if
             // none moved): within the round, so that a caller catching up
             // sees a mount change made before it asked applied too.
-            if let Some(m) = &self.mounts
-                && m.changed(&mut buf)
-            {
-                apply(&[Event::Mounts]);
+            if let Some(m) = &self.mounts {
+                let c = m.changed(&mut buf);
+                if c.everywhere {
+                    apply(&[Event::Mounts]);
+                } else if c.any() {
+                    // Each place as the name changed there, and which
+                    // mounts moved.
+                    let mut events: Vec<Event<'_>> = c
+                        .places
+                        .iter()
+                        .map(|p| Event::Name {
+                            dir: Handle {
+                                fsid: p.fsid,
+                                handle_type: p.dir.handle_type(),
+                                bytes: p.dir.bytes(),
+                            },
+                            name: &p.name,
+                        })
+                        .collect();
+                    events.extend(c.mounts.iter().map(|&(id, gone)| Event::Mount { id, gone }));
+                    apply(&events);
+                }
             }
             self.rounds.serve(asked);
             if short {

@@ -19,7 +19,10 @@
 //! A queue overflow (events lost) drops everything under the mount, as a
 //! root `rcufs drop --all` does, and is counted and logged once. So does a
 //! batch that could not be applied (a panic while applying it), counted in
-//! `failed_batches`; the watch goes on.
+//! `failed_batches`; the watch goes on. A mount attached or detached under
+//! the source arrives as the name changed at its mount point (what the
+//! caches hold under either directory stays true of it) or, where it could
+//! not be placed, drops everything too (`watch/mounts.rs`).
 //!
 //! # What the watch cannot see
 //! Kept for the watch's interval (an hour) is only what an event would
@@ -229,8 +232,12 @@ pub struct Watched {
     pub(super) lost: Mutex<HashSet<Box<[u8]>>>,
     /// Queue overflows (everything dropped).
     overflows: AtomicU64,
-    /// Mounts attached or detached under the source (everything dropped).
+    /// Mounts attached, detached or moved under the source where they
+    /// could be placed (their mount points' entries forgotten).
     mount_changes: AtomicU64,
+    /// Batches of mount changes that could not be placed (everything
+    /// dropped).
+    mount_drops: AtomicU64,
     /// Batches that could not be applied (everything dropped).
     failed_batches: AtomicU64,
     /// Kernel invalidations the watcher could not queue.
@@ -268,7 +275,7 @@ pub struct Watched {
 /// for a name event).
 fn handle_key_of(ev: &Event<'_>) -> Option<Box<[u8]>> {
     let h = match ev {
-        Event::Overflow | Event::Mounts => return None,
+        Event::Overflow | Event::Mounts | Event::Mount { .. } => return None,
         Event::Name { dir, .. } => dir,
         Event::Attrib(h) | Event::Data(h) => h,
     };
@@ -581,7 +588,7 @@ impl Fs {
     /// an object not known.
     fn action_of<'e>(&self, ev: &'e Event<'e>) -> Option<Action<'e>> {
         match ev {
-            Event::Overflow | Event::Mounts => None,
+            Event::Overflow | Event::Mounts | Event::Mount { .. } => None,
             Event::Name { dir, name } => self.find(dir).map(|d| Action::Name(d, name)),
             Event::Attrib(h) => self.find(h).map(Action::Attrib),
             Event::Data(h) => self.find(h).map(Action::Data),
@@ -612,6 +619,7 @@ impl Fs {
         let interning = w.interning.load(Ordering::SeqCst);
         let mut overflow = false;
         let mut remounted = false;
+        let mut mounts = Vec::new();
         let mut actions = Vec::new();
         let mut unknown = Vec::new();
         for ev in events {
@@ -619,6 +627,7 @@ impl Fs {
                 Some(a) => actions.push(a),
                 None if matches!(ev, Event::Overflow) => overflow = true,
                 None if matches!(ev, Event::Mounts) => remounted = true,
+                None if let Event::Mount { id, gone } = ev => mounts.push((*id, *gone)),
                 None => unknown.push(ev),
             }
         }
@@ -646,7 +655,7 @@ impl Fs {
             w.unknown_rechecked.fetch_add(unknown.len() as u64, Ordering::Relaxed);
             actions.extend(unknown.into_iter().filter_map(|ev| self.action_of(ev)));
         }
-        if actions.is_empty() && !overflow && !remounted {
+        if actions.is_empty() && !overflow && !remounted && mounts.is_empty() {
             return;
         }
         crate::fault::watch_apply_delay();
@@ -736,9 +745,30 @@ impl Fs {
             if let Some((_, devs)) = w.marker.get() {
                 devs.lock().retain(|_, m| *m == Marked::Failed);
             }
-            tracing::info!("a mount under the source was attached or detached: dropping every cache of the mount");
+            tracing::info!(
+                "a mount under the source was attached or detached where it could not be placed: dropping every \
+                 cache of the mount"
+            );
             self.drop_everything("after a mount change under the source");
-            w.mount_changes.fetch_add(1, Ordering::Relaxed);
+            w.mount_drops.fetch_add(1, Ordering::Relaxed);
+        }
+        if !mounts.is_empty() {
+            // Placed: each mount point's entry was forgotten above, as a
+            // name changed in its parent (`watch/mounts.rs`). Left to do:
+            // forget the marks of the mounts that left (as above, a
+            // filesystem that could not be marked stays listed).
+            let gone: Vec<u64> = mounts.iter().filter(|&&(_, gone)| gone).map(|&(id, _)| id).collect();
+            if !gone.is_empty()
+                && let Some((_, devs)) = w.marker.get()
+            {
+                devs.lock()
+                    .retain(|&(_, id), m| *m == Marked::Failed || !gone.contains(&id));
+            }
+            tracing::info!(
+                mounts = mounts.len(),
+                "mounts under the source attached or detached: the entries of their mount points forgotten"
+            );
+            w.mount_changes.fetch_add(mounts.len() as u64, Ordering::Relaxed);
         }
         self.reap();
     }
@@ -755,6 +785,7 @@ impl Fs {
             "unknown_rechecked": w.unknown_rechecked.load(Ordering::Relaxed),
             "overflows": w.overflows.load(Ordering::Relaxed),
             "mount_changes": w.mount_changes.load(Ordering::Relaxed),
+            "mount_drops": w.mount_drops.load(Ordering::Relaxed),
             "failed_batches": w.failed_batches.load(Ordering::Relaxed),
             "failed": u64::from(w.failed.load(Ordering::Relaxed)),
             "unindexed": self.table.unindexed(),

@@ -16,17 +16,38 @@
 //! at or under the source is a change, and its id is kept; a mount detached
 //! (or moved away) whose id was kept is a change. The ids of the mounts
 //! under the source when the watch starts come from their mount points
-//! (`statx`). A mount already gone when its attach is read (attached and
-//! detached between two reads) cannot be placed: it counts as a change, as
-//! a lost event (`FAN_Q_OVERFLOW`) does; so do mounts that come and go
-//! quickly anywhere in the namespace (a container's start), each costing
-//! the mount its caches. Nothing here walks a path after the start (a
-//! stuck network filesystem under the source cannot hang the watcher),
-//! and nothing here fails the watch: a mount watch that cannot read its
-//! events or look a mount up reports a change, and one that cannot read
-//! them at all turns itself off, logged.
+//! (`statx`).
+//!
+//! A change is reported where it happened when it can be ([`Place`]): the
+//! mount point's parent directory, by file handle, and the mount point's
+//! name in it. What the caches must forget is only that name's entry (it
+//! led to the covered directory and now leads to the mount's root, or the
+//! other way round); what is cached under either directory stays true of
+//! that directory, and no lookup reaches the one covered now. The
+//! applier treats it as a name changed in that directory, which the
+//! filesystem watch would have reported had the mount been a `rename`.
+//! The parent is found from the mount point's path when the attach is
+//! read, opened beneath the source without crossing a mount or following
+//! a symlink, and kept as a handle: a directory above the mount point may
+//! be renamed while it is mounted (the mount point itself may not be), so
+//! the place of a detach is the one its attach had. The place is checked:
+//! the name there must lead to that mount (its `statx` mount id).
+//!
+//! Everything under the source counts as changed, as a lost event
+//! (`FAN_Q_OVERFLOW`) does, when no place can be given: a mount attached
+//! at the source itself, or under another mount under the source (whose
+//! parent directory is on that other filesystem), a mount already gone
+//! when its attach is read (attached and detached between two reads, so
+//! that where it was is not known), a place whose check fails. Nothing
+//! here walks a path outside the source's own filesystem after the start
+//! (a stuck network filesystem under the source cannot hang the watcher:
+//! the check's `statx` asks for no fresh attributes), and nothing here
+//! fails the watch: a mount watch that cannot read its events or look a
+//! mount up reports a change everywhere, and one that cannot read them at
+//! all turns itself off, logged.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -50,14 +71,52 @@ const INFO_MNT: u8 = 7;
 /// `struct fanotify_event_metadata`'s size.
 const METADATA_LEN: usize = 24;
 
+/// Where a mount under the source is mounted, as the caches name it: the
+/// mount point's parent directory (its filesystem id and file handle) and
+/// the mount point's name there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Place {
+    /// `f_fsid` of the parent's filesystem (as [`sys::fs_ids`] packs it).
+    pub(super) fsid: u64,
+    /// The parent's handle.
+    pub(super) dir: sys::KernelHandle,
+    /// The mount point's name in it.
+    pub(super) name: Vec<u8>,
+}
+
+/// What the mount events read in one call come to.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Changes {
+    /// Where mounts were attached or detached under the source.
+    pub(super) places: Vec<Place>,
+    /// The unique ids of the mounts that were attached, detached or moved
+    /// at or under the source, and whether each is gone from under it.
+    pub(super) mounts: Vec<(u64, bool)>,
+    /// A change that no place covers (see the module docs): anything
+    /// under the source may have changed.
+    pub(super) everywhere: bool,
+}
+
+impl Changes {
+    /// Whether anything under the source changed.
+    pub(super) fn any(&self) -> bool {
+        self.everywhere || !self.places.is_empty() || !self.mounts.is_empty()
+    }
+}
+
 /// A fanotify group watching the mounts of the daemon's namespace.
 #[derive(Debug)]
 pub(super) struct MountWatch {
     fan: OwnedFd,
     source: PathBuf,
-    /// The unique ids of the mounts at or under the source, as far as the
-    /// events read so far tell (only the watcher's thread uses it).
-    under: Mutex<HashSet<u64>>,
+    /// The source, opened when the watch started: where mount points'
+    /// parents are opened beneath.
+    root: OwnedFd,
+    /// The mounts at or under the source (by unique id), as far as the
+    /// events read so far tell, and where each is (None: not known
+    /// precisely, so its detach is a change everywhere). Only the
+    /// watcher's thread uses it.
+    under: Mutex<HashMap<u64, Option<Place>>>,
     /// Reading the group failed: the watch of mounts is off.
     off: AtomicBool,
 }
@@ -67,7 +126,9 @@ impl MountWatch {
     pub(super) fn new(source: &Path) -> Result<Self> {
         let fan = sys::fanotify_init(libc::FAN_CLASS_NOTIF | libc::FAN_NONBLOCK | FAN_REPORT_MNT)
             .context("fanotify_init(FAN_REPORT_MNT) (mount events need Linux 6.15)")?;
-        let ns = sys::cstr(b"/proc/self/ns/mnt")?;
+        // The calling thread's namespace and table (every thread of the
+        // daemon shares one; a test's thread may have its own).
+        let ns = sys::cstr(b"/proc/thread-self/ns/mnt")?;
         sys::fanotify_mark(
             fan.as_fd(),
             libc::FAN_MARK_ADD | FAN_MARK_MNTNS,
@@ -75,17 +136,27 @@ impl MountWatch {
             &ns,
         )
         .context("fanotify_mark(FAN_MARK_MNTNS) on the mount namespace")?;
+        let croot = sys::cstr(source.as_os_str().as_bytes())?;
+        let root = sys::open_path(&croot, libc::O_PATH | libc::O_DIRECTORY)
+            .with_context(|| format!("opening {}", source.display()))?;
         // After the mark: a mount made meanwhile is in the table read here,
         // or its event is in the group, or both.
-        let text = std::fs::read("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
-        let mut under = HashSet::new();
+        let text = std::fs::read("/proc/thread-self/mountinfo").context("reading /proc/thread-self/mountinfo")?;
+        let mut w = Self {
+            fan,
+            source: source.to_path_buf(),
+            root,
+            under: Mutex::new(HashMap::new()),
+            off: AtomicBool::new(false),
+        };
+        let mut under = HashMap::new();
         for m in mountinfo::parse_mountinfo(&String::from_utf8_lossy(&text)) {
             if !m.mount_point.starts_with(source) {
                 continue;
             }
             match sys::mount_id_unique(&m.mount_point) {
                 Ok(id) => {
-                    under.insert(id);
+                    under.insert(id, w.place(id, m.mount_point.as_os_str().as_bytes()));
                 }
                 // Unmounted since the table was read: nothing is cached yet
                 // that its going could outdate.
@@ -93,11 +164,39 @@ impl MountWatch {
                 Err(e) => return Err(e).context("the unique id of a mount (Linux 6.8)"),
             }
         }
-        Ok(Self {
-            fan,
-            source: source.to_path_buf(),
-            under: Mutex::new(under),
-            off: AtomicBool::new(false),
+        w.under = Mutex::new(under);
+        Ok(w)
+    }
+
+    /// Where the mount `id`, mounted at `point` (a path as `statmount`
+    /// gives it), is, as the caches name it; None if it is not under the
+    /// source, or not precisely (see the module docs).
+    fn place(&self, id: u64, point: &[u8]) -> Option<Place> {
+        let rel = Path::new(OsStr::from_bytes(point)).strip_prefix(&self.source).ok()?;
+        // The source itself has no parent in the caches.
+        let name = rel.file_name()?;
+        let parent = match rel.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.as_os_str().as_bytes(),
+            _ => b".",
+        };
+        let dir = sys::open_beneath(
+            self.root.as_fd(),
+            &sys::cstr(parent).ok()?,
+            libc::O_PATH | libc::O_DIRECTORY,
+        )
+        .ok()?;
+        let cname = sys::cstr(name.as_bytes()).ok()?;
+        // The name must lead to that mount now (not to one stacked on it
+        // since, nor to a directory renamed into the path).
+        if sys::mount_id_unique_at(dir.as_fd(), &cname).ok()? != id {
+            return None;
+        }
+        let (handle, _) = sys::name_to_handle_at(dir.as_fd(), sys::EMPTY, libc::AT_EMPTY_PATH).ok()?;
+        let (fsid, _) = sys::fs_ids(dir.as_fd()).ok()?;
+        Some(Place {
+            fsid,
+            dir: handle,
+            name: name.as_bytes().to_vec(),
         })
     }
 
@@ -106,14 +205,14 @@ impl MountWatch {
         self.fan.as_fd()
     }
 
-    /// Reads the group until it is empty; whether what it read concerns
-    /// the source (see the module docs).
-    pub(super) fn changed(&self, buf: &mut [u8]) -> bool {
+    /// Reads the group until it is empty; what it read means for the
+    /// source (see the module docs).
+    pub(super) fn changed(&self, buf: &mut [u8]) -> Changes {
+        let mut out = Changes::default();
         if self.off.load(Ordering::Relaxed) {
-            return false;
+            return out;
         }
         let mut events = Vec::new();
-        let mut changed = false;
         loop {
             let n = match sys::read(self.fan.as_fd(), buf) {
                 Ok(n) => n,
@@ -125,40 +224,54 @@ impl MountWatch {
                          filesystem mounted there in place of another is seen only after a drop)"
                     );
                     self.off.store(true, Ordering::Relaxed);
-                    return true;
+                    out.everywhere = true;
+                    return out;
                 }
             };
-            changed |= parse(&buf[..n], &mut events);
+            out.everywhere |= parse(&buf[..n], &mut events);
         }
         let mut under = self.under.lock();
         for (mask, id) in events {
-            let was = if mask & FAN_MNT_DETACH != 0 {
+            // Detached, or moved (attach and detach in one event): first
+            // where it was.
+            let was = if mask & FAN_MNT_DETACH != 0 || under.contains_key(&id) {
                 under.remove(&id)
             } else {
-                under.contains(&id)
+                None
             };
-            changed |= was;
-            if mask & FAN_MNT_ATTACH == 0 {
-                continue;
+            let was_under = was.is_some();
+            match was {
+                Some(Some(place)) => out.places.push(place),
+                Some(None) => out.everywhere = true,
+                None => {}
             }
-            match sys::statmount_point(id) {
-                Ok(Some(point)) => {
-                    if Path::new(std::ffi::OsStr::from_bytes(&point)).starts_with(&self.source) {
-                        under.insert(id);
-                        changed = true;
-                    } else {
-                        under.remove(&id);
+            let mut now_under = false;
+            if mask & FAN_MNT_ATTACH != 0 {
+                match sys::statmount_point(id) {
+                    Ok(Some(point)) => {
+                        if Path::new(OsStr::from_bytes(&point)).starts_with(&self.source) {
+                            let place = self.place(id, &point);
+                            match &place {
+                                Some(p) => out.places.push(p.clone()),
+                                None => out.everywhere = true,
+                            }
+                            under.insert(id, place);
+                            now_under = true;
+                        }
+                    }
+                    // Gone already: where it was, nothing says.
+                    Ok(None) => out.everywhere = true,
+                    Err(e) => {
+                        tracing::debug!(id, "statmount of an attached mount: {e}");
+                        out.everywhere = true;
                     }
                 }
-                // Gone already: where it was, nothing says.
-                Ok(None) => changed = true,
-                Err(e) => {
-                    tracing::debug!(id, "statmount of an attached mount: {e}");
-                    changed = true;
-                }
+            }
+            if was_under || now_under {
+                out.mounts.push((id, !now_under));
             }
         }
-        changed
+        out
     }
 }
 
@@ -238,53 +351,163 @@ mod tests {
         assert_eq!(rc, 0, "umount {}: {}", at.display(), std::io::Error::last_os_error());
     }
 
-    /// Whether the watch reports a change within a second (the kernel
-    /// queues the event before the mount call returns, so the first read
-    /// finds it; the wait is for a loaded machine's sake only).
-    fn reports(w: &MountWatch) -> bool {
+    /// What the watch reports within a second (the kernel queues the
+    /// event before the mount call returns, so the first read finds it;
+    /// the wait is for a loaded machine's sake only).
+    fn reported(w: &MountWatch) -> Changes {
         let mut buf = vec![0u8; 4096];
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
         while std::time::Instant::now() < deadline {
-            if w.changed(&mut buf) {
-                return true;
+            let c = w.changed(&mut buf);
+            if c.any() {
+                return c;
             }
             let _ = sys::poll_readable_for(&[w.fd()], std::time::Duration::from_millis(50));
         }
-        false
+        Changes::default()
     }
 
-    #[test]
-    fn reports_mounts_under_the_source_and_not_elsewhere() {
+    /// The place (parent directory and name) of the mount point `at`, as
+    /// the watch should give it.
+    fn place_of(at: &Path) -> Place {
+        let parent = sys::cstr(at.parent().unwrap().as_os_str().as_bytes()).unwrap();
+        let fd = sys::open_path(&parent, libc::O_PATH | libc::O_DIRECTORY).unwrap();
+        let (dir, _) = sys::name_to_handle_at(fd.as_fd(), sys::EMPTY, libc::AT_EMPTY_PATH).unwrap();
+        Place {
+            fsid: sys::fs_ids(fd.as_fd()).unwrap().0,
+            dir,
+            name: at.file_name().unwrap().as_bytes().to_vec(),
+        }
+    }
+
+    /// Runs `f` on a thread of its own in a mount namespace of its own,
+    /// with private propagation (so that neither its mounts nor other
+    /// tests' reach the other side: a mount that another test attaches and
+    /// detaches before the watch reads its attach cannot be placed, and
+    /// would count as a change everywhere). The namespace, and what is
+    /// mounted in it, ends with the thread. False, said, when not root.
+    fn in_own_namespace(f: impl FnOnce() + Send + 'static) -> bool {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             eprintln!("SKIPPED: mounting needs root");
-            return;
+            return false;
         }
+        std::thread::spawn(|| {
+            // SAFETY: unshares this thread's mount namespace (and its
+            // filesystem context), which only this thread uses.
+            let rc = unsafe { libc::unshare(libc::CLONE_NEWNS) };
+            assert_eq!(rc, 0, "unshare(CLONE_NEWNS): {}", std::io::Error::last_os_error());
+            // SAFETY: NUL-terminated path; no source, type or data.
+            let rc = unsafe {
+                libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                )
+            };
+            assert_eq!(rc, 0, "making / private: {}", std::io::Error::last_os_error());
+            f()
+        })
+        .join()
+        .map_err(std::panic::resume_unwind)
+        .is_ok()
+    }
+
+    #[test]
+    fn reports_mounts_under_the_source_where_they_are_and_not_elsewhere() {
+        in_own_namespace(reports_where);
+    }
+
+    fn reports_where() {
         let dir = tempfile::tempdir().unwrap();
         // As `Watcher::new` passes it: canonical.
         let base = dir.path().canonicalize().unwrap();
         let (source, elsewhere) = (base.join("src"), base.join("elsewhere"));
-        let (inside, deeper) = (source.join("sub"), source.join("sub/deeper"));
+        let (inside, deeper) = (source.join("a/sub"), source.join("a/sub/deeper"));
         std::fs::create_dir_all(&inside).unwrap();
         std::fs::create_dir_all(&elsewhere).unwrap();
         let w = MountWatch::new(&source).expect("mount events (Linux 6.15) on this machine");
         mount_tmpfs(&elsewhere);
-        assert!(!reports(&w), "a mount outside the source was reported");
+        assert!(!reported(&w).any(), "a mount outside the source was reported");
         mount_tmpfs(&inside);
-        assert!(reports(&w), "a mount under the source was not reported");
+        let id = sys::mount_id_unique(&inside).unwrap();
+        let at_inside = place_of(&inside);
+        assert_eq!(
+            reported(&w),
+            Changes {
+                places: vec![at_inside.clone()],
+                mounts: vec![(id, false)],
+                everywhere: false
+            },
+            "a mount under the source, in the source's own filesystem"
+        );
+        // Under the tmpfs: its parent is not on the source's filesystem.
         std::fs::create_dir(&deeper).unwrap();
         mount_tmpfs(&deeper);
-        assert!(reports(&w), "a mount under a mount under the source was not reported");
+        let deeper_id = sys::mount_id_unique(&deeper).unwrap();
+        let c = reported(&w);
+        assert!(
+            c.everywhere && c.places.is_empty(),
+            "a mount under a mount under the source: {c:?}"
+        );
+        assert_eq!(c.mounts, [(deeper_id, false)]);
         umount(&deeper);
-        assert!(reports(&w), "an unmount under the source was not reported");
+        let c = reported(&w);
+        assert!(c.everywhere, "an unmount under a mount under the source: {c:?}");
+        assert_eq!(c.mounts, [(deeper_id, true)]);
         umount(&elsewhere);
-        assert!(!reports(&w), "an unmount outside the source was reported");
-        umount(&inside);
-        assert!(reports(&w), "an unmount under the source was not reported");
+        assert!(!reported(&w).any(), "an unmount outside the source was reported");
+        // A directory above the mount point renamed while it is mounted:
+        // the detach is placed where the attach was, by handle.
+        let moved = source.join("b");
+        std::fs::rename(source.join("a"), &moved).unwrap();
+        umount(&moved.join("sub"));
+        assert_eq!(
+            reported(&w),
+            Changes {
+                places: vec![at_inside],
+                mounts: vec![(id, true)],
+                everywhere: false
+            },
+            "an unmount under the source, after a rename above it"
+        );
+        // Mounted at the source itself: no parent in the caches.
+        mount_tmpfs(&source);
+        let c = reported(&w);
+        assert!(c.everywhere && c.places.is_empty(), "a mount at the source: {c:?}");
+        umount(&source);
+        assert!(reported(&w).everywhere, "an unmount at the source");
         // Found where it is mounted, by its id.
         let root = sys::mount_id_unique(Path::new("/")).unwrap();
         assert_eq!(sys::statmount_point(root).unwrap().as_deref(), Some(&b"/"[..]));
         assert_eq!(sys::statmount_point(u64::MAX - 1).unwrap(), None);
+    }
+
+    #[test]
+    fn mounts_there_at_the_start_are_placed_too() {
+        in_own_namespace(placed_at_start);
+    }
+
+    fn placed_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().canonicalize().unwrap().join("src");
+        let inside = source.join("sub");
+        std::fs::create_dir_all(&inside).unwrap();
+        mount_tmpfs(&inside);
+        let id = sys::mount_id_unique(&inside).unwrap();
+        let w = MountWatch::new(&source).expect("mount events (Linux 6.15) on this machine");
+        assert!(!reported(&w).any());
+        umount(&inside);
+        assert_eq!(
+            reported(&w),
+            Changes {
+                places: vec![place_of(&inside)],
+                mounts: vec![(id, true)],
+                everywhere: false
+            }
+        );
     }
 
     #[test]
