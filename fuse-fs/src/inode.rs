@@ -66,6 +66,11 @@ use crate::children::Children;
 use crate::error::{FsError, FsResult};
 use crate::sys::{self, KernelHandle};
 
+mod fd_pool;
+mod handles;
+pub use fd_pool::FdPool;
+use handles::handle_shard;
+
 /// The handle an inode keeps to its dentry while the kernel knows it (defined
 /// here, not in `names.rs`, so that the inode table does not depend on the
 /// name layer that depends on it).
@@ -633,127 +638,9 @@ impl Inode {
     }
 }
 
-/// A bounded pool of `O_PATH` descriptors keyed by node id, with CLOCK
-/// eviction (a hit only sets a flag; the sweeper gives flagged entries a
-/// second pass). It is sharded so that no single lock covers the filesystem.
-#[derive(Debug)]
-pub struct FdPool {
-    shards: Box<[Mutex<PoolShard>]>,
-    per_shard: usize,
-    opens: AtomicU64,
-}
-
-#[derive(Debug, Default)]
-struct PoolShard {
-    map: HashMap<u64, (Arc<OwnedFd>, bool)>,
-    clock: VecDeque<u64>,
-}
-
-impl FdPool {
-    /// A pool holding at most about `capacity` descriptors.
-    pub fn new(capacity: usize) -> Self {
-        let n = 16;
-        Self {
-            shards: (0..n).map(|_| Mutex::new(PoolShard::default())).collect(),
-            per_shard: (capacity / n).max(2),
-            opens: AtomicU64::new(0),
-        }
-    }
-
-    fn shard(&self, ino: u64) -> &Mutex<PoolShard> {
-        &self.shards[(ino as usize) % self.shards.len()]
-    }
-
-    /// The pooled descriptor for `ino`, opening it with `open` on a miss
-    /// (outside the shard lock).
-    pub fn get(&self, ino: u64, open: impl FnOnce() -> FsResult<OwnedFd>) -> FsResult<Arc<OwnedFd>> {
-        {
-            let mut shard = self.shard(ino).lock();
-            if let Some((fd, referenced)) = shard.map.get_mut(&ino) {
-                *referenced = true;
-                return Ok(fd.clone());
-            }
-        }
-        let fd = Arc::new(open()?);
-        self.opens.fetch_add(1, Ordering::Relaxed);
-        let mut evicted = Vec::new();
-        let out = {
-            let mut shard = self.shard(ino).lock();
-            if let Some((existing, _)) = shard.map.get(&ino) {
-                existing.clone()
-            } else {
-                shard.map.insert(ino, (fd.clone(), false));
-                shard.clock.push_back(ino);
-                while shard.map.len() > self.per_shard {
-                    let Some(victim) = shard.clock.pop_front() else { break };
-                    match shard.map.get_mut(&victim) {
-                        Some((_, referenced)) if *referenced => {
-                            *referenced = false;
-                            shard.clock.push_back(victim);
-                        }
-                        Some(_) => evicted.extend(shard.map.remove(&victim)),
-                        None => {}
-                    }
-                }
-                fd
-            }
-        };
-        drop(evicted); // Closed outside the lock.
-        Ok(out)
-    }
-
-    /// Forgets the descriptor of `ino` (closed once its last user drops it).
-    pub fn remove(&self, ino: u64) {
-        let removed = {
-            let mut shard = self.shard(ino).lock();
-            let r = shard.map.remove(&ino);
-            if r.is_some() {
-                shard.clock.retain(|&i| i != ino);
-            }
-            r
-        };
-        drop(removed);
-    }
-
-    /// Descriptors currently pooled.
-    pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().map.len()).sum()
-    }
-
-    /// Whether the pool holds no descriptor.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Descriptors opened since the mount (misses).
-    pub fn opens(&self) -> u64 {
-        self.opens.load(Ordering::Relaxed)
-    }
-}
-
 type InoShard = RwLock<HashMap<u64, Arc<Inode>>>;
 type KeyShard = Mutex<HashMap<Key, Weak<Inode>>>;
 type HandleShard = Mutex<HashMap<Box<[u8]>, Weak<Inode>>>;
-
-/// The handle index's key: the filesystem id, the handle type and the
-/// handle bytes, packed (at most 12 + `MAX_HANDLE_SZ` bytes).
-fn pack_handle(fsid: u64, handle_type: i32, bytes: &[u8], out: &mut [u8; 12 + sys::MAX_HANDLE_SZ]) -> usize {
-    let len = bytes.len().min(sys::MAX_HANDLE_SZ);
-    out[..8].copy_from_slice(&fsid.to_ne_bytes());
-    out[8..12].copy_from_slice(&handle_type.to_ne_bytes());
-    out[12..12 + len].copy_from_slice(&bytes[..len]);
-    12 + len
-}
-
-fn handle_shard(packed: &[u8]) -> usize {
-    // The last bytes of a handle vary most (inode number, generation).
-    let tail = &packed[packed.len().saturating_sub(8)..];
-    let mut h = 0u64;
-    for &b in tail {
-        h = h.rotate_left(7) ^ u64::from(b);
-    }
-    (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % SHARDS
-}
 
 /// The table of inodes the kernel knows, plus the key index.
 #[derive(Debug)]
@@ -1395,84 +1282,6 @@ impl InodeTable {
             .lock()
             .get(&key)
             .and_then(Weak::upgrade)
-    }
-
-    /// Turns on the handle index (before any lookup): from now on every
-    /// inode with a kernel file handle can be found by it
-    /// ([`find_handle`](Self::find_handle)), the root included (its handle
-    /// is taken from `root`'s descriptor). Costs one map entry per live
-    /// inode. Fails if the root has no file handle.
-    pub fn index_handles(&mut self, root: &Inode) -> FsResult<()> {
-        let Backing::Pinned(fd) = &root.backing else {
-            return Err(FsError::INVAL);
-        };
-        let (handle, _mount_id) = sys::name_to_handle_at(fd.as_fd(), sys::EMPTY, libc::AT_EMPTY_PATH)?;
-        let (fsid, _) = sys::fs_ids(fd.as_fd())?;
-        let mut buf = [0u8; 12 + sys::MAX_HANDLE_SZ];
-        let n = pack_handle(fsid, handle.handle_type(), handle.bytes(), &mut buf);
-        let index: Box<[HandleShard]> = (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect();
-        let root_arc = self.get(ROOT_INO)?;
-        index[handle_shard(&buf[..n])]
-            .lock()
-            .insert(buf[..n].into(), Arc::downgrade(&root_arc));
-        let _ = root_arc.hkey.set(buf[..n].into());
-        self.by_handle = Some(index);
-        Ok(())
-    }
-
-    /// Lists `inode` in the handle index, if the table keeps one (`intern`
-    /// calls it under the key shard's lock, before the key entry is made).
-    /// An inode that cannot be listed (no file handle) is counted in
-    /// [`unindexed`](Self::unindexed).
-    fn index_handle(&self, inode: &Arc<Inode>) {
-        let Some(index) = &self.by_handle else {
-            return;
-        };
-        let fsid = match &inode.backing {
-            Backing::Handle { mount, .. } => Some(mount.fsid),
-            _ => None,
-        };
-        let (Backing::Handle { handle, .. }, Some(fsid)) = (&inode.backing, fsid) else {
-            self.unindexed.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
-        let mut buf = [0u8; 12 + sys::MAX_HANDLE_SZ];
-        let n = pack_handle(fsid, handle.handle_type(), handle.bytes(), &mut buf);
-        let key: Box<[u8]> = buf[..n].into();
-        if inode.hkey.get().is_some() {
-            return;
-        }
-        index[handle_shard(&key)]
-            .lock()
-            .insert(key.clone(), Arc::downgrade(inode));
-        let _ = inode.hkey.set(key);
-    }
-
-    /// The key `handle` has in the handle index (see [`Inode::handle_key`]).
-    pub fn handle_key(fsid: u64, handle_type: i32, bytes: &[u8]) -> Box<[u8]> {
-        let mut buf = [0u8; 12 + sys::MAX_HANDLE_SZ];
-        let n = pack_handle(fsid, handle_type, bytes, &mut buf);
-        buf[..n].into()
-    }
-
-    /// The live inode whose source object has this file handle, if any
-    /// (the source watcher's lookup: a hash lookup, no system call).
-    pub fn find_handle(&self, fsid: u64, handle_type: i32, bytes: &[u8]) -> Option<Arc<Inode>> {
-        let index = self.by_handle.as_ref()?;
-        if bytes.len() > sys::MAX_HANDLE_SZ {
-            return None;
-        }
-        let mut buf = [0u8; 12 + sys::MAX_HANDLE_SZ];
-        let n = pack_handle(fsid, handle_type, bytes, &mut buf);
-        let key = &buf[..n];
-        index[handle_shard(key)].lock().get(key).and_then(Weak::upgrade)
-    }
-
-    /// Entries in the handle index (live or not yet reaped).
-    pub fn indexed_handles(&self) -> usize {
-        self.by_handle
-            .as_ref()
-            .map_or(0, |index| index.iter().map(|s| s.lock().len()).sum())
     }
 
     /// Inodes created without a file handle ([`Backing::ByName`]).
