@@ -121,6 +121,9 @@ pub struct SourceMount {
     fd: OwnedFd,
     /// The filesystem's id (`f_fsid`), which the watcher's events carry.
     fsid: u64,
+    /// The mount's unique id (`STATX_MNT_ID_UNIQUE`; 0 where the kernel
+    /// gives none), by which the mount watch names it.
+    unique_id: u64,
 }
 
 /// The attributes last read from the source, and when.
@@ -998,7 +1001,8 @@ impl InodeTable {
                                 Some(m) => m,
                                 None => {
                                     mounts.retain(|_, m| m.strong_count() > 0);
-                                    let m = Arc::new(SourceMount { fd, fsid });
+                                    let unique_id = sys::mount_id_unique_at(fd.as_fd(), sys::EMPTY).unwrap_or(0);
+                                    let m = Arc::new(SourceMount { fd, fsid, unique_id });
                                     mounts.insert(mount_id, Arc::downgrade(&m));
                                     m
                                 }
@@ -1282,6 +1286,17 @@ impl InodeTable {
             .lock()
             .get(&key)
             .and_then(Weak::upgrade)
+    }
+
+    /// Whether an inode of the table lives on the mount with unique id
+    /// `id` (through its kernel file handle's mount).
+    pub fn holds_mount(&self, id: u64) -> bool {
+        id != 0
+            && self
+                .mounts
+                .read()
+                .values()
+                .any(|m| m.upgrade().is_some_and(|m| m.unique_id == id))
     }
 
     /// Inodes created without a file handle ([`Backing::ByName`]).

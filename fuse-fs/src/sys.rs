@@ -94,12 +94,22 @@ fn statx_mount_id(dirfd: libc::c_int, name: &CStr) -> FsResult<u64> {
     Ok(stx.stx_mnt_id)
 }
 
+/// Where a mount is, as [`statmount`] says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountAt {
+    /// Its mount point, relative to this process's root.
+    pub point: Vec<u8>,
+    /// The unique id of the mount it is mounted on.
+    pub parent: u64,
+}
+
 /// Where the mount with unique id `id` is mounted (`statmount` with
-/// `STATMOUNT_MNT_POINT`, Linux 6.8), relative to this process's root;
-/// `None` if no such mount exists (any more).
-pub fn statmount_point(id: u64) -> FsResult<Option<Vec<u8>>> {
+/// `STATMOUNT_MNT_BASIC | STATMOUNT_MNT_POINT`, Linux 6.8); `None` if no
+/// such mount exists (any more). Walks no path.
+pub fn statmount(id: u64) -> FsResult<Option<MountAt>> {
     /// `__NR_statmount` (one number on every architecture but MIPS).
     const SYS_STATMOUNT: libc::c_long = 457;
+    const STATMOUNT_MNT_BASIC: u64 = 0x2;
     const STATMOUNT_MNT_POINT: u64 = 0x10;
     /// The fixed part of `struct statmount`; its strings follow.
     const HEADER: usize = 512;
@@ -111,11 +121,12 @@ pub fn statmount_point(id: u64) -> FsResult<Option<Vec<u8>>> {
         mnt_id: u64,
         param: u64,
     }
+    let want = STATMOUNT_MNT_BASIC | STATMOUNT_MNT_POINT;
     let req = Req {
         size: std::mem::size_of::<Req>() as u32,
         spare: 0,
         mnt_id: id,
-        param: STATMOUNT_MNT_POINT,
+        param: want,
     };
     let mut words = 1024usize;
     loop {
@@ -138,15 +149,19 @@ pub fn statmount_point(id: u64) -> FsResult<Option<Vec<u8>>> {
         // SAFETY: plain bytes of the buffer just written, within its length.
         let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), len) };
         let u32_at = |at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-        let mask = u64::from_ne_bytes(bytes[8..16].try_into().expect("8 bytes"));
-        let size = (u32_at(0) as usize).min(len);
-        if mask & STATMOUNT_MNT_POINT == 0 || size < HEADER {
+        let u64_at = |at: usize| u64::from_ne_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        let (mask, size) = (u64_at(8), (u32_at(0) as usize).min(len));
+        if mask & want != want || size < HEADER {
             return Err(FsError::new(libc::ENOSYS));
         }
+        // `mnt_parent_id` at 48, `mnt_point`'s offset in the strings at 108.
         let at = HEADER + u32_at(108) as usize;
         let strings = bytes.get(at..size).ok_or(FsError::new(libc::EIO))?;
         let end = strings.iter().position(|&b| b == 0).unwrap_or(strings.len());
-        return Ok(Some(strings[..end].to_vec()));
+        return Ok(Some(MountAt {
+            point: strings[..end].to_vec(),
+            parent: u64_at(48),
+        }));
     }
 }
 

@@ -102,15 +102,20 @@ pub enum Event<'a> {
     /// its device number another's).
     Mounts,
     /// The mount with the unique id `id` was attached, detached or moved
-    /// at or under the source. Where: its mount point's name in the parent
-    /// directory comes as an [`Event::Name`] of the same batch, for each
-    /// place it left or took. `gone`: it is no longer under the source
-    /// (a filesystem marked there may be gone with it).
+    /// at or under the source. Where (`placed`): its mount point's name in
+    /// the parent directory comes as an [`Event::Name`] of the same batch,
+    /// for each place it left or took. `gone`: it is no longer under the
+    /// source (a filesystem marked there may be gone with it). Not
+    /// `placed`: a mount the watch never saw under the source was detached
+    /// or moved, which is a change everywhere if anything cached came
+    /// from it.
     Mount {
         /// The mount's unique id (`STATX_MNT_ID_UNIQUE`).
         id: u64,
         /// Whether it left the source.
         gone: bool,
+        /// Whether its places are in the batch.
+        placed: bool,
     },
 }
 
@@ -352,6 +357,12 @@ impl Watcher {
                 };
                 let mut events = Vec::with_capacity(n / 64);
                 parse(&buf[..n], self.own_pid, &mut events);
+                if let Some(m) = &self.mounts {
+                    m.names_changed(events.iter().filter_map(|e| match e {
+                        Event::Name { dir, name } => Some((dir.fsid, dir.handle_type, dir.bytes, *name)),
+                        _ => None,
+                    }));
+                }
                 if !events.is_empty() {
                     if crate::fault::watch_read_panics() {
                         panic!("injected fault: a panic in the watcher's read loop");
@@ -387,7 +398,16 @@ impl Watcher {
                             name: &p.name,
                         })
                         .collect();
-                    events.extend(c.mounts.iter().map(|&(id, gone)| Event::Mount { id, gone }));
+                    events.extend(
+                        c.mounts
+                            .iter()
+                            .map(|&(id, gone)| Event::Mount { id, gone, placed: true }),
+                    );
+                    events.extend(c.unseen_gone.iter().map(|&id| Event::Mount {
+                        id,
+                        gone: true,
+                        placed: false,
+                    }));
                     apply(&events);
                 }
             }

@@ -627,7 +627,15 @@ impl Fs {
                 Some(a) => actions.push(a),
                 None if matches!(ev, Event::Overflow) => overflow = true,
                 None if matches!(ev, Event::Mounts) => remounted = true,
-                None if let Event::Mount { id, gone } = ev => mounts.push((*id, *gone)),
+                None if let Event::Mount { id, gone, placed } = ev => {
+                    if *placed {
+                        mounts.push((*id, *gone));
+                    } else if self.table.holds_mount(*id) {
+                        // Left from where the watch never saw it: what
+                        // came from it cannot be placed.
+                        remounted = true;
+                    }
+                }
                 None => unknown.push(ev),
             }
         }

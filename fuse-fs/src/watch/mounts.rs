@@ -29,22 +29,40 @@
 //! The parent is found from the mount point's path when the attach is
 //! read, opened beneath the source without crossing a mount or following
 //! a symlink, and kept as a handle: a directory above the mount point may
-//! be renamed while it is mounted (the mount point itself may not be), so
-//! the place of a detach is the one its attach had. The place is checked:
-//! the name there must lead to that mount (its `statx` mount id).
+//! be renamed while it is mounted (the mount point itself may not be, in
+//! this namespace), so the place of a detach is the one its attach had.
+//! The place is checked without entering the mount: `statmount` must name
+//! the source's own mount as its parent, the name must be a mount point
+//! there (crossing it is refused), and `statmount` must find the mount at
+//! the same point afterwards.
 //!
 //! Everything under the source counts as changed, as a lost event
-//! (`FAN_Q_OVERFLOW`) does, when no place can be given: a mount attached
-//! at the source itself, or under another mount under the source (whose
-//! parent directory is on that other filesystem), a mount already gone
-//! when its attach is read (attached and detached between two reads, so
-//! that where it was is not known), a place whose check fails. Nothing
-//! here walks a path outside the source's own filesystem after the start
-//! (a stuck network filesystem under the source cannot hang the watcher:
-//! the check's `statx` asks for no fresh attributes), and nothing here
-//! fails the watch: a mount watch that cannot read its events or look a
-//! mount up reports a change everywhere, and one that cannot read them at
-//! all turns itself off, logged.
+//! (`FAN_Q_OVERFLOW`) does, when no place can be given:
+//! - a mount attached at the source itself, or under another mount under
+//!   the source (whose parent directory is on that other filesystem);
+//! - a mount already gone when its attach is read (attached and detached
+//!   between two reads, so that where it was is not known), a place whose
+//!   check fails;
+//! - a mount moved at or under the source: where it was when its attach
+//!   was read may not be where it was attached;
+//! - a mount whose mount point was renamed (from a namespace where it is
+//!   not one, so that no mount event says so): the filesystem watch
+//!   reports the name, and the mount's place is forgotten
+//!   ([`MountWatch::names_changed`]), so that its detach drops everything.
+//!
+//! A mount the watch never saw under the source may be there all the same:
+//! a directory holding it renamed into the source, or one stacked under
+//! another at the start (the start reads the top one's id). Its detach is
+//! handed on as such (`unseen_gone`), and is a change everywhere if the
+//! caches hold anything from that mount (`InodeTable::holds_mount`).
+//!
+//! After the start, nothing here walks a path outside the source's own
+//! filesystem nor enters a mount (a stuck network filesystem under the
+//! source cannot hang the watcher; the start reads each mount point's id
+//! with `statx`, which does), and nothing here fails the watch: a mount
+//! watch that cannot read its events or look a mount up reports a change
+//! everywhere, and one that cannot read them at all turns itself off,
+//! logged.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -95,12 +113,17 @@ pub(super) struct Changes {
     /// A change that no place covers (see the module docs): anything
     /// under the source may have changed.
     pub(super) everywhere: bool,
+    /// Mounts detached or moved that the watch never saw under the source
+    /// (one may have got there without a mount event: a directory holding
+    /// it renamed into the source, or stacked under another at the start):
+    /// a change everywhere if the caches hold anything from one of them.
+    pub(super) unseen_gone: Vec<u64>,
 }
 
 impl Changes {
-    /// Whether anything under the source changed.
+    /// Whether anything under the source changed, or may have.
     pub(super) fn any(&self) -> bool {
-        self.everywhere || !self.places.is_empty() || !self.mounts.is_empty()
+        self.everywhere || !self.places.is_empty() || !self.mounts.is_empty() || !self.unseen_gone.is_empty()
     }
 }
 
@@ -112,6 +135,8 @@ pub(super) struct MountWatch {
     /// The source, opened when the watch started: where mount points'
     /// parents are opened beneath.
     root: OwnedFd,
+    /// The unique id of the mount the source is on (0 if unknown).
+    root_mount: u64,
     /// The mounts at or under the source (by unique id), as far as the
     /// events read so far tell, and where each is (None: not known
     /// precisely, so its detach is a change everywhere). Only the
@@ -142,10 +167,12 @@ impl MountWatch {
         // After the mark: a mount made meanwhile is in the table read here,
         // or its event is in the group, or both.
         let text = std::fs::read("/proc/thread-self/mountinfo").context("reading /proc/thread-self/mountinfo")?;
+        let root_mount = sys::mount_id_unique_at(root.as_fd(), sys::EMPTY).unwrap_or(0);
         let mut w = Self {
             fan,
             source: source.to_path_buf(),
             root,
+            root_mount,
             under: Mutex::new(HashMap::new()),
             off: AtomicBool::new(false),
         };
@@ -154,12 +181,19 @@ impl MountWatch {
             if !m.mount_point.starts_with(source) {
                 continue;
             }
-            match sys::mount_id_unique(&m.mount_point) {
-                Ok(id) => {
-                    under.insert(id, w.place(id, m.mount_point.as_os_str().as_bytes()));
+            // (Of mounts stacked on one point, the top one: the others are
+            // `unseen_gone` when they go.)
+            let at = match sys::mount_id_unique(&m.mount_point) {
+                Ok(id) => sys::statmount(id).map(|at| at.map(|at| (id, at))),
+                Err(e) => Err(e),
+            };
+            match at {
+                Ok(Some((id, at))) => {
+                    under.insert(id, w.place(id, &at));
                 }
                 // Unmounted since the table was read: nothing is cached yet
                 // that its going could outdate.
+                Ok(None) => {}
                 Err(e) if e.errno() == libc::ENOENT => {}
                 Err(e) => return Err(e).context("the unique id of a mount (Linux 6.8)"),
             }
@@ -168,27 +202,37 @@ impl MountWatch {
         Ok(w)
     }
 
-    /// Where the mount `id`, mounted at `point` (a path as `statmount`
-    /// gives it), is, as the caches name it; None if it is not under the
-    /// source, or not precisely (see the module docs).
-    fn place(&self, id: u64, point: &[u8]) -> Option<Place> {
-        let rel = Path::new(OsStr::from_bytes(point)).strip_prefix(&self.source).ok()?;
-        // The source itself has no parent in the caches.
+    /// Where the mount `id`, which `statmount` found at `at`, is, as the
+    /// caches name it; None if it is not under the source, or not
+    /// precisely (see the module docs). Enters no mount: the parent is
+    /// opened without crossing one, and the name is checked to be a mount
+    /// point there, of a mount on the source's own, with `id` still found
+    /// at the same point afterwards.
+    fn place(&self, id: u64, at: &sys::MountAt) -> Option<Place> {
+        let rel = Path::new(OsStr::from_bytes(&at.point))
+            .strip_prefix(&self.source)
+            .ok()?;
+        // The source itself has no parent in the caches; and a mount on
+        // another mount under the source has its parent on that one.
         let name = rel.file_name()?;
+        if self.root_mount == 0 || at.parent != self.root_mount {
+            return None;
+        }
         let parent = match rel.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.as_os_str().as_bytes(),
             _ => b".",
         };
-        let dir = sys::open_beneath(
-            self.root.as_fd(),
-            &sys::cstr(parent).ok()?,
-            libc::O_PATH | libc::O_DIRECTORY,
-        )
-        .ok()?;
+        let flags = libc::O_PATH | libc::O_DIRECTORY;
+        let dir = sys::open_beneath(self.root.as_fd(), &sys::cstr(parent).ok()?, flags).ok()?;
         let cname = sys::cstr(name.as_bytes()).ok()?;
-        // The name must lead to that mount now (not to one stacked on it
-        // since, nor to a directory renamed into the path).
-        if sys::mount_id_unique_at(dir.as_fd(), &cname).ok()? != id {
+        // A mount point there (crossing into it is refused before anything
+        // of the mount is looked at).
+        match sys::open_beneath(dir.as_fd(), &cname, libc::O_PATH) {
+            Err(e) if e.errno() == libc::EXDEV => {}
+            _ => return None,
+        }
+        // And still that mount's: nothing moved or renamed meanwhile.
+        if sys::statmount(id).ok()?.as_ref() != Some(at) {
             return None;
         }
         let (handle, _) = sys::name_to_handle_at(dir.as_fd(), sys::EMPTY, libc::AT_EMPTY_PATH).ok()?;
@@ -198,6 +242,27 @@ impl MountWatch {
             dir: handle,
             name: name.as_bytes().to_vec(),
         })
+    }
+
+    /// Names changed in directories of the source, as the filesystem watch
+    /// reported them: a mount point renamed (from a namespace where it is
+    /// not one, the mount moving with it and no mount event saying so) is
+    /// no longer where its place says, so its detach will be a change
+    /// everywhere.
+    pub(super) fn names_changed<'a>(&self, names: impl Iterator<Item = (u64, i32, &'a [u8], &'a [u8])>) {
+        let mut under = self.under.lock();
+        if under.is_empty() {
+            return;
+        }
+        for (fsid, handle_type, dir, name) in names {
+            for place in under.values_mut() {
+                if place.as_ref().is_some_and(|p| {
+                    p.fsid == fsid && p.dir.handle_type() == handle_type && p.dir.bytes() == dir && p.name == name
+                }) {
+                    *place = None;
+                }
+            }
+        }
     }
 
     /// The group's descriptor, readable when events are queued.
@@ -232,8 +297,11 @@ impl MountWatch {
         }
         let mut under = self.under.lock();
         for (mask, id) in events {
-            // Detached, or moved (attach and detach in one event): first
-            // where it was.
+            // A move: where the mount was when its attach was read may not
+            // be where it was attached (moved before that read), so what
+            // was cached of it cannot be placed.
+            let moved = mask & FAN_MNT_ATTACH != 0 && mask & FAN_MNT_DETACH != 0;
+            // Detached, or moved: first where it was.
             let was = if mask & FAN_MNT_DETACH != 0 || under.contains_key(&id) {
                 under.remove(&id)
             } else {
@@ -247,14 +315,15 @@ impl MountWatch {
             }
             let mut now_under = false;
             if mask & FAN_MNT_ATTACH != 0 {
-                match sys::statmount_point(id) {
-                    Ok(Some(point)) => {
-                        if Path::new(OsStr::from_bytes(&point)).starts_with(&self.source) {
-                            let place = self.place(id, &point);
+                match sys::statmount(id) {
+                    Ok(Some(at)) => {
+                        if Path::new(OsStr::from_bytes(&at.point)).starts_with(&self.source) {
+                            let place = self.place(id, &at);
                             match &place {
                                 Some(p) => out.places.push(p.clone()),
                                 None => out.everywhere = true,
                             }
+                            out.everywhere |= moved;
                             under.insert(id, place);
                             now_under = true;
                         }
@@ -268,7 +337,10 @@ impl MountWatch {
                 }
             }
             if was_under || now_under {
+                out.everywhere |= moved;
                 out.mounts.push((id, !now_under));
+            } else if mask & FAN_MNT_DETACH != 0 {
+                out.unseen_gone.push(id);
             }
         }
         out
@@ -420,6 +492,14 @@ mod tests {
         in_own_namespace(reports_where);
     }
 
+    fn placed(places: Vec<Place>, mounts: Vec<(u64, bool)>) -> Changes {
+        Changes {
+            places,
+            mounts,
+            ..Changes::default()
+        }
+    }
+
     fn reports_where() {
         let dir = tempfile::tempdir().unwrap();
         // As `Watcher::new` passes it: canonical.
@@ -430,17 +510,14 @@ mod tests {
         std::fs::create_dir_all(&elsewhere).unwrap();
         let w = MountWatch::new(&source).expect("mount events (Linux 6.15) on this machine");
         mount_tmpfs(&elsewhere);
+        let elsewhere_id = sys::mount_id_unique(&elsewhere).unwrap();
         assert!(!reported(&w).any(), "a mount outside the source was reported");
         mount_tmpfs(&inside);
         let id = sys::mount_id_unique(&inside).unwrap();
         let at_inside = place_of(&inside);
         assert_eq!(
             reported(&w),
-            Changes {
-                places: vec![at_inside.clone()],
-                mounts: vec![(id, false)],
-                everywhere: false
-            },
+            placed(vec![at_inside.clone()], vec![(id, false)]),
             "a mount under the source, in the source's own filesystem"
         );
         // Under the tmpfs: its parent is not on the source's filesystem.
@@ -457,8 +534,16 @@ mod tests {
         let c = reported(&w);
         assert!(c.everywhere, "an unmount under a mount under the source: {c:?}");
         assert_eq!(c.mounts, [(deeper_id, true)]);
+        // Not under the source, as far as the watch saw: the caches decide.
         umount(&elsewhere);
-        assert!(!reported(&w).any(), "an unmount outside the source was reported");
+        assert_eq!(
+            reported(&w),
+            Changes {
+                unseen_gone: vec![elsewhere_id],
+                ..Changes::default()
+            },
+            "an unmount outside the source"
+        );
         // A directory above the mount point renamed while it is mounted:
         // the detach is placed where the attach was, by handle.
         let moved = source.join("b");
@@ -466,11 +551,7 @@ mod tests {
         umount(&moved.join("sub"));
         assert_eq!(
             reported(&w),
-            Changes {
-                places: vec![at_inside],
-                mounts: vec![(id, true)],
-                everywhere: false
-            },
+            placed(vec![at_inside], vec![(id, true)]),
             "an unmount under the source, after a rename above it"
         );
         // Mounted at the source itself: no parent in the caches.
@@ -481,8 +562,75 @@ mod tests {
         assert!(reported(&w).everywhere, "an unmount at the source");
         // Found where it is mounted, by its id.
         let root = sys::mount_id_unique(Path::new("/")).unwrap();
-        assert_eq!(sys::statmount_point(root).unwrap().as_deref(), Some(&b"/"[..]));
-        assert_eq!(sys::statmount_point(u64::MAX - 1).unwrap(), None);
+        let at = sys::statmount(root).unwrap().expect("the root mount");
+        assert_eq!(at.point, b"/");
+        assert_eq!(sys::statmount(u64::MAX - 1).unwrap(), None);
+    }
+
+    /// A mount moved under the source cannot be placed: where it was
+    /// before it moved may not be where its attach was read.
+    #[test]
+    fn a_moved_mount_is_a_change_everywhere() {
+        in_own_namespace(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let source = dir.path().canonicalize().unwrap().join("src");
+            let (from, to) = (source.join("from"), source.join("to"));
+            std::fs::create_dir_all(&from).unwrap();
+            std::fs::create_dir_all(&to).unwrap();
+            let w = MountWatch::new(&source).expect("mount events (Linux 6.15) on this machine");
+            mount_tmpfs(&from);
+            let id = sys::mount_id_unique(&from).unwrap();
+            assert_eq!(reported(&w), placed(vec![place_of(&from)], vec![(id, false)]));
+            let (f, t) = (
+                sys::cstr(from.as_os_str().as_bytes()).unwrap(),
+                sys::cstr(to.as_os_str().as_bytes()).unwrap(),
+            );
+            // SAFETY: NUL-terminated paths; no type or data.
+            let rc = unsafe {
+                libc::mount(
+                    f.as_ptr(),
+                    t.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_MOVE,
+                    std::ptr::null(),
+                )
+            };
+            assert_eq!(rc, 0, "mount --move: {}", std::io::Error::last_os_error());
+            let c = reported(&w);
+            assert!(c.everywhere, "a move under the source: {c:?}");
+            assert_eq!(c.mounts, [(id, false)]);
+            // Placed where it went: its detach is placed there.
+            umount(&to);
+            assert_eq!(reported(&w), placed(vec![place_of(&to)], vec![(id, true)]));
+        });
+    }
+
+    /// A mount point renamed where it is not one (another namespace): the
+    /// filesystem watch reports the name, and the mount's detach is then
+    /// a change everywhere.
+    #[test]
+    fn a_mount_point_renamed_loses_its_place() {
+        in_own_namespace(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let source = dir.path().canonicalize().unwrap().join("src");
+            let inside = source.join("sub");
+            std::fs::create_dir_all(&inside).unwrap();
+            let w = MountWatch::new(&source).expect("mount events (Linux 6.15) on this machine");
+            mount_tmpfs(&inside);
+            let id = sys::mount_id_unique(&inside).unwrap();
+            let p = place_of(&inside);
+            assert_eq!(reported(&w), placed(vec![p.clone()], vec![(id, false)]));
+            // Another directory's name changed there: nothing.
+            w.names_changed([(p.fsid, p.dir.handle_type(), p.dir.bytes(), &b"other"[..])].into_iter());
+            w.names_changed([(p.fsid, p.dir.handle_type(), p.dir.bytes(), &b"sub"[..])].into_iter());
+            umount(&inside);
+            let c = reported(&w);
+            assert!(
+                c.everywhere && c.places.is_empty(),
+                "a renamed mount point's detach: {c:?}"
+            );
+            assert_eq!(c.mounts, [(id, true)]);
+        });
     }
 
     #[test]
@@ -500,14 +648,7 @@ mod tests {
         let w = MountWatch::new(&source).expect("mount events (Linux 6.15) on this machine");
         assert!(!reported(&w).any());
         umount(&inside);
-        assert_eq!(
-            reported(&w),
-            Changes {
-                places: vec![place_of(&inside)],
-                mounts: vec![(id, true)],
-                everywhere: false
-            }
-        );
+        assert_eq!(reported(&w), placed(vec![place_of(&inside)], vec![(id, true)]));
     }
 
     #[test]
