@@ -358,6 +358,9 @@ impl Watcher {
                 let mut events = Vec::with_capacity(n / 64);
                 parse(&buf[..n], self.own_pid, &mut events);
                 if let Some(m) = &self.mounts {
+                    if events.iter().any(|e| matches!(e, Event::Overflow)) {
+                        m.names_lost();
+                    }
                     m.names_changed(events.iter().filter_map(|e| match e {
                         Event::Name { dir, name } => Some((dir.fsid, dir.handle_type, dir.bytes, *name)),
                         _ => None,
@@ -382,7 +385,14 @@ impl Watcher {
             if let Some(m) = &self.mounts {
                 let c = m.changed(&mut buf);
                 if c.everywhere {
-                    apply(&[Event::Mounts]);
+                    // The mounts placed in the batch are counted as such.
+                    let mut events = vec![Event::Mounts];
+                    events.extend(
+                        c.mounts
+                            .iter()
+                            .map(|&(id, gone)| Event::Mount { id, gone, placed: true }),
+                    );
+                    apply(&events);
                 } else if c.any() {
                     // Each place as the name changed there, and which
                     // mounts moved.

@@ -772,10 +772,12 @@ impl Fs {
                 devs.lock()
                     .retain(|&(_, id), m| *m == Marked::Failed || !gone.contains(&id));
             }
-            tracing::info!(
-                mounts = mounts.len(),
-                "mounts under the source attached or detached: the entries of their mount points forgotten"
-            );
+            if !remounted {
+                tracing::info!(
+                    mounts = mounts.len(),
+                    "mounts under the source attached or detached: the entries of their mount points forgotten"
+                );
+            }
             w.mount_changes.fetch_add(mounts.len() as u64, Ordering::Relaxed);
         }
         self.reap();

@@ -32,9 +32,8 @@
 //! be renamed while it is mounted (the mount point itself may not be, in
 //! this namespace), so the place of a detach is the one its attach had.
 //! The place is checked without entering the mount: `statmount` must name
-//! the source's own mount as its parent, the name must be a mount point
-//! there (crossing it is refused), and `statmount` must find the mount at
-//! the same point afterwards.
+//! the source's own mount as its parent, and must find the mount at the
+//! same point after the parent was opened.
 //!
 //! Everything under the source counts as changed, as a lost event
 //! (`FAN_Q_OVERFLOW`) does, when no place can be given:
@@ -108,7 +107,8 @@ pub(super) struct Changes {
     /// Where mounts were attached or detached under the source.
     pub(super) places: Vec<Place>,
     /// The unique ids of the mounts that were attached, detached or moved
-    /// at or under the source, and whether each is gone from under it.
+    /// at or under the source, where they were placed (the others make
+    /// `everywhere`), and whether each is gone from under it.
     pub(super) mounts: Vec<(u64, bool)>,
     /// A change that no place covers (see the module docs): anything
     /// under the source may have changed.
@@ -205,9 +205,8 @@ impl MountWatch {
     /// Where the mount `id`, which `statmount` found at `at`, is, as the
     /// caches name it; None if it is not under the source, or not
     /// precisely (see the module docs). Enters no mount: the parent is
-    /// opened without crossing one, and the name is checked to be a mount
-    /// point there, of a mount on the source's own, with `id` still found
-    /// at the same point afterwards.
+    /// opened without crossing one, the mount must be on the source's own,
+    /// and `statmount` must find it at the same point afterwards.
     fn place(&self, id: u64, at: &sys::MountAt) -> Option<Place> {
         let rel = Path::new(OsStr::from_bytes(&at.point))
             .strip_prefix(&self.source)
@@ -224,14 +223,11 @@ impl MountWatch {
         };
         let flags = libc::O_PATH | libc::O_DIRECTORY;
         let dir = sys::open_beneath(self.root.as_fd(), &sys::cstr(parent).ok()?, flags).ok()?;
-        let cname = sys::cstr(name.as_bytes()).ok()?;
-        // A mount point there (crossing into it is refused before anything
-        // of the mount is looked at).
-        match sys::open_beneath(dir.as_fd(), &cname, libc::O_PATH) {
-            Err(e) if e.errno() == libc::EXDEV => {}
-            _ => return None,
-        }
-        // And still that mount's: nothing moved or renamed meanwhile.
+        // Still that mount's, at the same point, after the parent was
+        // opened: nothing moved or renamed meanwhile, so the directory
+        // opened is its mount point's parent. (Nothing looks at the name
+        // itself: even a walk that stops at the mount point, refusing to
+        // cross it, waits on an automounter's daemon there.)
         if sys::statmount(id).ok()?.as_ref() != Some(at) {
             return None;
         }
@@ -242,6 +238,15 @@ impl MountWatch {
             dir: handle,
             name: name.as_bytes().to_vec(),
         })
+    }
+
+    /// The filesystem watch lost events: any mount point may have been
+    /// renamed, so no place is trusted any more (each detach will be a
+    /// change everywhere).
+    pub(super) fn names_lost(&self) {
+        for place in self.under.lock().values_mut() {
+            *place = None;
+        }
     }
 
     /// Names changed in directories of the source, as the filesystem watch
@@ -308,9 +313,11 @@ impl MountWatch {
                 None
             };
             let was_under = was.is_some();
+            // Whether every place this event touches is known.
+            let mut placed = !moved;
             match was {
                 Some(Some(place)) => out.places.push(place),
-                Some(None) => out.everywhere = true,
+                Some(None) => placed = false,
                 None => {}
             }
             let mut now_under = false;
@@ -321,9 +328,8 @@ impl MountWatch {
                             let place = self.place(id, &at);
                             match &place {
                                 Some(p) => out.places.push(p.clone()),
-                                None => out.everywhere = true,
+                                None => placed = false,
                             }
-                            out.everywhere |= moved;
                             under.insert(id, place);
                             now_under = true;
                         }
@@ -337,8 +343,11 @@ impl MountWatch {
                 }
             }
             if was_under || now_under {
-                out.everywhere |= moved;
-                out.mounts.push((id, !now_under));
+                if placed {
+                    out.mounts.push((id, !now_under));
+                } else {
+                    out.everywhere = true;
+                }
             } else if mask & FAN_MNT_DETACH != 0 {
                 out.unseen_gone.push(id);
             }
@@ -526,14 +535,15 @@ mod tests {
         let deeper_id = sys::mount_id_unique(&deeper).unwrap();
         let c = reported(&w);
         assert!(
-            c.everywhere && c.places.is_empty(),
-            "a mount under a mount under the source: {c:?}"
+            c.everywhere && c.places.is_empty() && c.mounts.is_empty(),
+            "a mount under a mount under the source ({deeper_id}): {c:?}"
         );
-        assert_eq!(c.mounts, [(deeper_id, false)]);
         umount(&deeper);
         let c = reported(&w);
-        assert!(c.everywhere, "an unmount under a mount under the source: {c:?}");
-        assert_eq!(c.mounts, [(deeper_id, true)]);
+        assert!(
+            c.everywhere && c.mounts.is_empty(),
+            "an unmount under a mount under the source: {c:?}"
+        );
         // Not under the source, as far as the watch saw: the caches decide.
         umount(&elsewhere);
         assert_eq!(
@@ -597,8 +607,7 @@ mod tests {
             };
             assert_eq!(rc, 0, "mount --move: {}", std::io::Error::last_os_error());
             let c = reported(&w);
-            assert!(c.everywhere, "a move under the source: {c:?}");
-            assert_eq!(c.mounts, [(id, false)]);
+            assert!(c.everywhere && c.mounts.is_empty(), "a move under the source: {c:?}");
             // Placed where it went: its detach is placed there.
             umount(&to);
             assert_eq!(reported(&w), placed(vec![place_of(&to)], vec![(id, true)]));
@@ -626,10 +635,9 @@ mod tests {
             umount(&inside);
             let c = reported(&w);
             assert!(
-                c.everywhere && c.places.is_empty(),
-                "a renamed mount point's detach: {c:?}"
+                c.everywhere && c.places.is_empty() && c.mounts.is_empty(),
+                "a renamed mount point's detach ({id}): {c:?}"
             );
-            assert_eq!(c.mounts, [(id, true)]);
         });
     }
 
