@@ -29,8 +29,9 @@
 //!
 //! The `coherence` section (`fsbench/coherence.rs`) compares `--coherence
 //! watch` with `ttl` in both modes: hot stat and missing names against
-//! native, how soon a change made in the source is seen, and hot stat under
-//! a churn of files elsewhere on the same filesystem.
+//! native, how soon a change made in the source is seen, hot stat under a
+//! churn of files elsewhere on the same filesystem, and hot stat after a
+//! mount attached and detached under the source.
 //!
 //! "Cold" passes first empty rcufs's caches (`rcufs drop --all` on the mount
 //! root) and then the kernel's (`sync; echo 3 > /proc/sys/vm/drop_caches`,
