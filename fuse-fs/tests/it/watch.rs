@@ -860,17 +860,24 @@ fn a_mount_brought_in_by_a_rename_is_seen_to_go() {
     fs::rename(&o, m.src_at("sub/in")).unwrap();
     // Unmounted where it is now.
     std::mem::forget(tmpfs);
-    let tmpfs = Submount(m.src_at("sub/in/m"));
+    assert_unmount_drops_everything(&m, "sub/in/m");
+}
+
+/// That the tmpfs on `rel` (under the source; its `f` holds "on the
+/// tmpfs", and the `f` it covers "covered") is seen through the mount,
+/// then unmounts it, and asserts that the directory it covered is seen
+/// again and that the watch dropped everything for it.
+fn assert_unmount_drops_everything(m: &Mount, rel: &str) {
+    let f = format!("{rel}/f");
     assert!(
-        eventually(SOON, || fs::read(m.at("sub/in/m/f"))
-            .is_ok_and(|b| b == b"on the tmpfs")),
-        "{}",
+        eventually(SOON, || fs::read(m.at(&f)).is_ok_and(|b| b == b"on the tmpfs")),
+        "the tmpfs on {rel} not seen: {}",
         m.stats()
     );
     let drops = m.stat("coherence", "mount_drops");
-    drop(tmpfs);
+    drop(Submount(m.src_at(rel)));
     assert!(
-        eventually(SOON, || fs::read(m.at("sub/in/m/f")).is_ok_and(|b| b == b"covered")),
+        eventually(SOON, || fs::read(m.at(&f)).is_ok_and(|b| b == b"covered")),
         "the directory the tmpfs covered not seen again: {}\n{}",
         m.stats(),
         m.log_text()
@@ -929,25 +936,7 @@ fn a_mount_point_renamed_from_another_namespace_is_seen_to_go() {
     .join()
     .expect("the renaming thread");
     std::mem::forget(tmpfs);
-    let tmpfs = Submount(m.src_at("sub/m2"));
-    assert!(
-        eventually(SOON, || fs::read(m.at("sub/m2/f")).is_ok_and(|b| b == b"on the tmpfs")),
-        "the renamed mount point not seen: {}",
-        m.stats()
-    );
-    let drops = m.stat("coherence", "mount_drops");
-    drop(tmpfs);
-    assert!(
-        eventually(SOON, || fs::read(m.at("sub/m2/f")).is_ok_and(|b| b == b"covered")),
-        "the directory the tmpfs covered not seen again: {}\n{}",
-        m.stats(),
-        m.log_text()
-    );
-    assert!(
-        eventually(SOON, || m.stat("coherence", "mount_drops") > drops),
-        "{}",
-        m.stats()
-    );
+    assert_unmount_drops_everything(&m, "sub/m2");
 }
 
 /// A filesystem under the source that rcufs and the kernel let go of can
