@@ -104,7 +104,8 @@ pub enum Event<'a> {
     /// The mount with the unique id `id` was attached, detached or moved
     /// at or under the source. Where (`placed`): its mount point's name in
     /// the parent directory comes as an [`Event::Name`] of the same batch,
-    /// for each place it left or took. `gone`: it is no longer under the
+    /// for each place it left or took (or an [`Event::Mounts`] of the batch
+    /// drops everything anyway). `gone`: it is no longer under the
     /// source (a filesystem marked there may be gone with it). Not
     /// `placed`: a mount the watch never saw under the source was detached
     /// or moved, which is a change everywhere if anything cached came
