@@ -41,7 +41,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub(super) fn from_mode(mode: u32) -> Self {
+    fn from_mode(mode: u32) -> Self {
         match mode & libc::S_IFMT {
             libc::S_IFDIR => Self::Dir,
             libc::S_IFLNK => Self::Symlink,

@@ -198,7 +198,7 @@ impl MountWatch {
                 Err(e) => return Err(e).context("the unique id of a mount (Linux 6.8)"),
             }
         }
-        w.under = Mutex::new(under);
+        *w.under.get_mut() = under;
         Ok(w)
     }
 
@@ -306,12 +306,8 @@ impl MountWatch {
             // be where it was attached (moved before that read), so what
             // was cached of it cannot be placed.
             let moved = mask & FAN_MNT_ATTACH != 0 && mask & FAN_MNT_DETACH != 0;
-            // Detached, or moved: first where it was.
-            let was = if mask & FAN_MNT_DETACH != 0 || under.contains_key(&id) {
-                under.remove(&id)
-            } else {
-                None
-            };
+            // Detached, moved, or attached again (moved): first where it was.
+            let was = under.remove(&id);
             let was_under = was.is_some();
             // Whether every place this event touches is known.
             let mut placed = !moved;

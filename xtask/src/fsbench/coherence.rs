@@ -493,40 +493,30 @@ fn after_mount_changes(src: &Path, m: &Mount, files: &[PathBuf]) -> Result<(f64,
         let n = stat_all(files, 1)?;
         Ok(n as f64 / t.elapsed().as_secs_f64())
     };
-    let counter = |k: &str| {
-        let s = m.stats();
-        let v = |sec: &str, key: &str| s[sec][key].as_u64().unwrap_or(0);
-        match k {
-            "changes" => v("coherence", "mount_changes") + v("coherence", "mount_drops"),
-            _ => v("drops", "requests"),
-        }
-    };
-    let run = |cmd: &str, args: &[&Path]| -> Result<()> {
-        let st = std::process::Command::new(cmd)
-            .args(args)
-            .status()
-            .with_context(|| format!("running {cmd}"))?;
-        anyhow::ensure!(st.success(), "{cmd} {args:?}: {st}");
+    let stat = |sec: &str, key: &str| m.stats()[sec][key].as_u64().unwrap_or(0);
+    let mount_changes = || stat("coherence", "mount_changes") + stat("coherence", "mount_drops");
+    let run = |cmd: &mut std::process::Command| -> Result<()> {
+        let st = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+        anyhow::ensure!(st.success(), "{cmd:?}: {st}");
         Ok(())
     };
-    let drops_before = counter("drops");
+    let drops_before = stat("drops", "requests");
     let (mut quiet, mut changed) = (vec![], vec![]);
     for _ in 0..5 {
         quiet.push(pass()?);
-        let before = counter("changes");
-        run(
-            "mount",
-            &[Path::new("-t"), Path::new("tmpfs"), Path::new("tmpfs"), &point],
-        )?;
-        run("umount", &[&point])?;
+        let before = mount_changes();
+        run(std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "tmpfs"])
+            .arg(&point))?;
+        run(std::process::Command::new("umount").arg(&point))?;
         // Until the watch has applied both (a build that counts a batch
         // once may show one), at most a second.
         let start = Instant::now();
-        while counter("changes") < before + 2 && start.elapsed() < Duration::from_secs(1) {
+        while mount_changes() < before + 2 && start.elapsed() < Duration::from_secs(1) {
             std::thread::sleep(Duration::from_millis(10));
         }
         changed.push(pass()?);
     }
     let _ = fs::remove_dir(&point);
-    Ok((median(quiet), median(changed), counter("drops") - drops_before))
+    Ok((median(quiet), median(changed), stat("drops", "requests") - drops_before))
 }
