@@ -103,6 +103,66 @@ pub struct MountAt {
     pub parent: u64,
 }
 
+/// `struct mnt_id_req` of `statmount` and `listmount`, its first published
+/// size (24 bytes: the calling thread's mount namespace).
+#[repr(C)]
+struct MntIdReq {
+    size: u32,
+    spare: u32,
+    mnt_id: u64,
+    param: u64,
+}
+
+impl MntIdReq {
+    fn new(mnt_id: u64, param: u64) -> Self {
+        Self {
+            size: std::mem::size_of::<Self>() as u32,
+            spare: 0,
+            mnt_id,
+            param,
+        }
+    }
+}
+
+/// The unique ids of every mount in the calling thread's mount namespace
+/// below its root mount, in increasing order (`listmount` from
+/// `LSMT_ROOT`, recursive, Linux 6.8; without privileges, those reachable
+/// from this process's root). Walks no path.
+pub fn listmount() -> FsResult<Vec<u64>> {
+    /// `__NR_listmount` (one number on every architecture but MIPS).
+    const SYS_LISTMOUNT: libc::c_long = 458;
+    const LSMT_ROOT: u64 = u64::MAX;
+    let mut ids = Vec::new();
+    let mut buf = vec![0u64; 512];
+    loop {
+        // Continues after the last id returned (0: from the start): the
+        // kernel lists in id order.
+        let req = MntIdReq::new(LSMT_ROOT, ids.last().copied().unwrap_or(0));
+        // SAFETY: `req` is a valid request of the size it says; `buf` is
+        // writable for `buf.len()` ids.
+        let n = unsafe {
+            libc::syscall(
+                SYS_LISTMOUNT,
+                &req as *const MntIdReq,
+                buf.as_mut_ptr(),
+                buf.len(),
+                0u32,
+            )
+        };
+        if n < 0 {
+            return Err(FsError::last_os_error());
+        }
+        let n = (n as usize).min(buf.len());
+        ids.extend_from_slice(&buf[..n]);
+        if n < buf.len() {
+            // (Should a kernel start a continued listing at the id given,
+            // rather than after it, each id is still listed once.)
+            ids.dedup();
+            return Ok(ids);
+        }
+    }
+}
+
 /// Where the mount with unique id `id` is mounted (`statmount` with
 /// `STATMOUNT_MNT_BASIC | STATMOUNT_MNT_POINT`, Linux 6.8); `None` if no
 /// such mount exists (any more). Walks no path.
@@ -113,28 +173,15 @@ pub fn statmount(id: u64) -> FsResult<Option<MountAt>> {
     const STATMOUNT_MNT_POINT: u64 = 0x10;
     /// The fixed part of `struct statmount`; its strings follow.
     const HEADER: usize = 512;
-    // `struct mnt_id_req`, its first published size (24 bytes).
-    #[repr(C)]
-    struct Req {
-        size: u32,
-        spare: u32,
-        mnt_id: u64,
-        param: u64,
-    }
     let want = STATMOUNT_MNT_BASIC | STATMOUNT_MNT_POINT;
-    let req = Req {
-        size: std::mem::size_of::<Req>() as u32,
-        spare: 0,
-        mnt_id: id,
-        param: want,
-    };
+    let req = MntIdReq::new(id, want);
     let mut words = 1024usize;
     loop {
         let mut buf = vec![0u64; words];
         let len = words * 8;
         // SAFETY: `req` is a valid request of the size it says; `buf` is
         // writable for `len` bytes and 8-aligned, as `struct statmount` needs.
-        let r = unsafe { libc::syscall(SYS_STATMOUNT, &req as *const Req, buf.as_mut_ptr(), len, 0u32) };
+        let r = unsafe { libc::syscall(SYS_STATMOUNT, &req as *const MntIdReq, buf.as_mut_ptr(), len, 0u32) };
         if r == -1 {
             let e = FsError::last_os_error();
             match e.errno() {

@@ -357,10 +357,13 @@ impl Watcher {
                     Err(e) => bail!("reading fanotify events: {e}"),
                 };
                 let mut events = Vec::with_capacity(n / 64);
-                parse(&buf[..n], self.own_pid, &mut events);
+                let dir_moved = parse(&buf[..n], self.own_pid, &mut events);
                 if let Some(m) = &self.mounts {
                     if events.iter().any(|e| matches!(e, Event::Overflow)) {
                         m.names_lost();
+                    }
+                    if dir_moved {
+                        m.dirs_moved();
                     }
                     m.names_changed(events.iter().filter_map(|e| match e {
                         Event::Name { dir, name } => Some((dir.fsid, dir.handle_type, dir.bytes, *name)),
@@ -589,7 +592,10 @@ fn parse_fid(rec: &[u8]) -> Option<(Handle<'_>, &[u8])> {
 
 /// Parses the events in `buf` (whole events, as `read` returns them) into
 /// `out`, skipping those caused by `own_pid` and anything malformed.
-pub fn parse<'a>(buf: &'a [u8], own_pid: i32, out: &mut Vec<Event<'a>>) {
+/// Returns whether one of them moved a directory (`FAN_MOVED_TO` with
+/// `FAN_ONDIR`; one the daemon moved stayed within the source).
+pub fn parse<'a>(buf: &'a [u8], own_pid: i32, out: &mut Vec<Event<'a>>) -> bool {
+    let mut dir_moved = false;
     let mut at = 0;
     while at + METADATA_LEN <= buf.len() {
         let event_len = u32_at(buf, at) as usize;
@@ -608,6 +614,7 @@ pub fn parse<'a>(buf: &'a [u8], own_pid: i32, out: &mut Vec<Event<'a>>) {
         if pid == own_pid {
             continue;
         }
+        dir_moved |= mask & libc::FAN_MOVED_TO != 0 && mask & libc::FAN_ONDIR != 0;
         let mut dfid_name = None;
         let mut fid = None;
         let mut rat = metadata_len.max(METADATA_LEN);
@@ -647,6 +654,7 @@ pub fn parse<'a>(buf: &'a [u8], own_pid: i32, out: &mut Vec<Event<'a>>) {
             }
         }
     }
+    dir_moved
 }
 
 #[cfg(test)]
@@ -722,8 +730,15 @@ mod tests {
         // A renamed file: its ctime moved.
         buf.extend(event(libc::FAN_MOVE_SELF, 77, &[record(INFO_FID, [5, 6], &file, None)]));
         buf.extend(event(libc::FAN_Q_OVERFLOW, -1, &[]));
+        // The daemon's own directory move: skipped, and no directory moved
+        // as far as the mount watch is concerned.
+        buf.extend(event(
+            libc::FAN_MOVED_TO | libc::FAN_ONDIR,
+            42,
+            &[record(INFO_DFID_NAME, [5, 6], &dir, Some(b"d"))],
+        ));
         let mut out = Vec::new();
-        parse(&buf, 42, &mut out);
+        assert!(!parse(&buf, 42, &mut out), "no directory moved but the daemon's");
         let h = |b: &'static [u8]| Handle {
             fsid: sys::fsid_of([5, 6]),
             handle_type: 1,
@@ -743,6 +758,12 @@ mod tests {
                 Event::Overflow,
             ]
         );
+        // A file moved in, then a directory.
+        let moved = |mask| event(mask, 77, &[record(INFO_DFID_NAME, [5, 6], &dir, Some(b"m"))]);
+        let dir_moved = |mask| parse(&moved(mask), 42, &mut Vec::new());
+        assert!(!dir_moved(libc::FAN_MOVED_TO), "a file moved");
+        assert!(!dir_moved(libc::FAN_MOVED_FROM | libc::FAN_ONDIR));
+        assert!(dir_moved(libc::FAN_MOVED_TO | libc::FAN_ONDIR));
     }
 
     #[test]
