@@ -652,11 +652,15 @@ pub struct InodeTable {
     by_key: Box<[KeyShard]>,
     next_ino: AtomicU64,
     /// The source mounts live inodes use, by the mount id
-    /// `name_to_handle_at` reports (an id a gone mount gave back may be
-    /// another's now: its entry is dead then, and a new one is opened).
-    mounts: RwLock<HashMap<i32, Weak<SourceMount>>>,
-    /// Source mounts whose file handles are not used (FUSE).
-    no_handles: RwLock<std::collections::HashSet<i32>>,
+    /// `name_to_handle_at` reports (on kernels before 6.12, an id a gone
+    /// mount gave back may be another's now: its entry is dead then, and a
+    /// new one is opened).
+    mounts: RwLock<HashMap<u64, Weak<SourceMount>>>,
+    /// Source mounts whose file handles are not used (FUSE), by the same
+    /// id (on kernels before 6.12, a mount given a gone one's id would not
+    /// use its handles either: reached by name, it is then covered by
+    /// timeouts rather than the watch).
+    no_handles: RwLock<std::collections::HashSet<u64>>,
     /// File handle -> inode, for the source watcher (`None` unless
     /// [`index_handles`](Self::index_handles) turned it on).
     by_handle: Option<Box<[HandleShard]>>,

@@ -283,27 +283,53 @@ struct HandleBuf {
     f_handle: [u8; MAX_HANDLE_SZ],
 }
 
-/// `name_to_handle_at(dirfd, name, flags)`: the handle and the mount id.
+/// `name_to_handle_at(dirfd, name, flags)`: the handle and the id of the
+/// mount it was reached through: the mount's unique id where the kernel
+/// gives it (`AT_HANDLE_MNT_ID_UNIQUE`, Linux 6.12), which no later mount
+/// takes, else the id a later mount may be given once this one is gone.
 /// `flags` may contain `AT_EMPTY_PATH`; symlinks are not followed.
-pub fn name_to_handle_at(dirfd: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> FsResult<(KernelHandle, i32)> {
+pub fn name_to_handle_at(dirfd: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> FsResult<(KernelHandle, u64)> {
+    /// `AT_HANDLE_MNT_ID_UNIQUE`: the mount id argument is a `u64` and
+    /// gets the unique id.
+    const AT_HANDLE_MNT_ID_UNIQUE: libc::c_int = 0x001;
+    /// Cleared when the kernel refused the flag.
+    static UNIQUE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
     let mut buf = HandleBuf {
         handle_bytes: MAX_HANDLE_SZ as libc::c_uint,
         handle_type: 0,
         f_handle: [0; MAX_HANDLE_SZ],
     };
-    let mut mount_id: libc::c_int = 0;
-    // SAFETY: `buf` starts with a `struct file_handle` whose `handle_bytes`
-    // says how many bytes follow it, and `f_handle` has exactly that room;
-    // `name` is NUL-terminated and `mount_id` is writable.
-    check(unsafe {
-        libc::name_to_handle_at(
-            dirfd.as_raw_fd(),
-            name.as_ptr(),
-            (&mut buf as *mut HandleBuf).cast::<libc::file_handle>(),
-            &mut mount_id,
-            flags,
-        )
-    })?;
+    let mount_id = loop {
+        let unique = UNIQUE.load(std::sync::atomic::Ordering::Relaxed);
+        let f = if unique { flags | AT_HANDLE_MNT_ID_UNIQUE } else { flags };
+        // Room for either form: the kernel writes an `int` without the flag.
+        let mut id: u64 = 0;
+        // SAFETY: `buf` starts with a `struct file_handle` whose
+        // `handle_bytes` says how many bytes follow it, and `f_handle` has
+        // exactly that room; `name` is NUL-terminated and `id` is writable
+        // for a `u64` (and so for the `int` written without the flag).
+        let r = unsafe {
+            libc::name_to_handle_at(
+                dirfd.as_raw_fd(),
+                name.as_ptr(),
+                (&mut buf as *mut HandleBuf).cast::<libc::file_handle>(),
+                (&mut id as *mut u64).cast::<libc::c_int>(),
+                f,
+            )
+        };
+        match check(r) {
+            Ok(_) if unique => break id,
+            Ok(_) => {
+                let b = id.to_ne_bytes();
+                break u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+            }
+            // A kernel before 6.12: the flag is unknown.
+            Err(e) if unique && e.errno() == libc::EINVAL => {
+                UNIQUE.store(false, std::sync::atomic::Ordering::Relaxed);
+            }
+            Err(e) => return Err(e),
+        }
+    };
     let len = (buf.handle_bytes as usize).min(MAX_HANDLE_SZ);
     Ok((
         KernelHandle {
@@ -1041,4 +1067,26 @@ pub fn egid() -> u32 {
 pub fn euid() -> u32 {
     // SAFETY: `geteuid` cannot fail and touches no memory.
     unsafe { libc::geteuid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use super::*;
+
+    /// A handle's mount id is the mount's unique id (which the mount watch
+    /// and `statx` use), and the listing of mounts holds it.
+    #[test]
+    fn a_handles_mount_id_is_the_unique_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cstr(dir.path().as_os_str().as_encoded_bytes()).unwrap();
+        let fd = open_path(&c, libc::O_PATH | libc::O_DIRECTORY).unwrap();
+        let (_, id) = name_to_handle_at(fd.as_fd(), EMPTY, libc::AT_EMPTY_PATH).unwrap();
+        let unique = mount_id_unique_at(fd.as_fd(), EMPTY).unwrap();
+        assert_eq!(id, unique, "AT_HANDLE_MNT_ID_UNIQUE (Linux 6.12) on this machine");
+        let ids = listmount().unwrap();
+        assert!(ids.contains(&unique), "{unique:#x} not in {ids:x?}");
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:x?}");
+    }
 }
