@@ -125,11 +125,12 @@ impl MntIdReq {
 }
 
 /// The unique ids of every mount in the calling thread's mount namespace
-/// below its root mount, in increasing order (`listmount` from
-/// `LSMT_ROOT`, recursive, Linux 6.8; without privileges, those reachable
-/// from this process's root). Walks no path.
+/// reachable from this process's root, its root mount included, in
+/// increasing order (`listmount` from `LSMT_ROOT`, recursive, Linux 6.8).
+/// Walks no path.
 pub fn listmount() -> FsResult<Vec<u64>> {
-    /// `__NR_listmount` (one number on every architecture but MIPS).
+    /// `__NR_listmount` (the number of the generic table and x86-64; not
+    /// alpha's or MIPS's).
     const SYS_LISTMOUNT: libc::c_long = 458;
     const LSMT_ROOT: u64 = u64::MAX;
     let mut ids = Vec::new();
@@ -155,9 +156,6 @@ pub fn listmount() -> FsResult<Vec<u64>> {
         let n = (n as usize).min(buf.len());
         ids.extend_from_slice(&buf[..n]);
         if n < buf.len() {
-            // (Should a kernel start a continued listing at the id given,
-            // rather than after it, each id is still listed once.)
-            ids.dedup();
             return Ok(ids);
         }
     }
@@ -167,7 +165,8 @@ pub fn listmount() -> FsResult<Vec<u64>> {
 /// `STATMOUNT_MNT_BASIC | STATMOUNT_MNT_POINT`, Linux 6.8); `None` if no
 /// such mount exists (any more). Walks no path.
 pub fn statmount(id: u64) -> FsResult<Option<MountAt>> {
-    /// `__NR_statmount` (one number on every architecture but MIPS).
+    /// `__NR_statmount` (the number of the generic table and x86-64; not
+    /// alpha's or MIPS's).
     const SYS_STATMOUNT: libc::c_long = 457;
     const STATMOUNT_MNT_BASIC: u64 = 0x2;
     const STATMOUNT_MNT_POINT: u64 = 0x10;

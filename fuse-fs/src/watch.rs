@@ -357,13 +357,14 @@ impl Watcher {
                     Err(e) => bail!("reading fanotify events: {e}"),
                 };
                 let mut events = Vec::with_capacity(n / 64);
-                let dir_moved = parse(&buf[..n], self.own_pid, &mut events);
+                let mut dirs_moved = Vec::new();
+                parse(&buf[..n], self.own_pid, &mut events, &mut dirs_moved);
                 if let Some(m) = &self.mounts {
                     if events.iter().any(|e| matches!(e, Event::Overflow)) {
                         m.names_lost();
                     }
-                    if dir_moved {
-                        m.dirs_moved();
+                    if !dirs_moved.is_empty() {
+                        m.dirs_moved(&dirs_moved);
                     }
                     m.names_changed(events.iter().filter_map(|e| match e {
                         Event::Name { dir, name } => Some((dir.fsid, dir.handle_type, dir.bytes, *name)),
@@ -591,11 +592,11 @@ fn parse_fid(rec: &[u8]) -> Option<(Handle<'_>, &[u8])> {
 }
 
 /// Parses the events in `buf` (whole events, as `read` returns them) into
-/// `out`, skipping those caused by `own_pid` and anything malformed.
-/// Returns whether one of them moved a directory (`FAN_MOVED_TO` with
-/// `FAN_ONDIR`; one the daemon moved stayed within the source).
-pub fn parse<'a>(buf: &'a [u8], own_pid: i32, out: &mut Vec<Event<'a>>) -> bool {
-    let mut dir_moved = false;
+/// `out`, skipping those caused by `own_pid` and anything malformed. Adds
+/// to `dirs_moved` the name each directory moved had before (`FAN_MOVED_FROM`
+/// with `FAN_ONDIR`; empty if the event gave none; those the daemon moved,
+/// within the source, are skipped).
+pub fn parse<'a>(buf: &'a [u8], own_pid: i32, out: &mut Vec<Event<'a>>, dirs_moved: &mut Vec<&'a [u8]>) {
     let mut at = 0;
     while at + METADATA_LEN <= buf.len() {
         let event_len = u32_at(buf, at) as usize;
@@ -614,7 +615,6 @@ pub fn parse<'a>(buf: &'a [u8], own_pid: i32, out: &mut Vec<Event<'a>>) -> bool 
         if pid == own_pid {
             continue;
         }
-        dir_moved |= mask & libc::FAN_MOVED_TO != 0 && mask & libc::FAN_ONDIR != 0;
         let mut dfid_name = None;
         let mut fid = None;
         let mut rat = metadata_len.max(METADATA_LEN);
@@ -640,6 +640,9 @@ pub fn parse<'a>(buf: &'a [u8], own_pid: i32, out: &mut Vec<Event<'a>>) -> bool 
         {
             out.push(Event::Name { dir, name });
         }
+        if mask & libc::FAN_MOVED_FROM != 0 && mask & libc::FAN_ONDIR != 0 {
+            dirs_moved.push(dfid_name.map_or(&b""[..], |(_, name)| name));
+        }
         // The object: the FID record, or for an event on a directory
         // reported only by its own handle, that handle (name ".").
         let obj = fid.or_else(|| dfid_name.filter(|(_, n)| *n == b".").map(|(h, _)| h));
@@ -654,7 +657,6 @@ pub fn parse<'a>(buf: &'a [u8], own_pid: i32, out: &mut Vec<Event<'a>>) -> bool 
             }
         }
     }
-    dir_moved
 }
 
 #[cfg(test)]
@@ -737,8 +739,9 @@ mod tests {
             42,
             &[record(INFO_DFID_NAME, [5, 6], &dir, Some(b"d"))],
         ));
-        let mut out = Vec::new();
-        assert!(!parse(&buf, 42, &mut out), "no directory moved but the daemon's");
+        let (mut out, mut moved) = (Vec::new(), Vec::new());
+        parse(&buf, 42, &mut out, &mut moved);
+        assert!(moved.is_empty(), "no directory moved but the daemon's: {moved:?}");
         let h = |b: &'static [u8]| Handle {
             fsid: sys::fsid_of([5, 6]),
             handle_type: 1,
@@ -758,12 +761,17 @@ mod tests {
                 Event::Overflow,
             ]
         );
-        // A file moved in, then a directory.
+        // A file moved away, a directory moved in, then one moved away.
         let moved = |mask| event(mask, 77, &[record(INFO_DFID_NAME, [5, 6], &dir, Some(b"m"))]);
-        let dir_moved = |mask| parse(&moved(mask), 42, &mut Vec::new());
-        assert!(!dir_moved(libc::FAN_MOVED_TO), "a file moved");
-        assert!(!dir_moved(libc::FAN_MOVED_FROM | libc::FAN_ONDIR));
-        assert!(dir_moved(libc::FAN_MOVED_TO | libc::FAN_ONDIR));
+        let dirs_moved = |mask| {
+            let buf = moved(mask);
+            let mut names = Vec::new();
+            parse(&buf, 42, &mut Vec::new(), &mut names);
+            names.iter().map(|n| n.to_vec()).collect::<Vec<_>>()
+        };
+        assert!(dirs_moved(libc::FAN_MOVED_FROM).is_empty(), "a file moved");
+        assert!(dirs_moved(libc::FAN_MOVED_TO | libc::FAN_ONDIR).is_empty());
+        assert_eq!(dirs_moved(libc::FAN_MOVED_FROM | libc::FAN_ONDIR), [b"m".to_vec()]);
     }
 
     #[test]
@@ -777,13 +785,13 @@ mod tests {
             &[record(INFO_DFID_NAME, [0, 0], &dir, Some(b"b"))],
         ));
         let mut out = Vec::new();
-        parse(&buf[..whole + 10], 0, &mut out);
+        parse(&buf[..whole + 10], 0, &mut out, &mut Vec::new());
         assert_eq!(out.len(), 1);
         // A record claiming more bytes than the event has is ignored.
         let mut bad = event(libc::FAN_CREATE, 1, &[record(INFO_DFID_NAME, [0, 0], &dir, Some(b"c"))]);
         bad[METADATA_LEN + 2] = 0xff;
         out.clear();
-        parse(&bad, 0, &mut out);
+        parse(&bad, 0, &mut out, &mut Vec::new());
         assert!(out.is_empty());
     }
 

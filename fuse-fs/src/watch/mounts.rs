@@ -22,23 +22,35 @@
 //! A mount can also come under the source without a mount event: a
 //! directory holding it (even a bind of one of the source's own
 //! directories) renamed into the source, in this namespace or another. So
-//! when the filesystem watch reports a directory moved (`FAN_MOVED_TO` with
-//! `FAN_ONDIR`, by another process than the daemon, whose renames stay
-//! within the source) or lost events, the next read of this group lists the
-//! mounts again first and learns, with their places, those that are under
-//! the source now ([`MountWatch::dirs_moved`]); nothing is cached wrongly
-//! while they stay, so learning one is no change, and its detach is placed
-//! like any other. One that went before it could be learned was under the
-//! source for a moment nobody can place: a read that learns counts a
-//! detach of a mount never seen under the source, read in it or in the
-//! read before (the move's event was queued before the detach happened,
-//! so it was read by the end of the next round), as a change everywhere.
-//! (A rename's event is queued just after the directory moved, not with
-//! it: a detach from another thread in between, read a round before the
-//! move, is missed; and a file's mount point renamed in from another
-//! namespace, where it is no mount point, is not learned: file moves are
-//! too frequent to list the mounts for each.) A list costs about 3 µs per
-//! mount of the namespace (66 µs for 22), at most once per round.
+//! when the filesystem watch reports a directory moved (`FAN_MOVED_FROM`
+//! with `FAN_ONDIR`, with the name it had, by another process than the
+//! daemon, whose renames stay within the source) or lost events, the next
+//! read of this group lists the mounts again first and learns, with their
+//! places, those that are under the source now
+//! ([`MountWatch::dirs_moved`]); nothing is cached wrongly while they stay,
+//! so learning one is no change, and its detach is placed like any other.
+//!
+//! One that went before it could be learned was under the source for a
+//! moment nobody can place, and is a change everywhere. Which those may
+//! be: the watch keeps every mount of the namespace (the last list, plus
+//! the attaches and minus the detaches read since) with where each was
+//! last seen, and a mount can only have come in with a moved directory if
+//! that directory's old name is a component of the mount's last mount
+//! point (lists are taken after every move, so that point is older than
+//! the move). Of those, a mount in the keeping that the list misses (the
+//! kernel takes a mount out of the namespace before it queues its detach,
+//! so the detach may not be readable yet), one listed but gone when looked
+//! up, and one whose detach the read before found (the move's event was
+//! queued before the detach happened, so it was read by the end of this
+//! round's read of the filesystem group) is a change everywhere; any other
+//! mount's detach is handed on as below. (A rename's event is queued just
+//! after the directory moved, not with it: a detach from another thread in
+//! between, read a round before the move, is missed; and a file's mount
+//! point renamed in from another namespace, where it is no mount point, is
+//! not learned: file moves are too frequent to list the mounts for each.)
+//! A list costs about 3 µs per mount of the namespace (66 µs for 22), at
+//! most once per round. Lost mount events drop everything and learn the
+//! mounts anew.
 //!
 //! A change is reported where it happened when it can be ([`Place`]): the
 //! mount point's parent directory, by file handle, and the mount point's
@@ -83,7 +95,7 @@
 //! reports a change everywhere, and one that cannot read them at all turns
 //! itself off, logged.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -159,9 +171,30 @@ struct State {
     /// under the source without a mount event, so the next read lists
     /// the mounts anew ([`MountWatch::dirs_moved`]).
     learn: bool,
+    /// The names the directories moved since the last list had before
+    /// (None: not known, any name).
+    moved: Option<HashSet<Vec<u8>>>,
     /// The detaches of mounts never seen under the source that the last
-    /// read found.
-    unseen_last: Vec<u64>,
+    /// read found, each with where the mount was last seen.
+    unseen_last: Vec<(u64, Option<Vec<u8>>)>,
+    /// Every mount of the namespace, as far as the list taken last and the
+    /// events read since tell.
+    live: HashSet<u64>,
+    /// Where each mount of `live` not under the source was mounted when it
+    /// was last looked up (its mount point).
+    points: HashMap<u64, Vec<u8>>,
+}
+
+impl State {
+    /// Whether a mount last seen at `point` (None: not known) may have
+    /// come under the source with one of the directories moved: one of
+    /// its mount point's components has the name such a directory had.
+    fn may_have_moved_in(&self, point: Option<&[u8]>) -> bool {
+        let (Some(moved), Some(point)) = (&self.moved, point) else {
+            return true;
+        };
+        point.split(|&b| b == b'/').any(|c| moved.contains(c))
+    }
 }
 
 /// A fanotify group watching the mounts of the daemon's namespace.
@@ -211,30 +244,58 @@ impl MountWatch {
         // here, or its event is in the group, or both. (One unmounted
         // before it was looked up is not learned: nothing is cached yet
         // that its going could outdate.)
-        let mut under = HashMap::new();
-        w.learn(&mut under)
+        let mut st = State::default();
+        w.learn(&mut st)
             .context("listing the mounts under the source (listmount and statmount, Linux 6.8)")?;
-        w.state.get_mut().under = under;
+        *w.state.get_mut() = st;
         Ok(w)
     }
 
-    /// Adds to `under` the mounts at or under the source it does not hold,
-    /// with their places: the namespace's mounts (`listmount`), each looked
-    /// up by its id (`statmount`; neither walks a path). A mount gone
-    /// before it is looked up is not added.
-    fn learn(&self, under: &mut HashMap<u64, Option<Place>>) -> crate::error::FsResult<()> {
-        for id in sys::listmount()? {
-            if under.contains_key(&id) {
+    /// Lists the namespace's mounts (`listmount`) as `st.live`, and adds to
+    /// `st.under` those at or under the source it does not hold, with their
+    /// places, each looked up by its id (`statmount`; neither walks a
+    /// path). Returns whether a mount the state held as there (in
+    /// `st.live`, not under the source) is gone without its detach read
+    /// yet, or went between the list and its look-up: it may have been
+    /// under the source. (The kernel takes a mount out of the namespace
+    /// before it queues its detach, so a list may miss a mount whose
+    /// detach is not in the group yet.) A look-up that fails is an error
+    /// after the rest are done.
+    fn learn(&self, st: &mut State) -> crate::error::FsResult<bool> {
+        let listed = sys::listmount()?;
+        let now: HashSet<u64> = listed.iter().copied().collect();
+        let mut vanished = st.live.iter().any(|id| {
+            !now.contains(id)
+                && !st.under.contains_key(id)
+                && st.may_have_moved_in(st.points.get(id).map(Vec::as_slice))
+        });
+        st.live = now;
+        let mut failed = None;
+        for id in listed {
+            if st.under.contains_key(&id) {
                 continue;
             }
-            if let Some(at) = sys::statmount(id)?
-                && Path::new(OsStr::from_bytes(&at.point)).starts_with(&self.source)
-            {
-                let place = self.place(id, &at);
-                under.insert(id, place);
+            match sys::statmount(id) {
+                Ok(Some(at)) => {
+                    if Path::new(OsStr::from_bytes(&at.point)).starts_with(&self.source) {
+                        let place = self.place(id, &at);
+                        st.under.insert(id, place);
+                        st.points.remove(&id);
+                    } else {
+                        st.points.insert(id, at.point);
+                    }
+                }
+                Ok(None) => {
+                    vanished |= st.may_have_moved_in(st.points.get(&id).map(Vec::as_slice));
+                    st.live.remove(&id);
+                }
+                Err(e) => failed = Some(e),
             }
         }
-        Ok(())
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(vanished),
+        }
     }
 
     /// Where the mount `id`, which `statmount` found at `at`, is, as the
@@ -286,14 +347,29 @@ impl MountWatch {
             *place = None;
         }
         st.learn = true;
+        st.moved = None;
     }
 
-    /// A directory was moved in a filesystem the watch marks (the
-    /// filesystem watch's `FAN_MOVED_TO` with `FAN_ONDIR`): mounts under it
-    /// may have come under the source with it, and no mount event says so.
-    /// The next read lists the mounts anew (see the module docs).
-    pub(super) fn dirs_moved(&self) {
-        self.state.lock().learn = true;
+    /// Directories were moved in a filesystem the watch marks (the
+    /// filesystem watch's `FAN_MOVED_FROM` with `FAN_ONDIR`; `names`, the
+    /// names they had, empty if not known): mounts under one may have come
+    /// under the source with it, and no mount event says so. The next read
+    /// lists the mounts anew (see the module docs).
+    pub(super) fn dirs_moved(&self, names: &[&[u8]]) {
+        let mut st = self.state.lock();
+        if !st.learn {
+            st.learn = true;
+            st.moved = Some(HashSet::new());
+        }
+        for name in names {
+            match &mut st.moved {
+                Some(_) if name.is_empty() => st.moved = None,
+                Some(moved) => {
+                    moved.insert(name.to_vec());
+                }
+                None => {}
+            }
+        }
     }
 
     /// Names changed in directories of the source, as the filesystem watch
@@ -330,19 +406,22 @@ impl MountWatch {
             return out;
         }
         let mut st = self.state.lock();
-        let State {
-            under,
-            learn,
-            unseen_last,
-        } = &mut *st;
         // Before the group is read: a mount listed here has its detach
-        // read after it (placed), and one that went before it was listed
-        // or looked up has its detach in the group already (read below).
-        let learning = std::mem::take(learn);
-        if learning && let Err(e) = self.learn(under) {
-            tracing::debug!("listing the mounts after a directory moved: {e}");
-            out.everywhere = true;
+        // read after it (placed); one that went before it was listed or
+        // looked up is a change everywhere, its detach read or not.
+        let learning = std::mem::take(&mut st.learn);
+        if learning {
+            match self.learn(&mut st) {
+                Ok(vanished) => out.everywhere |= vanished,
+                // Not tried again (an error that stays would drop
+                // everything each round): what is cached now is dropped.
+                Err(e) => {
+                    tracing::debug!("listing the mounts after a directory moved: {e}");
+                    out.everywhere = true;
+                }
+            }
         }
+        let mut lost = false;
         let mut events = Vec::new();
         loop {
             let n = match sys::read(self.fan.as_fd(), buf) {
@@ -359,9 +438,22 @@ impl MountWatch {
                     return out;
                 }
             };
-            out.everywhere |= parse(&buf[..n], &mut events);
+            lost |= parse(&buf[..n], &mut events);
         }
+        let mut unseen_now = Vec::new();
+        let State {
+            under, live, points, ..
+        } = &mut *st;
         for (mask, id) in events {
+            // Where it was last seen, if not under the source.
+            let mut point = None;
+            if mask & FAN_MNT_DETACH != 0 {
+                live.remove(&id);
+                point = points.remove(&id);
+            }
+            if mask & FAN_MNT_ATTACH != 0 {
+                live.insert(id);
+            }
             // A move: where the mount was when its attach was read may not
             // be where it was attached (moved before that read), so what
             // was cached of it cannot be placed.
@@ -388,6 +480,8 @@ impl MountWatch {
                             }
                             under.insert(id, place);
                             now_under = true;
+                        } else {
+                            points.insert(id, at.point);
                         }
                     }
                     // Gone already: where it was, nothing says.
@@ -406,17 +500,34 @@ impl MountWatch {
                 }
             } else if mask & FAN_MNT_DETACH != 0 {
                 out.unseen_gone.push(id);
+                unseen_now.push((id, point));
             }
         }
-        // A mount never seen under the source that went before the list
-        // above was taken may have come under it with the directory that
-        // moved (its detach read in this read or the last one: the move's
-        // event was queued before the detach happened, and read before
-        // this one); where it was, nothing says.
-        if learning && !(unseen_last.is_empty() && out.unseen_gone.is_empty()) {
-            out.everywhere = true;
+        // A mount never seen under the source whose detach the last read
+        // found may have come under it with a directory that moved (the
+        // move's event was queued before the detach happened, so it was
+        // read by the end of this round's read of the filesystem group),
+        // if it was last seen under a directory of that name; where it
+        // was, nothing says. (One whose detach this read found was listed
+        // above, and looked up, or is one that vanished.)
+        if learning {
+            let last = std::mem::take(&mut st.unseen_last);
+            out.everywhere |= last.iter().any(|(_, point)| st.may_have_moved_in(point.as_deref()));
         }
-        unseen_last.clone_from(&out.unseen_gone);
+        st.unseen_last = unseen_now;
+        if lost {
+            // Attaches and detaches lost: everything is dropped, and the
+            // mounts are learned anew (those gone forgotten).
+            out.everywhere = true;
+            if let Err(e) = self.learn(&mut st) {
+                tracing::debug!("listing the mounts after lost mount events: {e}");
+            }
+            let State {
+                under, live, points, ..
+            } = &mut *st;
+            under.retain(|id, _| live.contains(id));
+            points.retain(|id, _| live.contains(id));
+        }
         out
     }
 }
@@ -752,6 +863,7 @@ mod tests {
                 d
             };
             let (a, b, c, d) = (outside("a"), outside("b"), outside("c"), outside("d"));
+            let (e, x) = (outside("e"), outside("x"));
             let w = MountWatch::new(&source).expect("mount events (Linux 6.15) on this machine");
             let mut buf = vec![0u8; 4096];
             // Not told of the move: the detach is of a mount never seen
@@ -772,7 +884,7 @@ mod tests {
             // Told: learned, quietly, and its detach placed.
             std::fs::rename(&b, source.join("b")).unwrap();
             let id = sys::mount_id_unique(&source.join("b/m")).unwrap();
-            w.dirs_moved();
+            w.dirs_moved(&[b"b"]);
             assert_eq!(w.changed(&mut buf), Changes::default(), "learning a mount is no change");
             umount(&source.join("b/m"));
             assert_eq!(
@@ -782,7 +894,7 @@ mod tests {
             // Gone before the move was reported: where it was, nothing says.
             std::fs::rename(&c, source.join("c")).unwrap();
             umount(&source.join("c/m"));
-            w.dirs_moved();
+            w.dirs_moved(&[b"c"]);
             let ch = reported(&w);
             assert!(ch.everywhere, "a mount gone before its move was reported: {ch:?}");
             // Its detach read before the move was.
@@ -790,12 +902,65 @@ mod tests {
             let id = sys::mount_id_unique(&source.join("d/m")).unwrap();
             umount(&source.join("d/m"));
             assert_eq!(w.changed(&mut buf).unseen_gone, vec![id]);
-            w.dirs_moved();
+            w.dirs_moved(&[b"d"]);
             let ch = w.changed(&mut buf);
             assert!(ch.everywhere, "a detach read the round before the move: {ch:?}");
             // And once learned, nothing more.
-            w.dirs_moved();
+            w.dirs_moved(&[b"d"]);
             assert_eq!(w.changed(&mut buf), Changes::default());
+            // A mount gone elsewhere, under no directory of the name moved,
+            // while another is brought in: handed on (the caches decide),
+            // no change everywhere, and the other learned.
+            let x_id = sys::mount_id_unique(&x.join("m")).unwrap();
+            umount(&x.join("m"));
+            std::fs::rename(&e, source.join("e")).unwrap();
+            let id = sys::mount_id_unique(&source.join("e/m")).unwrap();
+            w.dirs_moved(&[b"e"]);
+            assert_eq!(
+                w.changed(&mut buf),
+                Changes {
+                    unseen_gone: vec![x_id],
+                    ..Changes::default()
+                },
+                "a mount gone elsewhere"
+            );
+            w.dirs_moved(&[b"e"]);
+            assert_eq!(w.changed(&mut buf), Changes::default(), "its detach, the read before");
+            umount(&source.join("e/m"));
+            assert_eq!(
+                reported(&w),
+                placed(vec![place_of(&source.join("e/m"))], vec![(id, true)])
+            );
+        });
+    }
+
+    /// When mount events are lost, everything has changed, and the mounts
+    /// under the source are learned anew: one whose attach was lost is
+    /// placed when it goes.
+    #[test]
+    fn lost_mount_events_are_a_change_everywhere_and_mounts_are_learned_anew() {
+        in_own_namespace(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let base = dir.path().canonicalize().unwrap();
+            let (source, elsewhere) = (base.join("src"), base.join("elsewhere"));
+            let inside = source.join("sub");
+            std::fs::create_dir_all(&inside).unwrap();
+            std::fs::create_dir_all(&elsewhere).unwrap();
+            let w = MountWatch::new(&source).expect("mount events (Linux 6.15) on this machine");
+            // More events than the group holds (16,384 by default), then
+            // the mount whose attach is lost.
+            let max: usize = std::fs::read_to_string("/proc/sys/fs/fanotify/max_queued_events")
+                .map_or(16384, |s| s.trim().parse().unwrap());
+            for _ in 0..max / 2 + 1 {
+                mount_tmpfs(&elsewhere);
+                umount(&elsewhere);
+            }
+            mount_tmpfs(&inside);
+            let id = sys::mount_id_unique(&inside).unwrap();
+            let c = reported(&w);
+            assert!(c.everywhere, "events lost: {c:?}");
+            umount(&inside);
+            assert_eq!(reported(&w), placed(vec![place_of(&inside)], vec![(id, true)]));
         });
     }
 

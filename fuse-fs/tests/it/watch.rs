@@ -848,6 +848,10 @@ fn a_mount_under_the_source_forgets_only_its_mount_points_entry() {
             // mode every read reaches rcufs, and finds its pages.
             let misses = m.stat("pagecache", "misses");
             assert_eq!(fs::read(m.at("keep")).unwrap().len(), 1 << 20);
+            if m.stat("coherence", "mount_drops") != unplaced {
+                eprintln!("NOTE: a mount elsewhere could not be placed meanwhile: the misses are not checked");
+                continue;
+            }
             assert_eq!(m.stat("pagecache", "misses"), misses, "{}", m.stats());
         }
         drop(m);
@@ -899,7 +903,9 @@ fn a_mount_brought_in_by_a_rename_is_learned_and_placed_when_it_goes() {
             assert_eq!(fs::read(m.at("bound/f")).unwrap(), b"mounted");
         }
         fs::rename(&o, m.src_at("sub/in")).unwrap();
+        // Unmounted where it is now.
         std::mem::forget(on);
+        let on = Submount(m.src_at("sub/in/m"));
         assert!(
             eventually(SOON, || fs::read(m.at("sub/in/m/f")).is_ok_and(|b| b == b"mounted")),
             "the mount brought in not seen ({what}): {}",
@@ -908,7 +914,7 @@ fn a_mount_brought_in_by_a_rename_is_learned_and_placed_when_it_goes() {
         // A drop elsewhere catches up with the watch first.
         crate::sys::setxattr(&m.at("sub/other"), XATTR_DROP, b"all", 0).expect("setxattr user.rcufs.drop");
         let (changes, unplaced) = (m.stat("coherence", "mount_changes"), m.stat("coherence", "mount_drops"));
-        drop(Submount(m.src_at("sub/in/m")));
+        drop(on);
         assert!(
             eventually(SOON, || fs::read(m.at("sub/in/m/f")).is_ok_and(|b| b == b"covered")),
             "the directory the mount covered not seen again ({what}): {}\n{}",
