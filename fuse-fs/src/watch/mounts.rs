@@ -48,9 +48,9 @@
 //! between, read a round before the move, is missed; and a file's mount
 //! point renamed in from another namespace, where it is no mount point, is
 //! not learned: file moves are too frequent to list the mounts for each.)
-//! A list costs about 3 µs per mount of the namespace (66 µs for 22), at
-//! most once per round. Lost mount events drop everything and learn the
-//! mounts anew.
+//! A list looks up only the mounts last seen under a directory of a name
+//! moved (and new ones), at most once per round. Lost mount events drop
+//! everything and learn the mounts anew.
 //!
 //! A change is reported where it happened when it can be ([`Place`]): the
 //! mount point's parent directory, by file handle, and the mount point's
@@ -254,7 +254,8 @@ impl MountWatch {
     /// Lists the namespace's mounts (`listmount`) as `st.live`, and adds to
     /// `st.under` those at or under the source it does not hold, with their
     /// places, each looked up by its id (`statmount`; neither walks a
-    /// path). Returns whether a mount the state held as there (in
+    /// path) unless it was last seen where no directory moved since was
+    /// above it (see the module docs). Returns whether a mount the state held as there (in
     /// `st.live`, not under the source) is gone without its detach read
     /// yet, or went between the list and its look-up: it may have been
     /// under the source. (The kernel takes a mount out of the namespace
@@ -272,7 +273,9 @@ impl MountWatch {
         st.live = now;
         let mut failed = None;
         for id in listed {
-            if st.under.contains_key(&id) {
+            // Known under the source, or last seen where no directory that
+            // moved was above it (so it has not moved since).
+            if st.under.contains_key(&id) || st.points.get(&id).is_some_and(|p| !st.may_have_moved_in(Some(p))) {
                 continue;
             }
             match sys::statmount(id) {
@@ -519,6 +522,7 @@ impl MountWatch {
             // Attaches and detaches lost: everything is dropped, and the
             // mounts are learned anew (those gone forgotten).
             out.everywhere = true;
+            st.moved = None;
             if let Err(e) = self.learn(&mut st) {
                 tracing::debug!("listing the mounts after lost mount events: {e}");
             }
