@@ -28,7 +28,11 @@
 //!   cost is the ratio of the two;
 //! - with `watch` only: a tmpfs attached and detached under the source
 //!   before a pass of hot `stat`s, against a pass without (5 rounds): what
-//!   a mount coming and going under the source costs the caches.
+//!   a mount coming and going under the source costs the caches;
+//! - with `watch` only: the watcher thread's CPU time per rename of a
+//!   directory next to the source (each starts a list of the namespace's
+//!   mounts, in case one came in with it) against per rename of a file
+//!   (no list), each rename its own round.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -38,7 +42,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use super::{Mount, Scale, median, meta_files, stat_all, stat_missing};
@@ -276,6 +280,7 @@ pub(super) fn run(
     let mut ab_md = String::new();
     let mut cpu_md = String::new();
     let mut mount_md = String::new();
+    let mut rename_md = String::new();
     for pair in CONFIGS.chunks(2) {
         let (cw, ct) = (&pair[0], &pair[1]);
         // Both mounts at once, so that every round measures native, watch
@@ -451,6 +456,23 @@ pub(super) fn run(
                     "ours": changed, "baseline": quiet, "unit": "stat/s", "ratio": changed / quiet,
                     "drops": drops,
                 }));
+                let r = rename_rounds(src, m, if quick { 300 } else { 1000 })?;
+                let _ = writeln!(
+                    rename_md,
+                    "| {} | {} | {:.1} | {:.1} | {:.2} | {} |",
+                    c.name,
+                    r.mounts,
+                    r.dir_us,
+                    r.file_us,
+                    r.dir_us / r.file_us,
+                    r.drops
+                );
+                records.push(json!({
+                    "name": format!("coherence: watcher CPU per round, a directory renamed elsewhere on the source's filesystem (the mounts listed) vs a file, {}", c.name),
+                    "ours": r.dir_us, "baseline": r.file_us, "unit": "us of watcher CPU per rename",
+                    "ratio": r.dir_us / r.file_us, "mounts_in_namespace": r.mounts, "renames": r.renames,
+                    "drops": r.drops,
+                }));
             }
         }
         drop(mw);
@@ -476,7 +498,88 @@ pub(super) fn run(
         "\n| mount, a tmpfs attached and detached under the source before each pass (medians of 5) | hot stat/s, a pass without | the first pass after | ratio | cache drops |\n|---|---:|---:|---:|---:|"
     );
     md.push_str(&mount_md);
+    let _ = writeln!(
+        md,
+        "\n| mount, renames by another process next to the source, each its own watcher round (medians of 3 alternated sets) | mounts in the namespace | µs of watcher CPU per directory rename | per file rename | ratio | cache drops |\n|---|---:|---:|---:|---:|---:|"
+    );
+    md.push_str(&rename_md);
     Ok((records, md))
+}
+
+/// What [`rename_rounds`] measured.
+struct RenameRounds {
+    renames: usize,
+    mounts: usize,
+    dir_us: f64,
+    file_us: f64,
+    drops: u64,
+}
+
+/// What learning the mounts costs the watch: the CPU time of the daemon's
+/// watcher thread per rename of a directory on the source's filesystem
+/// (each makes the next round list the namespace's mounts, in case one
+/// came under the source with it), against as many renames of a file
+/// (which list nothing). Renamed by this process, outside the source (a
+/// move into it would change what is cached), 2 ms apart so that each is a
+/// round of its own; `n` of each kind in 3 alternated sets; the medians,
+/// and the drops of every cache the watch made meanwhile.
+fn rename_rounds(src: &Path, m: &Mount, n: usize) -> Result<RenameRounds> {
+    let pid = m.pid().context("the daemon's pid")?;
+    let watcher_ns = || -> Result<u64> {
+        for t in fs::read_dir(format!("/proc/{pid}/task"))? {
+            let t = t?.path();
+            if fs::read_to_string(t.join("comm")).unwrap_or_default().trim() == "rcufs-watch" {
+                // Its first field: nanoseconds on a CPU.
+                let s = fs::read_to_string(t.join("schedstat"))?;
+                return s
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .context("schedstat of the watcher thread");
+            }
+        }
+        bail!("no rcufs-watch thread in process {pid}")
+    };
+    let base = src.parent().context("the source's parent")?.join("rename-rounds");
+    let _ = fs::remove_dir_all(&base);
+    fs::create_dir_all(base.join("a/d"))?;
+    fs::create_dir_all(base.join("b"))?;
+    fs::write(base.join("a/f"), b"f")?;
+    let drops = |m: &Mount| m.stats()["drops"]["requests"].as_u64().unwrap_or(0);
+    let drops_before = drops(m);
+    let (mut dir_us, mut file_us) = (vec![], vec![]);
+    for round in 0..3 {
+        for dirs in if round % 2 == 0 { [true, false] } else { [false, true] } {
+            let name = if dirs { "d" } else { "f" };
+            let (a, b) = (base.join("a").join(name), base.join("b").join(name));
+            std::thread::sleep(Duration::from_millis(200));
+            let before = watcher_ns()?;
+            for i in 0..n {
+                let (from, to) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+                fs::rename(from, to)?;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            let us = (watcher_ns()? - before) as f64 / 1e3 / n as f64;
+            if dirs {
+                dir_us.push(us)
+            } else {
+                file_us.push(us)
+            }
+            if n % 2 == 1 {
+                fs::rename(&b, &a)?;
+            }
+        }
+    }
+    let _ = fs::remove_dir_all(&base);
+    let mounts = fs::read_to_string("/proc/self/mountinfo")?.lines().count();
+    Ok(RenameRounds {
+        renames: n,
+        mounts,
+        dir_us: median(dir_us),
+        file_us: median(file_us),
+        drops: drops(m) - drops_before,
+    })
 }
 
 /// A tmpfs attached and detached under the source (as a chroot's `/proc`
