@@ -735,7 +735,7 @@ mod tests {
         // The daemon's own directory move: skipped, and no directory moved
         // as far as the mount watch is concerned.
         buf.extend(event(
-            libc::FAN_MOVED_TO | libc::FAN_ONDIR,
+            libc::FAN_MOVED_FROM | libc::FAN_ONDIR,
             42,
             &[record(INFO_DFID_NAME, [5, 6], &dir, Some(b"d"))],
         ));

@@ -345,6 +345,9 @@ impl MountWatch {
     /// And any directory may have moved in: the next read lists the
     /// mounts anew.
     pub(super) fn names_lost(&self) {
+        if self.off.load(Ordering::Relaxed) {
+            return;
+        }
         let mut st = self.state.lock();
         for place in st.under.values_mut() {
             *place = None;
@@ -359,6 +362,9 @@ impl MountWatch {
     /// under the source with it, and no mount event says so. The next read
     /// lists the mounts anew (see the module docs).
     pub(super) fn dirs_moved(&self, names: &[&[u8]]) {
+        if self.off.load(Ordering::Relaxed) {
+            return;
+        }
         let mut st = self.state.lock();
         if !st.learn {
             st.learn = true;
@@ -444,6 +450,7 @@ impl MountWatch {
             lost |= parse(&buf[..n], &mut events);
         }
         let mut unseen_now = Vec::new();
+        let mut any_move = false;
         let State {
             under, live, points, ..
         } = &mut *st;
@@ -461,6 +468,7 @@ impl MountWatch {
             // be where it was attached (moved before that read), so what
             // was cached of it cannot be placed.
             let moved = mask & FAN_MNT_ATTACH != 0 && mask & FAN_MNT_DETACH != 0;
+            any_move |= moved;
             // Detached, moved, or attached again (moved): first where it was.
             let was = under.remove(&id);
             let was_under = was.is_some();
@@ -518,19 +526,27 @@ impl MountWatch {
             out.everywhere |= last.iter().any(|(_, point)| st.may_have_moved_in(point.as_deref()));
         }
         st.unseen_last = unseen_now;
-        if lost {
+        if lost || any_move {
             // Attaches and detaches lost: everything is dropped, and the
-            // mounts are learned anew (those gone forgotten).
-            out.everywhere = true;
-            st.moved = None;
-            if let Err(e) = self.learn(&mut st) {
-                tracing::debug!("listing the mounts after lost mount events: {e}");
+            // mounts are learned anew, with their places now. A mount
+            // moved (`mount --move`): the mounts on it moved with it
+            // without an event of their own, into the source or out of
+            // it, or elsewhere (their last mount points are stale), so
+            // they are learned anew too; one gone meanwhile may have been
+            // under the source.
+            if lost {
+                out.everywhere = true;
+                st.under.clear();
             }
-            let State {
-                under, live, points, ..
-            } = &mut *st;
-            under.retain(|id, _| live.contains(id));
-            points.retain(|id, _| live.contains(id));
+            st.moved = None;
+            st.points.clear();
+            match self.learn(&mut st) {
+                Ok(vanished) => out.everywhere |= vanished,
+                Err(e) => {
+                    tracing::debug!("listing the mounts after lost or moved mounts: {e}");
+                    out.everywhere = true;
+                }
+            }
         }
         out
     }
@@ -951,20 +967,100 @@ mod tests {
             std::fs::create_dir_all(&inside).unwrap();
             std::fs::create_dir_all(&elsewhere).unwrap();
             let w = MountWatch::new(&source).expect("mount events (Linux 6.15) on this machine");
-            // More events than the group holds (16,384 by default), then
+            // More attaches elsewhere than the group holds (16,384 by
+            // default; binds of directories on themselves, each still
+            // there when its attach is read, so no change by itself), then
             // the mount whose attach is lost.
             let max: usize = std::fs::read_to_string("/proc/sys/fs/fanotify/max_queued_events")
                 .map_or(16384, |s| s.trim().parse().unwrap());
-            for _ in 0..max / 2 + 1 {
-                mount_tmpfs(&elsewhere);
-                umount(&elsewhere);
+            for i in 0..=max {
+                let d = elsewhere.join(i.to_string());
+                std::fs::create_dir(&d).unwrap();
+                let c = sys::cstr(d.as_os_str().as_bytes()).unwrap();
+                // SAFETY: NUL-terminated paths; no type or data.
+                let rc = unsafe {
+                    libc::mount(
+                        c.as_ptr(),
+                        c.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND,
+                        std::ptr::null(),
+                    )
+                };
+                assert_eq!(rc, 0, "mount --bind: {}", std::io::Error::last_os_error());
             }
             mount_tmpfs(&inside);
             let id = sys::mount_id_unique(&inside).unwrap();
             let c = reported(&w);
-            assert!(c.everywhere, "events lost: {c:?}");
+            assert!(c.everywhere && !c.mounts.contains(&(id, false)), "events lost: {c:?}");
             umount(&inside);
             assert_eq!(reported(&w), placed(vec![place_of(&inside)], vec![(id, true)]));
+        });
+    }
+
+    /// A mount moved (`mount --move`) takes the mounts on it along without
+    /// an event of theirs: they are learned anew, into the source with it,
+    /// or where a directory renamed into the source finds them.
+    #[test]
+    fn mounts_on_a_moved_mount_are_learned_anew() {
+        in_own_namespace(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let base = dir.path().canonicalize().unwrap();
+            let source = base.join("src");
+            std::fs::create_dir_all(&source).unwrap();
+            let mv = |from: &Path, to: &Path| {
+                let (f, t) = (
+                    sys::cstr(from.as_os_str().as_bytes()).unwrap(),
+                    sys::cstr(to.as_os_str().as_bytes()).unwrap(),
+                );
+                // SAFETY: NUL-terminated paths; no type or data.
+                let rc = unsafe {
+                    libc::mount(
+                        f.as_ptr(),
+                        t.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_MOVE,
+                        std::ptr::null(),
+                    )
+                };
+                assert_eq!(rc, 0, "mount --move: {}", std::io::Error::last_os_error());
+            };
+            // A tmpfs outside with a mount on it, for each case.
+            let with_child = |n: &str| {
+                let q = base.join(n).join("q");
+                std::fs::create_dir_all(&q).unwrap();
+                mount_tmpfs(&q);
+                std::fs::create_dir(q.join("c")).unwrap();
+                mount_tmpfs(&q.join("c"));
+                q
+            };
+            let (q1, q2) = (with_child("o1"), with_child("o2"));
+            std::fs::create_dir_all(base.join("p/moved")).unwrap();
+            let w = MountWatch::new(&source).expect("mount events (Linux 6.15) on this machine");
+            // Moved into the source: a change everywhere, and the mount on
+            // it known (on the tmpfs, so not placed: a change everywhere
+            // when it goes).
+            std::fs::create_dir(source.join("q")).unwrap();
+            mv(&q1, &source.join("q"));
+            let c = reported(&w);
+            assert!(c.everywhere, "a mount moved into the source: {c:?}");
+            umount(&source.join("q/c"));
+            let c = reported(&w);
+            assert!(c.everywhere && c.unseen_gone.is_empty(), "the mount on it, gone: {c:?}");
+            // Moved elsewhere (no change), then a directory holding it
+            // renamed into the source: the mount on it is found there.
+            mv(&q2, &base.join("p/moved"));
+            let c = w.changed(&mut vec![0u8; 4096]);
+            assert!(!c.everywhere && c.places.is_empty(), "a mount moved elsewhere: {c:?}");
+            std::fs::rename(base.join("p"), source.join("p")).unwrap();
+            w.dirs_moved(&[b"p"]);
+            assert!(!w.changed(&mut vec![0u8; 4096]).any(), "learning");
+            umount(&source.join("p/moved/c"));
+            let c = reported(&w);
+            assert!(
+                c.everywhere && c.unseen_gone.is_empty(),
+                "the mount on the moved one, gone: {c:?}"
+            );
         });
     }
 
