@@ -47,10 +47,19 @@
 //! after the directory moved, not with it: a detach from another thread in
 //! between, read a round before the move, is missed; and a file's mount
 //! point renamed in from another namespace, where it is no mount point, is
-//! not learned: file moves are too frequent to list the mounts for each.)
+//! not learned, nor one renamed so into a directory that moves in later,
+//! whose last mount point is stale: file moves are too frequent to list
+//! the mounts for each.) A mount moved (`mount --move`) takes the mounts
+//! on it along without events of theirs: after one, the mounts are learned
+//! anew, every one looked up.
 //! A list looks up only the mounts last seen under a directory of a name
 //! moved (and new ones), at most once per round. Lost mount events drop
-//! everything and learn the mounts anew.
+//! everything and learn the mounts anew, places included.
+//!
+//! The source's path is the one its descriptor has now (read at each
+//! round): a directory above it renamed, which no event need report,
+//! drops everything (mount events read meanwhile were taken as elsewhere)
+//! and the mounts are learned anew under the new path.
 //!
 //! A change is reported where it happened when it can be ([`Place`]): the
 //! mount point's parent directory, by file handle, and the mount point's
@@ -97,7 +106,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -162,6 +171,9 @@ impl Changes {
 /// What the watch knows of the mounts under the source.
 #[derive(Debug, Default)]
 struct State {
+    /// The source's path now, as far as the last read tells (a directory
+    /// above it may be renamed).
+    source: PathBuf,
     /// The mounts at or under the source (by unique id), as far as the
     /// events read and the lists taken so far tell, and where each is
     /// (None: not known precisely, so its detach is a change everywhere).
@@ -201,7 +213,6 @@ impl State {
 #[derive(Debug)]
 pub(super) struct MountWatch {
     fan: OwnedFd,
-    source: PathBuf,
     /// The source, opened when the watch started: where mount points'
     /// parents are opened beneath.
     root: OwnedFd,
@@ -234,7 +245,6 @@ impl MountWatch {
         let root_mount = sys::mount_id_unique_at(root.as_fd(), sys::EMPTY).unwrap_or(0);
         let mut w = Self {
             fan,
-            source: source.to_path_buf(),
             root,
             root_mount,
             state: Mutex::default(),
@@ -244,7 +254,10 @@ impl MountWatch {
         // here, or its event is in the group, or both. (One unmounted
         // before it was looked up is not learned: nothing is cached yet
         // that its going could outdate.)
-        let mut st = State::default();
+        let mut st = State {
+            source: source.to_path_buf(),
+            ..State::default()
+        };
         w.learn(&mut st)
             .context("listing the mounts under the source (listmount and statmount, Linux 6.8)")?;
         *w.state.get_mut() = st;
@@ -280,8 +293,8 @@ impl MountWatch {
             }
             match sys::statmount(id) {
                 Ok(Some(at)) => {
-                    if Path::new(OsStr::from_bytes(&at.point)).starts_with(&self.source) {
-                        let place = self.place(id, &at);
+                    if Path::new(OsStr::from_bytes(&at.point)).starts_with(&st.source) {
+                        let place = self.place(&st.source, id, &at);
                         st.under.insert(id, place);
                         st.points.remove(&id);
                     } else {
@@ -306,10 +319,8 @@ impl MountWatch {
     /// precisely (see the module docs). Enters no mount: the parent is
     /// opened without crossing one, the mount must be on the source's own,
     /// and `statmount` must find it at the same point afterwards.
-    fn place(&self, id: u64, at: &sys::MountAt) -> Option<Place> {
-        let rel = Path::new(OsStr::from_bytes(&at.point))
-            .strip_prefix(&self.source)
-            .ok()?;
+    fn place(&self, source: &Path, id: u64, at: &sys::MountAt) -> Option<Place> {
+        let rel = Path::new(OsStr::from_bytes(&at.point)).strip_prefix(source).ok()?;
         // The source itself has no parent in the caches; and a mount on
         // another mount under the source has its parent on that one.
         let name = rel.file_name()?;
@@ -415,6 +426,25 @@ impl MountWatch {
             return out;
         }
         let mut st = self.state.lock();
+        // A directory above the source renamed (no event need say so):
+        // mounts under it were taken for mounts elsewhere since, and their
+        // events not applied. Everything is dropped, and the mounts
+        // learned anew under the new path.
+        if let Ok(now) = std::fs::read_link(format!("/proc/thread-self/fd/{}", self.root.as_raw_fd()))
+            && now != st.source
+        {
+            tracing::info!(
+                "the source moved from {} to {}: every cache is dropped",
+                st.source.display(),
+                now.display()
+            );
+            out.everywhere = true;
+            st.source = now;
+            st.under.clear();
+            st.points.clear();
+            st.learn = true;
+            st.moved = None;
+        }
         // Before the group is read: a mount listed here has its detach
         // read after it (placed); one that went before it was listed or
         // looked up is a change everywhere, its detach read or not.
@@ -452,7 +482,11 @@ impl MountWatch {
         let mut unseen_now = Vec::new();
         let mut any_move = false;
         let State {
-            under, live, points, ..
+            source,
+            under,
+            live,
+            points,
+            ..
         } = &mut *st;
         for (mask, id) in events {
             // Where it was last seen, if not under the source.
@@ -483,8 +517,8 @@ impl MountWatch {
             if mask & FAN_MNT_ATTACH != 0 {
                 match sys::statmount(id) {
                     Ok(Some(at)) => {
-                        if Path::new(OsStr::from_bytes(&at.point)).starts_with(&self.source) {
-                            let place = self.place(id, &at);
+                        if Path::new(OsStr::from_bytes(&at.point)).starts_with(&*source) {
+                            let place = self.place(source, id, &at);
                             match &place {
                                 Some(p) => out.places.push(p.clone()),
                                 None => placed = false,
@@ -1061,6 +1095,30 @@ mod tests {
                 c.everywhere && c.unseen_gone.is_empty(),
                 "the mount on the moved one, gone: {c:?}"
             );
+        });
+    }
+
+    /// A directory above the source renamed: a change everywhere, and the
+    /// mounts under the source are those under its new path.
+    #[test]
+    fn a_source_renamed_above_is_followed() {
+        in_own_namespace(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let base = dir.path().canonicalize().unwrap();
+            let inside = base.join("above/src/sub");
+            std::fs::create_dir_all(&inside).unwrap();
+            let w = MountWatch::new(&base.join("above/src")).expect("mount events (Linux 6.15) on this machine");
+            std::fs::rename(base.join("above"), base.join("moved")).unwrap();
+            let inside = base.join("moved/src/sub");
+            mount_tmpfs(&inside);
+            let id = sys::mount_id_unique(&inside).unwrap();
+            let c = reported(&w);
+            assert!(
+                c.everywhere && c.mounts == [(id, false)] && c.places.contains(&place_of(&inside)),
+                "a mount under the source, after a rename above it: {c:?}"
+            );
+            umount(&inside);
+            assert_eq!(reported(&w), placed(vec![place_of(&inside)], vec![(id, true)]));
         });
     }
 
