@@ -655,6 +655,25 @@ mod tests {
         );
     }
 
+    /// `mount(from, to)` with `flags` and no type: a bind (`MS_BIND`) or a
+    /// move (`MS_MOVE`).
+    fn mount_at(from: &Path, to: &Path, flags: libc::c_ulong) {
+        let (f, t) = (
+            sys::cstr(from.as_os_str().as_bytes()).unwrap(),
+            sys::cstr(to.as_os_str().as_bytes()).unwrap(),
+        );
+        // SAFETY: NUL-terminated paths; no type or data.
+        let rc = unsafe { libc::mount(f.as_ptr(), t.as_ptr(), std::ptr::null(), flags, std::ptr::null()) };
+        assert_eq!(
+            rc,
+            0,
+            "mount {} on {} ({flags:#x}): {}",
+            from.display(),
+            to.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+
     fn umount(at: &Path) {
         let c = sys::cstr(at.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: the path is NUL-terminated.
@@ -821,21 +840,7 @@ mod tests {
             mount_tmpfs(&from);
             let id = sys::mount_id_unique(&from).unwrap();
             assert_eq!(reported(&w), placed(vec![place_of(&from)], vec![(id, false)]));
-            let (f, t) = (
-                sys::cstr(from.as_os_str().as_bytes()).unwrap(),
-                sys::cstr(to.as_os_str().as_bytes()).unwrap(),
-            );
-            // SAFETY: NUL-terminated paths; no type or data.
-            let rc = unsafe {
-                libc::mount(
-                    f.as_ptr(),
-                    t.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_MOVE,
-                    std::ptr::null(),
-                )
-            };
-            assert_eq!(rc, 0, "mount --move: {}", std::io::Error::last_os_error());
+            mount_at(&from, &to, libc::MS_MOVE);
             let c = reported(&w);
             assert!(c.everywhere && c.mounts.is_empty(), "a move under the source: {c:?}");
             // Placed where it went: its detach is placed there.
@@ -1010,18 +1015,7 @@ mod tests {
             for i in 0..=max {
                 let d = elsewhere.join(i.to_string());
                 std::fs::create_dir(&d).unwrap();
-                let c = sys::cstr(d.as_os_str().as_bytes()).unwrap();
-                // SAFETY: NUL-terminated paths; no type or data.
-                let rc = unsafe {
-                    libc::mount(
-                        c.as_ptr(),
-                        c.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_BIND,
-                        std::ptr::null(),
-                    )
-                };
-                assert_eq!(rc, 0, "mount --bind: {}", std::io::Error::last_os_error());
+                mount_at(&d, &d, libc::MS_BIND);
             }
             mount_tmpfs(&inside);
             let id = sys::mount_id_unique(&inside).unwrap();
@@ -1042,23 +1036,7 @@ mod tests {
             let base = dir.path().canonicalize().unwrap();
             let source = base.join("src");
             std::fs::create_dir_all(&source).unwrap();
-            let mv = |from: &Path, to: &Path| {
-                let (f, t) = (
-                    sys::cstr(from.as_os_str().as_bytes()).unwrap(),
-                    sys::cstr(to.as_os_str().as_bytes()).unwrap(),
-                );
-                // SAFETY: NUL-terminated paths; no type or data.
-                let rc = unsafe {
-                    libc::mount(
-                        f.as_ptr(),
-                        t.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_MOVE,
-                        std::ptr::null(),
-                    )
-                };
-                assert_eq!(rc, 0, "mount --move: {}", std::io::Error::last_os_error());
-            };
+            let mv = |from: &Path, to: &Path| mount_at(from, to, libc::MS_MOVE);
             // A tmpfs outside with a mount on it, for each case.
             let with_child = |n: &str| {
                 let q = base.join(n).join("q");
