@@ -178,10 +178,10 @@ struct State {
     /// events read and the lists taken so far tell, and where each is
     /// (None: not known precisely, so its detach is a change everywhere).
     under: HashMap<u64, Option<Place>>,
-    /// A directory was moved in a marked filesystem, or the filesystem
-    /// watch lost events, since the last read: a mount may have come
-    /// under the source without a mount event, so the next read lists
-    /// the mounts anew ([`MountWatch::dirs_moved`]).
+    /// A directory was moved in a marked filesystem, the filesystem watch
+    /// lost events, or the source's path changed, since the last read: a
+    /// mount may have come under the source without a mount event, so the
+    /// next read lists the mounts anew ([`MountWatch::dirs_moved`]).
     learn: bool,
     /// The names the directories moved since the last list had before
     /// (None: not known, any name).
@@ -268,13 +268,13 @@ impl MountWatch {
     /// `st.under` those at or under the source it does not hold, with their
     /// places, each looked up by its id (`statmount`; neither walks a
     /// path) unless it was last seen where no directory moved since was
-    /// above it (see the module docs). Returns whether a mount the state held as there (in
-    /// `st.live`, not under the source) is gone without its detach read
-    /// yet, or went between the list and its look-up: it may have been
-    /// under the source. (The kernel takes a mount out of the namespace
-    /// before it queues its detach, so a list may miss a mount whose
-    /// detach is not in the group yet.) A look-up that fails is an error
-    /// after the rest are done.
+    /// above it (see the module docs). Returns whether a mount the state
+    /// held as there (in `st.live`, not under the source) that may have
+    /// come in with a moved directory is gone without its detach read yet,
+    /// or went between the list and its look-up. (The kernel takes a mount
+    /// out of the namespace before it queues its detach, so a list may miss
+    /// a mount whose detach is not in the group yet.) A look-up that fails
+    /// is an error after the rest are done.
     fn learn(&self, st: &mut State) -> crate::error::FsResult<bool> {
         let listed = sys::listmount()?;
         let now: HashSet<u64> = listed.iter().copied().collect();
@@ -352,9 +352,8 @@ impl MountWatch {
 
     /// The filesystem watch lost events: any mount point may have been
     /// renamed, so no place is trusted any more (each detach will be a
-    /// change everywhere).
-    /// And any directory may have moved in: the next read lists the
-    /// mounts anew.
+    /// change everywhere), and any directory may have moved in, so the
+    /// next read lists the mounts anew.
     pub(super) fn names_lost(&self) {
         if self.off.load(Ordering::Relaxed) {
             return;
