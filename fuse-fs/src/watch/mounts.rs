@@ -56,10 +56,11 @@
 //! moved (and new ones), at most once per round. Lost mount events drop
 //! everything and learn the mounts anew, places included.
 //!
-//! The source's path is the one its descriptor has now (read at each
-//! round): a directory above it renamed, which no event need report,
-//! drops everything (mount events read meanwhile were taken as elsewhere)
-//! and the mounts are learned anew under the new path.
+//! The source's path is the one its descriptor has now (read in each
+//! round that lists mounts or reads mount events): a directory above it
+//! renamed, which no event need report, drops everything (mount events
+//! read meanwhile were taken as elsewhere) and the mounts are learned anew
+//! under the new path.
 //!
 //! A change is reported where it happened when it can be ([`Place`]): the
 //! mount point's parent directory, by file handle, and the mount point's
@@ -155,9 +156,9 @@ pub(super) struct Changes {
     /// under the source may have changed.
     pub(super) everywhere: bool,
     /// Mounts detached or moved that the watch never saw under the source
-    /// (one may have got there without a mount event: a directory holding
-    /// it renamed into the source, or stacked under another at the start):
-    /// a change everywhere if the caches hold anything from one of them.
+    /// (one may have got there without a mount event: see the module
+    /// docs): a change everywhere if the caches hold anything from one of
+    /// them.
     pub(super) unseen_gone: Vec<u64>,
 }
 
@@ -178,10 +179,10 @@ struct State {
     /// events read and the lists taken so far tell, and where each is
     /// (None: not known precisely, so its detach is a change everywhere).
     under: HashMap<u64, Option<Place>>,
-    /// A directory was moved in a marked filesystem, the filesystem watch
-    /// lost events, or the source's path changed, since the last read: a
-    /// mount may have come under the source without a mount event, so the
-    /// next read lists the mounts anew ([`MountWatch::dirs_moved`]).
+    /// A directory was moved in a marked filesystem, or the filesystem
+    /// watch lost events, since the last read: a mount may have come under
+    /// the source without a mount event, so the next read lists the mounts
+    /// anew ([`MountWatch::dirs_moved`]).
     learn: bool,
     /// The names the directories moved since the last list had before
     /// (None: not known, any name).
@@ -412,6 +413,24 @@ impl MountWatch {
         }
     }
 
+    /// Whether the source's path (its descriptor's, now) is no longer the
+    /// one the state has; if so, the state takes the new one.
+    fn follow_source(&self, st: &mut State) -> bool {
+        let Ok(now) = std::fs::read_link(format!("/proc/thread-self/fd/{}", self.root.as_raw_fd())) else {
+            return false;
+        };
+        if now == st.source {
+            return false;
+        }
+        tracing::info!(
+            "the source moved from {} to {}: every cache is dropped",
+            st.source.display(),
+            now.display()
+        );
+        st.source = now;
+        true
+    }
+
     /// The group's descriptor, readable when events are queued.
     pub(super) fn fd(&self) -> BorrowedFd<'_> {
         self.fan.as_fd()
@@ -425,25 +444,6 @@ impl MountWatch {
             return out;
         }
         let mut st = self.state.lock();
-        // A directory above the source renamed (no event need say so):
-        // mounts under it were taken for mounts elsewhere since, and their
-        // events not applied. Everything is dropped, and the mounts
-        // learned anew under the new path.
-        if let Ok(now) = std::fs::read_link(format!("/proc/thread-self/fd/{}", self.root.as_raw_fd()))
-            && now != st.source
-        {
-            tracing::info!(
-                "the source moved from {} to {}: every cache is dropped",
-                st.source.display(),
-                now.display()
-            );
-            out.everywhere = true;
-            st.source = now;
-            st.under.clear();
-            st.points.clear();
-            st.learn = true;
-            st.moved = None;
-        }
         // Before the group is read: a mount listed here has its detach
         // read after it (placed); one that went before it was listed or
         // looked up is a change everywhere, its detach read or not.
@@ -478,6 +478,10 @@ impl MountWatch {
             };
             lost |= parse(&buf[..n], &mut events);
         }
+        // A directory above the source renamed (no event need say so):
+        // mounts under the new path were taken for mounts elsewhere since.
+        // Looked at only when mounts are looked at.
+        let source_moved = (learning || lost || !events.is_empty()) && self.follow_source(&mut st);
         let mut unseen_now = Vec::new();
         let mut any_move = false;
         let State {
@@ -559,15 +563,15 @@ impl MountWatch {
             out.everywhere |= last.iter().any(|(_, point)| st.may_have_moved_in(point.as_deref()));
         }
         st.unseen_last = unseen_now;
-        if lost || any_move {
-            // Attaches and detaches lost: everything is dropped, and the
-            // mounts are learned anew, with their places now. A mount
-            // moved (`mount --move`): the mounts on it moved with it
-            // without an event of their own, into the source or out of
-            // it, or elsewhere (their last mount points are stale), so
-            // they are learned anew too; one gone meanwhile may have been
-            // under the source.
-            if lost {
+        if lost || source_moved || any_move {
+            // Attaches and detaches lost, or judged against the source's
+            // old path: everything is dropped, and the mounts are learned
+            // anew, with their places now. A mount moved (`mount
+            // --move`): the mounts on it moved with it without an event of
+            // their own, into the source or out of it, or elsewhere (their
+            // last mount points are stale), so they are learned anew too;
+            // one gone meanwhile may have been under the source.
+            if lost || source_moved {
                 out.everywhere = true;
                 st.under.clear();
             }
@@ -652,6 +656,14 @@ mod tests {
             at.display(),
             std::io::Error::last_os_error()
         );
+    }
+
+    /// A temporary directory, and its path as `Watcher::new` passes a
+    /// source: canonical.
+    fn scratch() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        (dir, base)
     }
 
     /// `mount(from, to)` with `flags` and no type: a bind (`MS_BIND`) or a
@@ -758,9 +770,7 @@ mod tests {
     }
 
     fn reports_where() {
-        let dir = tempfile::tempdir().unwrap();
-        // As `Watcher::new` passes it: canonical.
-        let base = dir.path().canonicalize().unwrap();
+        let (_dir, base) = scratch();
         let (source, elsewhere) = (base.join("src"), base.join("elsewhere"));
         let (inside, deeper) = (source.join("a/sub"), source.join("a/sub/deeper"));
         std::fs::create_dir_all(&inside).unwrap();
@@ -830,8 +840,8 @@ mod tests {
     #[test]
     fn a_moved_mount_is_a_change_everywhere() {
         in_own_namespace(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let source = dir.path().canonicalize().unwrap().join("src");
+            let (_dir, base) = scratch();
+            let source = base.join("src");
             let (from, to) = (source.join("from"), source.join("to"));
             std::fs::create_dir_all(&from).unwrap();
             std::fs::create_dir_all(&to).unwrap();
@@ -854,8 +864,8 @@ mod tests {
     #[test]
     fn a_mount_point_renamed_loses_its_place() {
         in_own_namespace(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let source = dir.path().canonicalize().unwrap().join("src");
+            let (_dir, base) = scratch();
+            let source = base.join("src");
             let inside = source.join("sub");
             std::fs::create_dir_all(&inside).unwrap();
             let w = MountWatch::new(&source).expect("mount events (Linux 6.15) on this machine");
@@ -881,8 +891,8 @@ mod tests {
     }
 
     fn placed_at_start() {
-        let dir = tempfile::tempdir().unwrap();
-        let source = dir.path().canonicalize().unwrap().join("src");
+        let (_dir, base) = scratch();
+        let source = base.join("src");
         let inside = source.join("sub");
         std::fs::create_dir_all(&inside).unwrap();
         mount_tmpfs(&inside);
@@ -910,8 +920,7 @@ mod tests {
     #[test]
     fn a_mount_moved_in_with_its_directory_is_learned() {
         in_own_namespace(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let base = dir.path().canonicalize().unwrap();
+            let (_dir, base) = scratch();
             let source = base.join("src");
             std::fs::create_dir_all(&source).unwrap();
             let outside = |n: &str| {
@@ -998,8 +1007,7 @@ mod tests {
     #[test]
     fn lost_mount_events_are_a_change_everywhere_and_mounts_are_learned_anew() {
         in_own_namespace(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let base = dir.path().canonicalize().unwrap();
+            let (_dir, base) = scratch();
             let (source, elsewhere) = (base.join("src"), base.join("elsewhere"));
             let inside = source.join("sub");
             std::fs::create_dir_all(&inside).unwrap();
@@ -1031,8 +1039,7 @@ mod tests {
     #[test]
     fn mounts_on_a_moved_mount_are_learned_anew() {
         in_own_namespace(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let base = dir.path().canonicalize().unwrap();
+            let (_dir, base) = scratch();
             let source = base.join("src");
             std::fs::create_dir_all(&source).unwrap();
             let mv = |from: &Path, to: &Path| mount_at(from, to, libc::MS_MOVE);
@@ -1080,8 +1087,7 @@ mod tests {
     #[test]
     fn a_source_renamed_above_is_followed() {
         in_own_namespace(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let base = dir.path().canonicalize().unwrap();
+            let (_dir, base) = scratch();
             let inside = base.join("above/src/sub");
             std::fs::create_dir_all(&inside).unwrap();
             let w = MountWatch::new(&base.join("above/src")).expect("mount events (Linux 6.15) on this machine");

@@ -478,31 +478,31 @@ pub(super) fn run(
         drop(mw);
         drop(mt);
     }
-    let _ = writeln!(
-        md,
-        "\n| mode | hot stat/s native / watch / ttl | watch vs native | ttl vs native | watch vs ttl | missing/s native / watch / ttl | watch vs native | ttl vs native | watch vs ttl |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-    );
-    md.push_str(&ab_md);
-    let _ = writeln!(
-        md,
-        "\n| mount (in the benchmark's CPU time; - where lookups reached the daemon during the rounds) | hot stat vs native | missing names vs native |\n|---|---:|---:|"
-    );
-    md.push_str(&cpu_md);
-    let _ = writeln!(
-        md,
-        "\n| mount under churn elsewhere | hot stat/s quiet | under churn | ratio | native's ratio | relative | churn ops during the mount's samples | watch events |\n|---|---:|---:|---:|---:|---:|---:|---:|"
-    );
-    md.push_str(&churn_md);
-    let _ = writeln!(
-        md,
-        "\n| mount, a tmpfs attached and detached under the source before each pass (medians of 5) | hot stat/s, a pass without | the first pass after | ratio | cache drops |\n|---|---:|---:|---:|---:|"
-    );
-    md.push_str(&mount_md);
-    let _ = writeln!(
-        md,
-        "\n| mount, renames by another process next to the source, each its own watcher round (medians of 3 alternated sets) | mounts in the namespace | µs of watcher CPU per directory rename | per file rename | ratio | cache drops |\n|---|---:|---:|---:|---:|---:|"
-    );
-    md.push_str(&rename_md);
+    for (head, rows) in [
+        (
+            "| mode | hot stat/s native / watch / ttl | watch vs native | ttl vs native | watch vs ttl | missing/s native / watch / ttl | watch vs native | ttl vs native | watch vs ttl |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            &ab_md,
+        ),
+        (
+            "| mount (in the benchmark's CPU time; - where lookups reached the daemon during the rounds) | hot stat vs native | missing names vs native |\n|---|---:|---:|",
+            &cpu_md,
+        ),
+        (
+            "| mount under churn elsewhere | hot stat/s quiet | under churn | ratio | native's ratio | relative | churn ops during the mount's samples | watch events |\n|---|---:|---:|---:|---:|---:|---:|---:|",
+            &churn_md,
+        ),
+        (
+            "| mount, a tmpfs attached and detached under the source before each pass (medians of 5) | hot stat/s, a pass without | the first pass after | ratio | cache drops |\n|---|---:|---:|---:|---:|",
+            &mount_md,
+        ),
+        (
+            "| mount, renames by another process next to the source, each its own watcher round (medians of 3 alternated sets) | mounts in the namespace | µs of watcher CPU per directory rename | per file rename | ratio | cache drops |\n|---|---:|---:|---:|---:|---:|",
+            &rename_md,
+        ),
+    ] {
+        let _ = writeln!(md, "\n{head}");
+        md.push_str(rows);
+    }
     Ok((records, md))
 }
 
