@@ -77,10 +77,13 @@ pub struct FuseAdapter {
     io_uring: crate::mount::IoUring,
 }
 
-/// Kernel-cache mode: marks a directory as locked by the kernel for the
-/// request in flight (a SETXATTR on it) until the guard is dropped, after
-/// the reply, so that the invalidation thread parks entries in it instead
-/// of blocking on that lock.
+/// Whenever the kernel keeps something rcufs invalidates (kernel-cache
+/// mode, or attributes lent in the default mode): marks a directory as
+/// locked by the kernel for the request in flight (a SETXATTR on it) until
+/// the guard is dropped, after the reply, so that the invalidation thread
+/// parks entries in it instead of blocking on that lock. The default mode
+/// queues no entries today; the hold keeps a drop's answer from waiting on
+/// its own directory's lock if it ever does.
 struct HeldDir {
     fs: Arc<Fs>,
     dir: u64,
@@ -88,7 +91,7 @@ struct HeldDir {
 
 impl HeldDir {
     fn new(fs: &Arc<Fs>, dir: u64) -> Option<Self> {
-        fs.config().kernel_cache.then(|| {
+        fs.kernel_keeps_attrs().then(|| {
             fs.inval_queue().hold(dir);
             Self { fs: fs.clone(), dir }
         })
@@ -173,7 +176,9 @@ impl FuseAdapter {
             self.fs.attr_ttl(e.ino)
         };
         reply.entry_with_ttls(&attr_ttl, &self.fs.entry_ttl(parent), &attr(&e.attr), Generation(0));
-        self.fs.after_lent_reply(lease, || lent_entry(parent, name, e.ino));
+        let entries = self.fs.config().kernel_cache;
+        self.fs
+            .after_lent_reply(lease, || lent_entry(entries, parent, name, e.ino));
     }
 
     /// Whether a reply may lend its answer: its read was kept (`kept`) and
@@ -778,9 +783,10 @@ impl Filesystem for FuseAdapter {
                 Ok(()) => {
                     reply.ok();
                     if !lent.is_empty() {
+                        let entries = self.fs.config().kernel_cache;
                         self.fs.after_lent_reply(lease, || {
                             lent.iter()
-                                .flat_map(|(name, child)| lent_entry(ino.0, OsStr::from_bytes(name), *child))
+                                .flat_map(|(name, child)| lent_entry(entries, ino.0, OsStr::from_bytes(name), *child))
                                 .collect()
                         });
                     }
@@ -900,7 +906,9 @@ impl Filesystem for FuseAdapter {
                     };
                     reply.created(&ttl, &attr(&e.attr), Generation(0), FileHandle(o.fh), fopen(&o));
                     if lends {
-                        self.fs.after_lent_reply(lease, || lent_entry(parent.0, name, e.ino));
+                        let entries = self.fs.config().kernel_cache;
+                        self.fs
+                            .after_lent_reply(lease, || lent_entry(entries, parent.0, name, e.ino));
                     }
                 }
                 Err(e) => reply.error(errno(e)),
@@ -1216,12 +1224,21 @@ pub mod session {
 }
 
 /// What a reply of entry `name` under `parent` (node `ino`, 0 if negative)
-/// lent the kernel, as invalidations (`fs/lease.rs`).
-fn lent_entry(parent: u64, name: &OsStr, ino: u64) -> Vec<Inval> {
-    let mut v = vec![Inval::Entry {
-        parent,
-        name: name.as_bytes().to_vec(),
-    }];
+/// lent the kernel, as invalidations (`fs/lease.rs`): the name only in
+/// kernel-cache mode (`entries`), as the default mode lends none
+/// ([`Fs::entry_ttl`] is 0 there). An entry invalidation waits in the
+/// kernel for the parent's inode lock, and a drop's answer waits for the
+/// invalidations queued before its own: one queued for nothing in the
+/// default mode held every drop by `user.rcufs.drop` of that parent (whose
+/// lock the kernel holds for the SETXATTR) for the drops' bound.
+fn lent_entry(entries: bool, parent: u64, name: &OsStr, ino: u64) -> Vec<Inval> {
+    let mut v = Vec::with_capacity(2);
+    if entries {
+        v.push(Inval::Entry {
+            parent,
+            name: name.as_bytes().to_vec(),
+        });
+    }
     if ino != 0 {
         v.push(Inval::Inode { ino, offset: -1 });
     }

@@ -28,7 +28,9 @@
 //!   miss, or a name the source lacks too);
 //! - at the end (also after a failure, if the mount still answers) it drops
 //!   everything (mode 3 on the mount root) and fails if the page cache still
-//!   holds pages: pages no drop reaches are memory never given back.
+//!   holds pages: pages no drop reaches are memory never given back; and if
+//!   any drop's answer waited out its bound for its kernel invalidations
+//!   (`kernel_inval.timeouts`): each was a stall of the drop's caller.
 //!
 //! Workers stop by themselves at a common deadline. Whatever happens (error,
 //! panic, SIGINT/SIGTERM), the [`Workers`] guard kills the workers still
@@ -730,6 +732,18 @@ fn final_drop(rcufs: &Path, mnt: &Path, pid: u32, r: &mut Report) -> Result<()> 
         pages,
         v["inodes"]["known"].as_u64().unwrap_or(0),
     ));
+    // A drop's answer waits for its kernel invalidations up to a bound; one
+    // that reached it stalled the drop's caller (and, for a drop by
+    // `user.rcufs.drop`, every request needing its directory's lock) that
+    // long: the two causes seen so far were deadlocks broken by the bound.
+    let timeouts = v["kernel_inval"]["timeouts"].as_u64().unwrap_or(0);
+    if timeouts != 0 {
+        r.failures.push(format!(
+            "STALLED DROPS: {timeouts} drop(s) waited out their bound for their kernel invalidations (the \
+             daemon's log says \"took longer than\"); the stats: {}",
+            v["kernel_inval"]
+        ));
+    }
     if pages != 0 {
         bail!(
             "UNREACHABLE PAGES: after the workers exited and a drop of everything (mode 3 on the mount root, as \

@@ -621,6 +621,61 @@ fn a_first_lookup_overtaken_by_an_attribute_change_lends_nothing() {
     assert!(m.stat("coherence", "unlent_replies") >= 1, "{}", m.stats());
 }
 
+/// Default mode: a drop by `user.rcufs.drop` on the mount's root holds the
+/// root's inode lock in the kernel until it is answered, and its answer
+/// waits for the invalidations queued before it. A LOOKUP in the root
+/// answered just after a source change used to queue an entry invalidation
+/// (useless: the default mode lends no entries) that waited in the kernel
+/// for that lock: each such cycle held the drop, and the mount's root,
+/// for the drops' 2 s bound (seen in the soak: 5-10 a 30 s run).
+#[test]
+fn default_mode_drops_at_the_root_never_wait_for_invalidations_they_block() {
+    let Some(m) = Mount::with(DEFAULT, tree) else { return };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let (drops, looked) = std::thread::scope(|s| {
+        let stop = &stop;
+        // Source changes in the root, so that LOOKUPs there overlap them.
+        s.spawn(|| {
+            let mut i = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let p = m.src_at(&format!("c{}", i % 8));
+                if fs::write(&p, b"c").is_ok() && i % 2 == 1 {
+                    let _ = fs::remove_file(&p);
+                }
+                i += 1;
+            }
+        });
+        let lookups = s.spawn(|| {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = fs::symlink_metadata(m.at(&format!("c{}", n % 8)));
+                n += 1;
+            }
+            n
+        });
+        let mut drops = 0u64;
+        while Instant::now() < deadline {
+            crate::sys::setxattr(&m.mnt, XATTR_DROP, b"dentries", 0).expect("setxattr user.rcufs.drop");
+            drops += 1;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (drops, lookups.join().unwrap())
+    });
+    let stats = m.stats();
+    assert!(drops > 0 && looked > 0, "{drops} drops, {looked} lookups");
+    assert!(
+        m.stat("coherence", "overlapped_replies") > 0,
+        "no LOOKUP overlapped a source change: the test did not reach the case: {stats}"
+    );
+    let log = m.log_text();
+    assert!(
+        !log.contains("took longer than"),
+        "a drop waited out its bound for its invalidations ({drops} drops):\n{log}"
+    );
+    assert_eq!(m.stat("kernel_inval", "timeouts"), 0, "{stats}");
+}
+
 /// Unmounts (lazily) a filesystem a test mounted, when dropped.
 struct Submount(std::path::PathBuf);
 
