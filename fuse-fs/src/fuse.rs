@@ -142,7 +142,7 @@ impl FuseAdapter {
             return;
         }
         let q = self.fs.inval_queue();
-        let ticket = q.push(inval);
+        let ticket = q.push_ticketed(inval);
         let holding = held.as_ref().map(|h| h.dir);
         q.answer_when_sent(
             ticket,

@@ -4,13 +4,19 @@
 //!
 //! # Design
 //! Request handlers hand invalidations to `fuse.rs`, which pushes them here;
-//! two invalidation threads pop them and tell the kernel, one per [`Lane`]:
-//! entries (`inval_entry`, which takes the parent directory's inode lock in
-//! the kernel) and inodes (`inval_inode`, which takes no inode lock but
-//! waits for the locked and under-writeback pages it invalidates). The
-//! lanes are separate so that an entry waiting for a directory lock held
-//! by some request in flight never delays the attribute and page
-//! invalidations a drop's caller needs to see. The queue is keyed by what
+//! invalidation threads pop them and tell the kernel, one per [`Lane`]:
+//! two for entries (`inval_entry`, which takes the parent directory's inode
+//! lock in the kernel) and one for inodes (`inval_inode`, which takes no
+//! inode lock but waits for the locked and under-writeback pages it
+//! invalidates). The lanes are separate so that an entry waiting for a
+//! directory lock held by some request in flight never delays the
+//! attribute and page invalidations a drop's caller needs to see; the two
+//! entry lanes share one queue and never send in the same directory at
+//! once, so that an entry waiting for one directory's lock does not hold
+//! up the entries of every other directory behind it (the entries of a
+//! drop of `d` by `user.rcufs.drop`, behind one in `d`'s parent that waits
+//! for an `rmdir` of `d`, which waits for `d`'s lock, which the drop's
+//! SETXATTR holds until it is answered). The queue is keyed by what
 //! is invalidated: an entry by `(parent, name)`, an inode by node id.
 //! Pushing a key that is already queued merges into the queued one (for an
 //! inode, the widest range wins: offset 0 = attributes and every page, -1 =
@@ -21,11 +27,18 @@
 //! caller sees the kernel's copies gone: [`answer_when_sent`]
 //! (InvalQueue::answer_when_sent) keeps the answer (a closure holding the
 //! FUSE reply) and the answering thread ([`answer_worker`]) runs it when
-//! they are, or after a bound. No FUSE worker thread waits meanwhile: a
-//! worker that did would be one fewer to answer the very requests (a LOOKUP
-//! under a directory lock, a WRITE of a page under writeback) whose
-//! completion the invalidation threads may be waiting for in the kernel;
-//! with every worker waiting that way the mount stalled until the bound.
+//! they are, or after a bound. It waits for its own invalidations only
+//! (the [`Ticket`] of its push: the keys it queued or merged into), not for
+//! whatever was queued before them: an unrelated entry waiting in the
+//! kernel for its directory's lock could be waiting, through a third
+//! process, for the very lock the drop's own request holds (an `rmdir` of
+//! the directory a drop by `user.rcufs.drop` holds locks the parent, then
+//! waits for the directory), and only the bound broke that cycle. No FUSE
+//! worker thread waits meanwhile: a worker that did would be one fewer to
+//! answer the very requests (a LOOKUP under a directory lock, a WRITE of a
+//! page under writeback) whose completion the invalidation threads may be
+//! waiting for in the kernel; with every worker waiting that way the mount
+//! stalled until the bound.
 //!
 //! # Invariants
 //! - The queue never holds more than `bound` keys; a push beyond that is
@@ -33,8 +46,14 @@
 //!   the entry and attribute timeouts, as with any lost notification).
 //! - `push` never blocks on the consumers: it takes one leaf lock for a few
 //!   map operations.
-//! - Keys of one lane come out in the order they were first queued (drops
-//!   queue theirs bottom-up, as the kernel wants them).
+//! - Inodes come out in the order they were first queued, and so do the
+//!   entries of one directory. Entries of different directories come out in
+//!   that order too, except that an entry lane passes over (at most
+//!   [`ENTRY_SCAN`] of) those in the directory the other entry lane is
+//!   sending in: drops queue theirs bottom-up, and a directory's entry may
+//!   then reach the kernel before its children's, which the kernel handles
+//!   as well (the children are shrunk with it, or found under the
+//!   directory's inode and invalidated after).
 //! - A directory whose inode lock the kernel holds for a SETXATTR in flight
 //!   ([`hold`](InvalQueue::hold)) gets no `inval_entry` until that request
 //!   is answered: its entries are parked. Its holder's answer does not wait
@@ -43,6 +62,9 @@
 //!   very lock, taken by the kernel before the hold was registered).
 //! - Every kept answer runs exactly once: when its invalidations are sent,
 //!   at its deadline, or when the queue closes.
+//! - A ticket's key counts as sent once it is neither queued nor being sent
+//!   under the sequence number it was ticketed with: the same key queued
+//!   again after it was sent is another invalidation, not waited for.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,7 +100,34 @@ pub enum Lane {
     Entries = 0,
     /// `inval_inode` (may wait for locked pages and writeback).
     Inodes = 1,
+    /// A second `inval_entry` sender, taking entries from the same queue,
+    /// in directories other than the one [`Lane::Entries`] sends in.
+    EntriesAside = 2,
 }
+
+impl Lane {
+    /// The queue the lane takes from (the entry lanes share one).
+    fn queue(self) -> usize {
+        match self {
+            Lane::Entries | Lane::EntriesAside => 0,
+            Lane::Inodes => 1,
+        }
+    }
+
+    /// The other entry lane, for an entry lane.
+    fn other_entries(self) -> Lane {
+        match self {
+            Lane::Entries => Lane::EntriesAside,
+            _ => Lane::Entries,
+        }
+    }
+}
+
+/// How many queued entries an entry lane looks at, past those in the
+/// directory the other entry lane sends in, before it waits instead: a
+/// bound on each pop's cost when thousands of entries of one directory
+/// queue behind one that waits for that directory's lock.
+pub const ENTRY_SCAN: usize = 4096;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Key {
@@ -109,11 +158,26 @@ pub enum Outcome {
 /// A kept answer.
 type Answer = Box<dyn FnOnce(Outcome) + Send>;
 
+/// What one [`push_ticketed`](InvalQueue::push_ticketed) queued, to wait
+/// for: each key with the sequence number it is queued under (its own, or
+/// that of the queued key it merged into). Keys dropped for want of room
+/// are not in it: nothing will send them.
+#[derive(Debug, Default)]
+pub struct Ticket {
+    keys: Vec<(Key, u64)>,
+}
+
 /// What a kept answer waits for.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 enum Until {
-    /// Everything up to `ticket` sent, for a waiter holding `holding`.
-    Ticket { ticket: u64, holding: Option<u64> },
+    /// Every key of `ticket` from `next` on sent (the ones before it were
+    /// seen sent, or exempt, by an earlier check), for a waiter holding
+    /// `holding`.
+    Ticket {
+        ticket: Ticket,
+        next: usize,
+        holding: Option<u64>,
+    },
     /// Nothing for this inode queued or being sent.
     Inode(u64),
 }
@@ -135,7 +199,7 @@ struct State {
     next_seq: u64,
     /// Per lane, the invalidation popped and not yet reported
     /// [`InvalQueue::done`], with its sequence number.
-    current: [Option<(Key, u64)>; 2],
+    current: [Option<(Key, u64)>; 3],
     /// Directories whose inode lock the kernel holds for a request in
     /// flight (a SETXATTR on them), with a count: `inval_entry` of a name in
     /// one would wait for that request, so such entries are parked.
@@ -149,26 +213,35 @@ struct State {
 }
 
 impl State {
-    /// Whether everything with a sequence number up to `ticket` was sent,
-    /// for a waiter holding `holding` (see the module's invariants).
-    fn sent(&self, ticket: u64, holding: Option<u64>) -> bool {
+    /// Whether key `key`, ticketed under `seq`, is still queued (parked
+    /// included) or being sent.
+    fn pending(&self, key: &Key, seq: u64) -> bool {
+        self.queued.get(key).is_some_and(|&(_, s)| s == seq)
+            || self.current.iter().flatten().any(|(k, s)| *s == seq && k == key)
+    }
+
+    /// Whether every key of `ticket` from `*next` on was sent, for a waiter
+    /// holding `holding` (see the module's invariants); moves `*next` past
+    /// the keys seen sent, so that the answering thread, which checks after
+    /// every invalidation sent, walks a large drop's ticket once in all.
+    fn sent(&self, ticket: &Ticket, next: &mut usize, holding: Option<u64>) -> bool {
         let in_held = |k: &Key| matches!(k, Key::Entry(p, _) if self.held.contains_key(p));
-        // The entry lane may be blocked on a held directory's lock: a
+        // An entry lane may be blocked on a held directory's lock: a
         // holder's answer must not wait for it (or for what queues behind).
-        let entries_blocked = self.current[Lane::Entries as usize]
-            .as_ref()
-            .is_some_and(|(k, _)| in_held(k));
+        let entries_blocked = [Lane::Entries, Lane::EntriesAside]
+            .iter()
+            .any(|&l| self.current[l as usize].as_ref().is_some_and(|(k, _)| in_held(k)));
         let skip_entries = holding.is_some() && entries_blocked;
+        // A holder's exemptions count as sent for good: its answer is what
+        // the exempt entries wait for.
         let exempt = |k: &Key| holding.is_some() && (in_held(k) || (skip_entries && k.lane() == Lane::Entries));
-        let waits_for = |k: &Key, seq: u64| seq <= ticket && !exempt(k);
-        let pending = |k: &Key| self.queued.get(k).is_some_and(|&(_, seq)| waits_for(k, seq));
-        // A skipped lane is not scanned at all: the answering thread checks
-        // this after every invalidation sent, and a large drop's entry lane
-        // scanned each time would cost its length squared.
-        let lanes = &self.order[usize::from(skip_entries)..];
-        !self.current.iter().flatten().any(|(k, seq)| waits_for(k, *seq))
-            && !lanes.iter().flatten().any(pending)
-            && !self.parked.iter().any(pending)
+        while let Some((k, seq)) = ticket.keys.get(*next) {
+            if self.pending(k, *seq) && !exempt(k) {
+                return false;
+            }
+            *next += 1;
+        }
+        true
     }
 
     /// Whether nothing for inode `ino` is queued or being sent.
@@ -180,15 +253,42 @@ impl State {
                 .is_none_or(|(k, _)| *k != key)
     }
 
-    fn reached(&self, until: Until) -> bool {
+    fn reached(&self, until: &mut Until) -> bool {
         match until {
-            Until::Ticket { ticket, holding } => self.sent(ticket, holding),
-            Until::Inode(ino) => self.inode_sent(ino),
+            Until::Ticket { ticket, next, holding } => self.sent(ticket, next, *holding),
+            Until::Inode(ino) => self.inode_sent(*ino),
         }
     }
 
     fn len(&self) -> usize {
         self.order[0].len() + self.order[1].len() + self.parked.len()
+    }
+
+    /// The next entry for entry lane `lane`: the first queued one not in
+    /// the directory the other entry lane is sending in (looking at most
+    /// [`ENTRY_SCAN`] of those); entries in held directories met on the way
+    /// are parked.
+    fn take_entry(&mut self, lane: Lane) -> Option<Key> {
+        let busy = match &self.current[lane.other_entries() as usize] {
+            Some((Key::Entry(p, _), _)) => Some(*p),
+            _ => None,
+        };
+        let mut i = 0;
+        while i < ENTRY_SCAN {
+            let parent = match self.order[0].get(i)? {
+                Key::Entry(p, _) => *p,
+                Key::Inode(_) => unreachable!("inodes are queued in their own lane"),
+            };
+            if self.held.contains_key(&parent) {
+                let key = self.order[0].remove(i).expect("looked at just now");
+                self.parked.push(key);
+            } else if Some(parent) == busy {
+                i += 1;
+            } else {
+                return self.order[0].remove(i);
+            }
+        }
+        None
     }
 }
 
@@ -245,17 +345,25 @@ impl InvalQueue {
         }
     }
 
-    /// Queues `items`; never waits for the consumers. Returns the ticket to
-    /// wait for them with ([`answer_when_sent`](Self::answer_when_sent)):
-    /// the highest sequence number among their keys (a coalesced item
-    /// counts with the key it merged into).
-    pub fn push(&self, items: impl IntoIterator<Item = Inval>) -> u64 {
+    /// Queues `items`; never waits for the consumers.
+    pub fn push(&self, items: impl IntoIterator<Item = Inval>) {
+        self.push_inner(items, None);
+    }
+
+    /// Queues `items` like [`push`](Self::push), and returns the ticket to
+    /// wait for them with ([`answer_when_sent`](Self::answer_when_sent)).
+    pub fn push_ticketed(&self, items: impl IntoIterator<Item = Inval>) -> Ticket {
+        let mut ticket = Ticket::default();
+        self.push_inner(items, Some(&mut ticket));
+        ticket
+    }
+
+    fn push_inner(&self, items: impl IntoIterator<Item = Inval>, mut ticket: Option<&mut Ticket>) {
         let mut added = false;
-        let mut ticket = 0;
         {
             let mut st = self.state.lock();
             if st.closed {
-                return 0;
+                return;
             }
             for item in items {
                 self.pushed.fetch_add(1, Ordering::Relaxed);
@@ -263,21 +371,25 @@ impl InvalQueue {
                     Inval::Entry { parent, name } => (Key::Entry(parent, name), 0),
                     Inval::Inode { ino, offset } => (Key::Inode(ino), offset),
                 };
-                if let Some((queued, seq)) = st.queued.get_mut(&key) {
+                let seq = if let Some((queued, seq)) = st.queued.get_mut(&key) {
                     if offset >= 0 && (*queued < 0 || offset < *queued) {
                         *queued = offset;
                     }
-                    ticket = ticket.max(*seq);
                     self.coalesced.fetch_add(1, Ordering::Relaxed);
+                    *seq
                 } else if st.len() >= self.bound {
                     self.overflows.fetch_add(1, Ordering::Relaxed);
+                    continue;
                 } else {
                     st.next_seq += 1;
                     let seq = st.next_seq;
-                    ticket = ticket.max(seq);
                     st.queued.insert(key.clone(), (offset, seq));
-                    st.order[key.lane() as usize].push_back(key);
+                    st.order[key.lane() as usize].push_back(key.clone());
                     added = true;
+                    seq
+                };
+                if let Some(t) = ticket.as_deref_mut() {
+                    t.keys.push((key, seq));
                 }
             }
         }
@@ -285,7 +397,6 @@ impl InvalQueue {
             // Both lanes' threads wait on one condition variable.
             self.ready.notify_all();
         }
-        ticket
     }
 
     /// Whether any invalidation was ever dropped for want of room: the
@@ -318,18 +429,18 @@ impl InvalQueue {
     }
 
     /// The next invalidation of `lane` to send, waiting for one; `None` once
-    /// the queue is closed and the lane empty. Entries in a held directory
-    /// are parked instead. Report each with [`done`](Self::done) once sent.
+    /// the queue is closed and the lane empty (for [`Lane::EntriesAside`],
+    /// once it is closed and nothing is left for it: [`Lane::Entries`]
+    /// sends the rest). Entries in a held directory are parked instead.
+    /// Report each with [`done`](Self::done) once sent.
     pub fn pop(&self, lane: Lane) -> Option<Inval> {
         let mut st = self.state.lock();
         loop {
-            while let Some(key) = st.order[lane as usize].pop_front() {
-                if let Key::Entry(parent, _) = &key
-                    && st.held.contains_key(parent)
-                {
-                    st.parked.push(key);
-                    continue;
-                }
+            let next = match lane {
+                Lane::Inodes => st.order[1].pop_front(),
+                Lane::Entries | Lane::EntriesAside => st.take_entry(lane),
+            };
+            if let Some(key) = next {
                 let (offset, seq) = st.queued.remove(&key).unwrap_or((0, 0));
                 st.current[lane as usize] = Some((key.clone(), seq));
                 drop(st);
@@ -341,7 +452,7 @@ impl InvalQueue {
                     Key::Inode(ino) => Inval::Inode { ino, offset },
                 });
             }
-            if st.closed {
+            if st.closed && (lane == Lane::EntriesAside || st.order[lane.queue()].is_empty()) {
                 return None;
             }
             self.ready.wait(&mut st);
@@ -352,6 +463,10 @@ impl InvalQueue {
     pub fn done(&self, lane: Lane) {
         self.state.lock().current[lane as usize] = None;
         self.idle.notify_all();
+        if lane != Lane::Inodes {
+            // The other entry lane may wait for this directory to be free.
+            self.ready.notify_all();
+        }
     }
 
     /// Marks `dir` as locked by the kernel for a request (SETXATTR) in
@@ -390,33 +505,42 @@ impl InvalQueue {
         self.idle.notify_all();
     }
 
-    /// Waits until everything up to `ticket` was sent, as a kept answer
-    /// would (see [`answer_when_sent`](Self::answer_when_sent)), at most
+    /// Waits until every key of `ticket` was sent, as a kept answer would
+    /// (see [`answer_when_sent`](Self::answer_when_sent)), at most
     /// `timeout`; returns whether it got there. The tests' synchronous view
     /// of the same rule.
     #[cfg(test)]
-    pub fn wait_sent(&self, ticket: u64, timeout: Duration, holding: Option<u64>) -> bool {
+    pub fn wait_sent(&self, ticket: &Ticket, timeout: Duration, holding: Option<u64>) -> bool {
         let deadline = Instant::now() + timeout;
+        let mut next = 0;
         let mut st = self.state.lock();
-        while !st.sent(ticket, holding) {
+        while !st.sent(ticket, &mut next, holding) {
             if st.closed || self.idle.wait_until(&mut st, deadline).timed_out() {
-                return st.sent(ticket, holding);
+                return st.sent(ticket, &mut next, holding);
             }
         }
         true
     }
 
-    /// Keeps `answer` until every invalidation with a sequence number up to
-    /// `ticket` (what one [`push`](Self::push) returned) was sent, or
-    /// `timeout` passed; later pushes do not delay it. A waiter that holds a
+    /// Keeps `answer` until every invalidation of `ticket` (what one
+    /// [`push_ticketed`](Self::push_ticketed) returned) was sent, or
+    /// `timeout` passed; other pushes, before or after, do not delay it. A waiter that holds a
     /// directory (`holding`: its own SETXATTR) does not wait for entries in
     /// held directories, queued, parked or in flight, nor for entries while
     /// the entry lane sends one in a held directory: they go once those
     /// requests are answered. [`answer_worker`] then runs the answer, on its
     /// own thread, with how it ended; it runs at once, on this thread, if
     /// that is already so (or the queue is closed).
-    pub fn answer_when_sent(&self, ticket: u64, timeout: Duration, holding: Option<u64>, answer: Answer) {
-        self.keep(Until::Ticket { ticket, holding }, timeout, answer);
+    pub fn answer_when_sent(&self, ticket: Ticket, timeout: Duration, holding: Option<u64>, answer: Answer) {
+        self.keep(
+            Until::Ticket {
+                ticket,
+                next: 0,
+                holding,
+            },
+            timeout,
+            answer,
+        );
     }
 
     /// Moves the invalidation of inode `ino`, if one is queued, to the front
@@ -445,11 +569,11 @@ impl InvalQueue {
         self.keep(Until::Inode(ino), timeout, answer);
     }
 
-    fn keep(&self, until: Until, timeout: Duration, answer: Answer) {
+    fn keep(&self, mut until: Until, timeout: Duration, answer: Answer) {
         let mut st = self.state.lock();
         let now = if st.closed {
             Some(Outcome::Closed)
-        } else if st.reached(until) {
+        } else if st.reached(&mut until) {
             Some(Outcome::Sent)
         } else {
             None
@@ -479,8 +603,8 @@ impl InvalQueue {
         loop {
             let now = Instant::now();
             let mut ready = Vec::new();
-            for w in std::mem::take(&mut st.waiters) {
-                let outcome = if st.reached(w.until) {
+            for mut w in std::mem::take(&mut st.waiters) {
+                let outcome = if st.reached(&mut w.until) {
                     Outcome::Sent
                 } else if st.closed {
                     Outcome::Closed
@@ -615,9 +739,12 @@ mod tests {
     #[test]
     fn wait_sent_returns_once_everything_popped_is_done() {
         let q = Arc::new(InvalQueue::new(8));
-        assert!(q.wait_sent(u64::MAX, Duration::ZERO, None), "an empty queue is idle");
-        let t = q.push([entry(1, "x"), inode(2, 0)]);
-        assert!(!q.wait_sent(t, Duration::from_millis(10), None), "two queued");
+        assert!(
+            q.wait_sent(&Ticket::default(), Duration::ZERO, None),
+            "an empty ticket is sent"
+        );
+        let t = q.push_ticketed([entry(1, "x"), inode(2, 0)]);
+        assert!(!q.wait_sent(&t, Duration::from_millis(10), None), "two queued");
         let sent = Arc::new(AtomicUsize::new(0));
         let consumers: Vec<_> = [Lane::Entries, Lane::Inodes]
             .into_iter()
@@ -632,7 +759,7 @@ mod tests {
                 })
             })
             .collect();
-        assert!(q.wait_sent(t, Duration::from_secs(10), None));
+        assert!(q.wait_sent(&t, Duration::from_secs(10), None));
         // Sent, not merely popped.
         assert_eq!(sent.load(Ordering::SeqCst), 2);
         q.close();
@@ -644,35 +771,124 @@ mod tests {
     #[test]
     fn a_ticket_waits_for_its_own_pushes_not_later_ones() {
         let q = InvalQueue::new(8);
-        let first = q.push([inode(1, 0), entry(1, "a")]);
-        let second = q.push([inode(2, 0), entry(1, "a")]);
+        let first = q.push_ticketed([inode(1, 0), entry(1, "a")]);
         // The coalesced entry counts with the key it merged into.
-        assert!(second > first);
+        let second = q.push_ticketed([inode(2, 0), entry(1, "a")]);
         assert_eq!(q.pop(Lane::Inodes), Some(inode(1, 0)));
-        assert!(!q.wait_sent(first, Duration::ZERO, None), "popped is not sent");
+        assert!(!q.wait_sent(&first, Duration::ZERO, None), "popped is not sent");
         q.done(Lane::Inodes);
-        assert!(!q.wait_sent(first, Duration::ZERO, None), "entry a is still queued");
+        assert!(!q.wait_sent(&first, Duration::ZERO, None), "entry a is still queued");
+        assert!(
+            !q.wait_sent(&second, Duration::ZERO, None),
+            "its merged entry is still queued"
+        );
         assert_eq!(q.pop(Lane::Entries), Some(entry(1, "a")));
         q.done(Lane::Entries);
-        assert!(q.wait_sent(first, Duration::ZERO, None), "later pushes do not count");
-        assert!(!q.wait_sent(second, Duration::ZERO, None));
+        assert!(q.wait_sent(&first, Duration::ZERO, None), "later pushes do not count");
+        assert!(!q.wait_sent(&second, Duration::ZERO, None));
         assert_eq!(q.pop(Lane::Inodes), Some(inode(2, 0)));
         q.done(Lane::Inodes);
-        assert!(q.wait_sent(second, Duration::ZERO, None));
+        assert!(q.wait_sent(&second, Duration::ZERO, None));
+    }
+
+    /// A drop waits for its own invalidations only: an entry queued before
+    /// them may wait in the kernel for a lock that a third process holds
+    /// while it waits for the lock the drop's own request holds.
+    #[test]
+    fn a_ticket_does_not_wait_for_what_others_queued_before_it() {
+        let q = InvalQueue::new(8);
+        q.push([entry(1, "other"), inode(5, -1)]);
+        let t = q.push_ticketed([inode(2, 0), inode(3, -1)]);
+        assert_eq!(q.pop(Lane::Entries), Some(entry(1, "other")));
+        // Blocked in the kernel from here on: never reported done.
+        assert!(!q.wait_sent(&t, Duration::ZERO, None), "nothing of its own sent yet");
+        assert_eq!(q.pop(Lane::Inodes), Some(inode(5, -1)));
+        q.done(Lane::Inodes);
+        assert_eq!(q.pop(Lane::Inodes), Some(inode(2, 0)));
+        q.done(Lane::Inodes);
+        assert!(!q.wait_sent(&t, Duration::ZERO, None), "inode 3 is still queued");
+        assert_eq!(q.pop(Lane::Inodes), Some(inode(3, -1)));
+        q.done(Lane::Inodes);
+        assert!(
+            q.wait_sent(&t, Duration::ZERO, None),
+            "the blocked entry is not its own"
+        );
+        // A key queued again after it was sent is another invalidation.
+        let again = q.push_ticketed([inode(7, 0)]);
+        assert_eq!(q.pop(Lane::Inodes), Some(inode(7, 0)));
+        q.done(Lane::Inodes);
+        q.push([inode(7, 0)]);
+        assert!(q.wait_sent(&again, Duration::ZERO, None), "re-queued after it was sent");
+    }
+
+    /// The two entry lanes never send in one directory at once: an entry
+    /// waiting in the kernel for one directory's lock holds up that
+    /// directory's later entries only.
+    #[test]
+    fn the_entry_lanes_pass_over_the_directory_the_other_sends_in() {
+        let q = InvalQueue::new(16);
+        q.hold(4);
+        let t = q.push_ticketed([
+            entry(1, "a"),
+            entry(1, "b"),
+            entry(2, "c"),
+            entry(4, "held"),
+            entry(1, "d"),
+            entry(3, "e"),
+        ]);
+        assert_eq!(q.pop(Lane::Entries), Some(entry(1, "a")));
+        // Blocked in the kernel on directory 1's lock from here on.
+        assert_eq!(q.pop(Lane::EntriesAside), Some(entry(2, "c")));
+        q.done(Lane::EntriesAside);
+        assert_eq!(q.pop(Lane::EntriesAside), Some(entry(3, "e")), "held ones are parked");
+        q.done(Lane::EntriesAside);
+        assert!(!q.wait_sent(&t, Duration::ZERO, None), "directory 1's entries are left");
+        assert_eq!(q.stats().queued, 3);
+        // Nothing left for the aside lane but directory 1's: it waits (here,
+        // with the queue closed, it ends).
+        q.close();
+        assert_eq!(q.pop(Lane::EntriesAside), None);
+        q.done(Lane::Entries);
+        assert_eq!(q.pop(Lane::Entries), Some(entry(1, "b")));
+        q.done(Lane::Entries);
+        assert_eq!(q.pop(Lane::Entries), Some(entry(1, "d")), "one directory's in order");
+        q.done(Lane::Entries);
+        assert!(q.wait_sent(&t, Duration::ZERO, Some(4)));
+        assert_eq!(q.stats().queued, 1, "the held directory's entry stays parked");
+    }
+
+    /// An aside lane waiting for the other's directory is woken when that
+    /// one is sent, and looks no further than [`ENTRY_SCAN`] entries.
+    #[test]
+    fn an_entry_lane_waits_for_the_other_s_directory_within_its_scan() {
+        let q = Arc::new(InvalQueue::new(ENTRY_SCAN + 8));
+        q.push((0..=ENTRY_SCAN).map(|i| entry(1, &i.to_string())));
+        q.push([entry(2, "far")]);
+        assert_eq!(q.pop(Lane::Entries), Some(entry(1, "0")));
+        // ENTRY_SCAN of directory 1 left in front of directory 2's.
+        let aside = {
+            let q = q.clone();
+            std::thread::spawn(move || q.pop(Lane::EntriesAside))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!aside.is_finished(), "directory 2's entry is beyond the scan");
+        q.done(Lane::Entries);
+        assert_eq!(aside.join().unwrap(), Some(entry(1, "1")), "woken by the other's done");
+        q.close();
     }
 
     #[test]
     fn entries_in_a_held_directory_wait_for_its_release() {
         let q = InvalQueue::new(8);
         q.hold(7);
-        q.push([entry(7, "a"), inode(7, 0), entry(8, "b"), entry(7, "c")]);
+        let t = q.push_ticketed([entry(7, "a"), inode(7, 0), entry(8, "b"), entry(7, "c")]);
         assert_eq!(q.pop(Lane::Inodes), Some(inode(7, 0)));
         q.done(Lane::Inodes);
         assert_eq!(q.pop(Lane::Entries), Some(entry(8, "b")));
         q.done(Lane::Entries);
         // The holder does not wait for the parked entries; anyone else does.
-        assert!(q.wait_sent(u64::MAX, Duration::ZERO, Some(7)));
-        assert!(!q.wait_sent(u64::MAX, Duration::from_millis(10), None));
+        assert!(q.wait_sent(&t, Duration::ZERO, Some(7)));
+        assert!(!q.wait_sent(&t, Duration::from_millis(10), None));
         assert_eq!(q.stats().queued, 2);
         q.release(7);
         assert_eq!(drain(&q), [entry(7, "a"), entry(7, "c")]);
@@ -690,18 +906,18 @@ mod tests {
         assert_eq!(q.pop(Lane::Entries), Some(entry(7, "early")));
         // Blocked in the kernel on directory 7's lock from here on.
         q.hold(7);
-        let t = q.push([entry(9, "sub"), inode(10, 0)]);
-        assert!(!q.wait_sent(t, Duration::ZERO, Some(7)), "the inode is not sent yet");
-        assert!(!q.wait_sent(t, Duration::ZERO, None));
+        let t = q.push_ticketed([entry(9, "sub"), inode(10, 0)]);
+        assert!(!q.wait_sent(&t, Duration::ZERO, Some(7)), "the inode is not sent yet");
+        assert!(!q.wait_sent(&t, Duration::ZERO, None));
         assert_eq!(q.pop(Lane::Inodes), Some(inode(10, 0)));
         q.done(Lane::Inodes);
-        assert!(q.wait_sent(t, Duration::ZERO, Some(7)));
-        assert!(!q.wait_sent(t, Duration::ZERO, None), "others wait for every entry");
+        assert!(q.wait_sent(&t, Duration::ZERO, Some(7)));
+        assert!(!q.wait_sent(&t, Duration::ZERO, None), "others wait for their entries");
         q.release(7);
         q.done(Lane::Entries);
         assert_eq!(q.pop(Lane::Entries), Some(entry(9, "sub")));
         q.done(Lane::Entries);
-        assert!(q.wait_sent(t, Duration::ZERO, None));
+        assert!(q.wait_sent(&t, Duration::ZERO, None));
     }
 
     #[test]
@@ -712,15 +928,15 @@ mod tests {
             std::thread::spawn(move || answer_worker(&q))
         };
         let (tx, rx) = std::sync::mpsc::channel();
-        let keep = |ticket: u64, timeout: Duration, tag: &'static str| {
+        let keep = |ticket: Ticket, timeout: Duration, tag: &'static str| {
             let tx = tx.clone();
             q.answer_when_sent(ticket, timeout, None, Box::new(move |o| tx.send((tag, o)).unwrap()));
         };
         // Nothing queued: answered at once.
-        keep(0, Duration::from_secs(60), "empty");
+        keep(Ticket::default(), Duration::from_secs(60), "empty");
         assert_eq!(rx.try_recv().unwrap(), ("empty", Outcome::Sent));
         // Answered when the lane reports it sent, not before.
-        let t = q.push([inode(1, 0)]);
+        let t = q.push_ticketed([inode(1, 0)]);
         keep(t, Duration::from_secs(60), "sent");
         assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
         assert_eq!(q.pop(Lane::Inodes), Some(inode(1, 0)));
@@ -734,7 +950,7 @@ mod tests {
             ("sent", Outcome::Sent)
         );
         // Never sent: answered at the deadline, and counted.
-        let t = q.push([entry(2, "stuck")]);
+        let t = q.push_ticketed([entry(2, "stuck")]);
         keep(t, Duration::from_millis(30), "late");
         assert_eq!(
             rx.recv_timeout(Duration::from_secs(10)).unwrap(),
@@ -742,7 +958,7 @@ mod tests {
         );
         assert_eq!(q.stats().timeouts, 1);
         // Still waiting at close: answered then.
-        let t = q.push([entry(3, "never")]);
+        let t = q.push_ticketed([entry(3, "never")]);
         keep(t, Duration::from_secs(60), "closed");
         q.close();
         assert_eq!(

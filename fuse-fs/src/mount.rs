@@ -424,9 +424,14 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
             watch_worker(&w, &fs)
         })?;
     }
-    // The invalidation threads (one per lane) and the thread that answers
-    // drops once their invalidations are sent (`inval.rs`).
-    for (name, lane) in [("rcufs-inval-e", Lane::Entries), ("rcufs-inval-i", Lane::Inodes)] {
+    // The invalidation threads (one per lane: two send entries) and the
+    // thread that answers drops once their invalidations are sent
+    // (`inval.rs`).
+    for (name, lane) in [
+        ("rcufs-inval-e", Lane::Entries),
+        ("rcufs-inval-e2", Lane::EntriesAside),
+        ("rcufs-inval-i", Lane::Inodes),
+    ] {
         let (notifier, fs) = (notifier.clone(), fs.clone());
         spawn(&mut workers, name, "an invalidation thread", move || {
             fuse::inval_worker(fs, notifier, lane)

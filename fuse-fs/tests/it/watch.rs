@@ -676,6 +676,63 @@ fn default_mode_drops_at_the_root_never_wait_for_invalidations_they_block() {
     assert_eq!(m.stat("kernel_inval", "timeouts"), 0, "{stats}");
 }
 
+/// `--kernel-cache`: a drop by `user.rcufs.drop` of `d` holds `d`'s inode
+/// lock in the kernel until it is answered. An `rmdir` of `d` locks `d`'s
+/// parent and then waits for `d`'s lock; an entry invalidation in the
+/// parent (a name changed there in the source) waits for the parent's
+/// lock. When a drop's answer waited for every invalidation queued before
+/// its own, such an unrelated entry closed a cycle that only the drops' 2 s
+/// bound broke; a drop now waits for its own invalidations only.
+#[test]
+fn kernel_cache_drops_wait_only_for_their_own_invalidations() {
+    let Some(m) = Mount::with(KERNEL, tree) else { return };
+    assert!(fs::metadata(m.at("d/sub/x")).is_ok());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let (drops, rmdirs) = std::thread::scope(|s| {
+        let stop = &stop;
+        // Names changing in `d`'s parent, the mount's root, in the source.
+        s.spawn(|| {
+            let mut i = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let p = m.src_at(&format!("c{}", i % 8));
+                if fs::write(&p, b"c").is_ok() && i % 2 == 1 {
+                    let _ = fs::remove_file(&p);
+                }
+                i += 1;
+            }
+        });
+        // `d` is not empty: each rmdir fails, after waiting for `d`'s lock.
+        let rmdirs = s.spawn(|| {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                assert_eq!(errno(&fs::remove_dir(m.at("d"))), Some(libc::ENOTEMPTY));
+                n += 1;
+            }
+            n
+        });
+        let mut drops = 0u64;
+        while Instant::now() < deadline {
+            crate::sys::setxattr(&m.at("d"), XATTR_DROP, b"dentries", 0).expect("setxattr user.rcufs.drop");
+            drops += 1;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (drops, rmdirs.join().unwrap())
+    });
+    let stats = m.stats();
+    assert!(drops > 0 && rmdirs > 0, "{drops} drops, {rmdirs} rmdirs");
+    assert!(
+        m.stat("coherence", "applied") > 0,
+        "no source change was applied: the test did not reach the case: {stats}"
+    );
+    let log = m.log_text();
+    assert!(
+        !log.contains("took longer than"),
+        "a drop waited out its bound for its invalidations ({drops} drops):\n{log}"
+    );
+    assert_eq!(m.stat("kernel_inval", "timeouts"), 0, "{stats}");
+}
+
 /// Unmounts (lazily) a filesystem a test mounted, when dropped.
 struct Submount(std::path::PathBuf);
 
