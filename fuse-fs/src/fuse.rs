@@ -1227,9 +1227,9 @@ pub mod session {
 /// lent the kernel, as invalidations (`fs/lease.rs`): the name only in
 /// kernel-cache mode (`entries`), as the default mode lends none
 /// ([`Fs::entry_ttl`] is 0 there). An entry invalidation waits in the
-/// kernel for the parent's inode lock, and a drop's answer waits for the
-/// invalidations queued before its own: one queued for nothing in the
-/// default mode held every drop by `user.rcufs.drop` of that parent (whose
+/// kernel for the parent's inode lock: one queued for nothing in the
+/// default mode, when a drop's answer waited for everything queued before
+/// its own, held every drop by `user.rcufs.drop` of that parent (whose
 /// lock the kernel holds for the SETXATTR) for the drops' bound.
 fn lent_entry(entries: bool, parent: u64, name: &OsStr, ino: u64) -> Vec<Inval> {
     let mut v = Vec::with_capacity(2);
@@ -1243,4 +1243,29 @@ fn lent_entry(entries: bool, parent: u64, name: &OsStr, ino: u64) -> Vec<Inval> 
         v.push(Inval::Inode { ino, offset: -1 });
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default mode lends no entries (`Fs::entry_ttl` is 0 there), so
+    /// a reply that overlapped a change invalidates none: an entry
+    /// invalidation waits in the kernel for its directory's lock, which a
+    /// drop by `user.rcufs.drop` of that directory holds.
+    #[test]
+    fn only_kernel_cache_mode_invalidates_lent_entries() {
+        let name = OsStr::new("a");
+        assert_eq!(lent_entry(false, 1, name, 5), [Inval::Inode { ino: 5, offset: -1 }]);
+        assert!(lent_entry(false, 1, name, 0).is_empty());
+        let entry = Inval::Entry {
+            parent: 1,
+            name: b"a".to_vec(),
+        };
+        assert_eq!(lent_entry(true, 1, name, 0), std::slice::from_ref(&entry));
+        assert_eq!(
+            lent_entry(true, 1, name, 5),
+            [entry, Inval::Inode { ino: 5, offset: -1 }]
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! The kernel-invalidation queue (kernel-cache mode, and the attributes the
 //! default mode lends the kernel with the watch): bounded, coalescing,
-//! in two lanes, with answers deferred until a drop's invalidations are sent.
+//! sent by three lanes (entries, inodes, and a rescue lane for entries),
+//! with answers deferred until a drop's own invalidations are sent.
 //!
 //! # Design
 //! Request handlers hand invalidations to `fuse.rs`, which pushes them here;
@@ -10,13 +11,15 @@
 //! inode lock but waits for the locked and under-writeback pages it
 //! invalidates). The lanes are separate so that an entry waiting for a
 //! directory lock held by some request in flight never delays the
-//! attribute and page invalidations a drop's caller needs to see; the two
-//! entry lanes share one queue and never send in the same directory at
-//! once, so that an entry waiting for one directory's lock does not hold
-//! up the entries of every other directory behind it (the entries of a
-//! drop of `d` by `user.rcufs.drop`, behind one in `d`'s parent that waits
-//! for an `rmdir` of `d`, which waits for `d`'s lock, which the drop's
-//! SETXATTR holds until it is answered). The queue is keyed by what
+//! attribute and page invalidations a drop's caller needs to see. The
+//! second entry lane is a rescue lane: it takes entries (from the same
+//! queue) only while the first has been sending one for [`ASIDE_AFTER`],
+//! and only in other directories than that one, so that an entry waiting
+//! for one directory's lock does not hold up the entries of every other
+//! directory behind it (the entries of a drop of `d` by
+//! `user.rcufs.drop`, behind one in `d`'s parent that waits for an `rmdir`
+//! of `d`, which waits for `d`'s lock, which the drop's SETXATTR holds
+//! until it is answered). The two never send in one directory at once. The queue is keyed by what
 //! is invalidated: an entry by `(parent, name)`, an inode by node id.
 //! Pushing a key that is already queued merges into the queued one (for an
 //! inode, the widest range wins: offset 0 = attributes and every page, -1 =
@@ -48,18 +51,20 @@
 //!   map operations.
 //! - Inodes come out in the order they were first queued, and so do the
 //!   entries of one directory. Entries of different directories come out in
-//!   that order too, except that an entry lane passes over (at most
-//!   [`ENTRY_SCAN`] of) those in the directory the other entry lane is
-//!   sending in: drops queue theirs bottom-up, and a directory's entry may
-//!   then reach the kernel before its children's, which the kernel handles
-//!   as well (the children are shrunk with it, or found under the
-//!   directory's inode and invalidated after).
+//!   that order too, except while the rescue lane runs: an entry lane then
+//!   passes over (at most [`ENTRY_SCAN`] of) those in the directory the
+//!   other is sending in. Drops queue theirs bottom-up, and a directory's
+//!   entry may then reach the kernel before its children's, which the
+//!   kernel handles as well (the children are shrunk with it, or found
+//!   under the directory's inode and invalidated after).
 //! - A directory whose inode lock the kernel holds for a SETXATTR in flight
 //!   ([`hold`](InvalQueue::hold)) gets no `inval_entry` until that request
 //!   is answered: its entries are parked. Its holder's answer does not wait
-//!   for entries in held directories, nor for any entry while the entry
+//!   for entries in held directories, nor for any entry while an entry
 //!   lane is sending one in a held directory (it may be blocked on that
-//!   very lock, taken by the kernel before the hold was registered).
+//!   very lock, taken by the kernel before the hold was registered): those
+//!   entries then follow its answer. Each check looks again at what was
+//!   exempt only for the moment (another request's hold, a lane's).
 //! - Every kept answer runs exactly once: when its invalidations are sent,
 //!   at its deadline, or when the queue closes.
 //! - A ticket's key counts as sent once it is neither queued nor being sent
@@ -100,8 +105,9 @@ pub enum Lane {
     Entries = 0,
     /// `inval_inode` (may wait for locked pages and writeback).
     Inodes = 1,
-    /// A second `inval_entry` sender, taking entries from the same queue,
-    /// in directories other than the one [`Lane::Entries`] sends in.
+    /// A second `inval_entry` sender, taking entries from the same queue
+    /// while [`Lane::Entries`] has been sending one for [`ASIDE_AFTER`] (it
+    /// is waiting for a directory's lock), in other directories than that.
     EntriesAside = 2,
 }
 
@@ -128,6 +134,11 @@ impl Lane {
 /// bound on each pop's cost when thousands of entries of one directory
 /// queue behind one that waits for that directory's lock.
 pub const ENTRY_SCAN: usize = 4096;
+
+/// How long [`Lane::Entries`] sends one entry before [`Lane::EntriesAside`]
+/// takes others: far above what one `inval_entry` costs when its
+/// directory's lock is free (microseconds), far below the drops' bound.
+pub const ASIDE_AFTER: Duration = Duration::from_millis(10);
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Key {
@@ -200,6 +211,11 @@ struct State {
     /// Per lane, the invalidation popped and not yet reported
     /// [`InvalQueue::done`], with its sequence number.
     current: [Option<(Key, u64)>; 3],
+    /// When [`Lane::Entries`] popped the entry it is sending, if any.
+    entries_since: Option<Instant>,
+    /// [`Lane::EntriesAside`] waits with no deadline (the first entry lane
+    /// was sending nothing): the first lane's next pop must wake it.
+    aside_idle: bool,
     /// Directories whose inode lock the kernel holds for a request in
     /// flight (a SETXATTR on them), with a count: `inval_entry` of a name in
     /// one would wait for that request, so such entries are parked.
@@ -221,25 +237,39 @@ impl State {
     }
 
     /// Whether every key of `ticket` from `*next` on was sent, for a waiter
-    /// holding `holding` (see the module's invariants); moves `*next` past
-    /// the keys seen sent, so that the answering thread, which checks after
-    /// every invalidation sent, walks a large drop's ticket once in all.
+    /// holding `holding` (see the module's invariants). Moves `*next` past
+    /// the keys seen sent and the entries in the holder's own directory
+    /// (exempt until its answer, which ends its hold), up to the first key
+    /// exempt only for now, so that the answering thread, which checks
+    /// after every invalidation sent, walks a large drop's ticket about
+    /// once in all.
     fn sent(&self, ticket: &Ticket, next: &mut usize, holding: Option<u64>) -> bool {
         let in_held = |k: &Key| matches!(k, Key::Entry(p, _) if self.held.contains_key(p));
+        let lane_in_held = |l: Lane| self.current[l as usize].as_ref().is_some_and(|(k, _)| in_held(k));
         // An entry lane may be blocked on a held directory's lock: a
-        // holder's answer must not wait for it (or for what queues behind).
-        let entries_blocked = [Lane::Entries, Lane::EntriesAside]
-            .iter()
-            .any(|&l| self.current[l as usize].as_ref().is_some_and(|(k, _)| in_held(k)));
-        let skip_entries = holding.is_some() && entries_blocked;
-        // A holder's exemptions count as sent for good: its answer is what
-        // the exempt entries wait for.
+        // holder's answer must not wait for it, nor for what queues behind
+        // it. (The rescue lane could send some of that, but it may be
+        // blocked too, in a directory a third process locked while it waits
+        // for the held one; the holder's entries outside its own directory
+        // then follow its answer.)
+        let skip_entries = holding.is_some() && (lane_in_held(Lane::Entries) || lane_in_held(Lane::EntriesAside));
         let exempt = |k: &Key| holding.is_some() && (in_held(k) || (skip_entries && k.lane() == Lane::Entries));
-        while let Some((k, seq)) = ticket.keys.get(*next) {
-            if self.pending(k, *seq) && !exempt(k) {
-                return false;
+        let own = |k: &Key| matches!((k, holding), (Key::Entry(p, _), Some(h)) if *p == h);
+        let mut i = *next;
+        let mut advancing = true;
+        while let Some((k, seq)) = ticket.keys.get(i) {
+            if self.pending(k, *seq) && !own(k) {
+                if !exempt(k) {
+                    return false;
+                }
+                // Exempt while another hold lasts or the lanes are blocked:
+                // looked at again at the next check.
+                advancing = false;
             }
-            *next += 1;
+            i += 1;
+            if advancing {
+                *next = i;
+            }
         }
         true
     }
@@ -264,6 +294,12 @@ impl State {
         self.order[0].len() + self.order[1].len() + self.parked.len()
     }
 
+    /// Whether [`Lane::Entries`] has been sending one entry for
+    /// [`ASIDE_AFTER`]: the rescue lane may take others.
+    fn entries_stuck(&self) -> bool {
+        self.entries_since.is_some_and(|t| t.elapsed() >= ASIDE_AFTER)
+    }
+
     /// The next entry for entry lane `lane`: the first queued one not in
     /// the directory the other entry lane is sending in (looking at most
     /// [`ENTRY_SCAN`] of those); entries in held directories met on the way
@@ -279,11 +315,11 @@ impl State {
                 Key::Entry(p, _) => *p,
                 Key::Inode(_) => unreachable!("inodes are queued in their own lane"),
             };
-            if self.held.contains_key(&parent) {
+            if Some(parent) == busy {
+                i += 1;
+            } else if self.held.contains_key(&parent) {
                 let key = self.order[0].remove(i).expect("looked at just now");
                 self.parked.push(key);
-            } else if Some(parent) == busy {
-                i += 1;
             } else {
                 return self.order[0].remove(i);
             }
@@ -297,6 +333,9 @@ pub struct InvalQueue {
     state: Mutex<State>,
     /// Signalled when a lane has something to pop (or the queue closed).
     ready: Condvar,
+    /// [`Lane::EntriesAside`]'s: signalled when [`Lane::Entries`] pops an
+    /// entry, when entries are queued or released, and at close.
+    aside: Condvar,
     /// Signalled when what the waiters wait for may have changed.
     idle: Condvar,
     bound: usize,
@@ -304,6 +343,7 @@ pub struct InvalQueue {
     coalesced: AtomicU64,
     overflows: AtomicU64,
     timeouts: AtomicU64,
+    rescued: AtomicU64,
 }
 
 impl std::fmt::Debug for InvalQueue {
@@ -325,6 +365,9 @@ pub struct InvalStats {
     pub overflows: u64,
     /// Answers given at their deadline, before their invalidations were sent.
     pub timeouts: u64,
+    /// Entries the rescue lane ([`Lane::EntriesAside`]) sent while the
+    /// first entry lane waited for a directory's lock.
+    pub rescued: u64,
 }
 
 /// Most invalidations queued by default.
@@ -336,12 +379,14 @@ impl InvalQueue {
         Self {
             state: Mutex::new(State::default()),
             ready: Condvar::new(),
+            aside: Condvar::new(),
             idle: Condvar::new(),
             bound: bound.max(1),
             pushed: AtomicU64::new(0),
             coalesced: AtomicU64::new(0),
             overflows: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
+            rescued: AtomicU64::new(0),
         }
     }
 
@@ -360,8 +405,10 @@ impl InvalQueue {
 
     fn push_inner(&self, items: impl IntoIterator<Item = Inval>, mut ticket: Option<&mut Ticket>) {
         let mut added = false;
+        let stuck;
         {
             let mut st = self.state.lock();
+            stuck = st.entries_stuck();
             if st.closed {
                 return;
             }
@@ -394,8 +441,13 @@ impl InvalQueue {
             }
         }
         if added {
-            // Both lanes' threads wait on one condition variable.
+            // The entry and inode lanes' threads wait on one condition
+            // variable; the rescue lane is told only when it may take
+            // something.
             self.ready.notify_all();
+            if stuck {
+                self.aside.notify_one();
+            }
         }
     }
 
@@ -417,7 +469,7 @@ impl InvalQueue {
             {
                 let mut st = self.state.lock();
                 while !st.closed && st.len() >= self.bound {
-                    // `idle` is signalled at every pop and `done`.
+                    // `idle` is signalled at every `done`.
                     if self.idle.wait_until(&mut st, deadline).timed_out() {
                         break;
                     }
@@ -436,17 +488,39 @@ impl InvalQueue {
     pub fn pop(&self, lane: Lane) -> Option<Inval> {
         let mut st = self.state.lock();
         loop {
+            let stuck = st.entries_stuck();
             let next = match lane {
                 Lane::Inodes => st.order[1].pop_front(),
-                Lane::Entries | Lane::EntriesAside => st.take_entry(lane),
+                Lane::Entries => st.take_entry(lane),
+                Lane::EntriesAside if stuck => st.take_entry(lane),
+                Lane::EntriesAside => None,
             };
             if let Some(key) = next {
                 let (offset, seq) = st.queued.remove(&key).unwrap_or((0, 0));
                 st.current[lane as usize] = Some((key.clone(), seq));
+                match lane {
+                    Lane::Entries => {
+                        st.entries_since = Some(Instant::now());
+                        if st.aside_idle {
+                            // The rescue lane times this entry from now.
+                            self.aside.notify_one();
+                        }
+                    }
+                    Lane::EntriesAside => {
+                        self.rescued.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Lane::Inodes => {}
+                }
+                // What a holder's answer waits for changes when an entry
+                // lane starts sending in a held directory (`State::sent`);
+                // other pops change no answer's outcome, and waking the
+                // answering thread for each would cost a drop of thousands
+                // of names as many wake-ups.
+                let in_held = matches!(&key, Key::Entry(p, _) if st.held.contains_key(p));
                 drop(st);
-                // What the answers wait for changed (the entry lane may now
-                // be sending in a held directory).
-                self.idle.notify_all();
+                if in_held {
+                    self.idle.notify_all();
+                }
                 return Some(match key {
                     Key::Entry(parent, name) => Inval::Entry { parent, name },
                     Key::Inode(ino) => Inval::Inode { ino, offset },
@@ -455,16 +529,34 @@ impl InvalQueue {
             if st.closed && (lane == Lane::EntriesAside || st.order[lane.queue()].is_empty()) {
                 return None;
             }
-            self.ready.wait(&mut st);
+            match (lane, st.entries_since) {
+                (Lane::EntriesAside, Some(t)) if !stuck => {
+                    self.aside.wait_until(&mut st, t + ASIDE_AFTER);
+                }
+                (Lane::EntriesAside, since) => {
+                    // Stuck with nothing it may take (pushes and releases
+                    // wake it), or nothing being sent (the next pop does).
+                    st.aside_idle = since.is_none();
+                    self.aside.wait(&mut st);
+                    st.aside_idle = false;
+                }
+                _ => self.ready.wait(&mut st),
+            }
         }
     }
 
     /// Reports the invalidation last popped from `lane` as sent.
     pub fn done(&self, lane: Lane) {
-        self.state.lock().current[lane as usize] = None;
+        {
+            let mut st = self.state.lock();
+            st.current[lane as usize] = None;
+            if lane == Lane::Entries {
+                st.entries_since = None;
+            }
+        }
         self.idle.notify_all();
-        if lane != Lane::Inodes {
-            // The other entry lane may wait for this directory to be free.
+        if lane == Lane::EntriesAside {
+            // The first entry lane may wait for this directory to be free.
             self.ready.notify_all();
         }
     }
@@ -502,6 +594,7 @@ impl InvalQueue {
         }
         drop(st);
         self.ready.notify_all();
+        self.aside.notify_one();
         self.idle.notify_all();
     }
 
@@ -648,6 +741,7 @@ impl InvalQueue {
     pub fn close(&self) {
         self.state.lock().closed = true;
         self.ready.notify_all();
+        self.aside.notify_all();
         self.idle.notify_all();
     }
 
@@ -659,6 +753,7 @@ impl InvalQueue {
             coalesced: self.coalesced.load(Ordering::Relaxed),
             overflows: self.overflows.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
+            rescued: self.rescued.load(Ordering::Relaxed),
         }
     }
 }
@@ -821,11 +916,12 @@ mod tests {
         assert!(q.wait_sent(&again, Duration::ZERO, None), "re-queued after it was sent");
     }
 
-    /// The two entry lanes never send in one directory at once: an entry
-    /// waiting in the kernel for one directory's lock holds up that
-    /// directory's later entries only.
+    /// The rescue lane takes entries only once the first entry lane has
+    /// been sending one for [`ASIDE_AFTER`], and never in that directory:
+    /// an entry waiting in the kernel for one directory's lock holds up
+    /// that directory's later entries only.
     #[test]
-    fn the_entry_lanes_pass_over_the_directory_the_other_sends_in() {
+    fn the_rescue_lane_passes_over_the_directory_the_first_is_stuck_in() {
         let q = InvalQueue::new(16);
         q.hold(4);
         let t = q.push_ticketed([
@@ -837,15 +933,17 @@ mod tests {
             entry(3, "e"),
         ]);
         assert_eq!(q.pop(Lane::Entries), Some(entry(1, "a")));
+        let popped = Instant::now();
         // Blocked in the kernel on directory 1's lock from here on.
         assert_eq!(q.pop(Lane::EntriesAside), Some(entry(2, "c")));
+        assert!(popped.elapsed() >= ASIDE_AFTER, "taken before the first lane was stuck");
         q.done(Lane::EntriesAside);
         assert_eq!(q.pop(Lane::EntriesAside), Some(entry(3, "e")), "held ones are parked");
         q.done(Lane::EntriesAside);
         assert!(!q.wait_sent(&t, Duration::ZERO, None), "directory 1's entries are left");
         assert_eq!(q.stats().queued, 3);
-        // Nothing left for the aside lane but directory 1's: it waits (here,
-        // with the queue closed, it ends).
+        // Nothing left for the rescue lane but directory 1's: it waits
+        // (here, with the queue closed, it ends).
         q.close();
         assert_eq!(q.pop(Lane::EntriesAside), None);
         q.done(Lane::Entries);
@@ -857,10 +955,28 @@ mod tests {
         assert_eq!(q.stats().queued, 1, "the held directory's entry stays parked");
     }
 
-    /// An aside lane waiting for the other's directory is woken when that
-    /// one is sent, and looks no further than [`ENTRY_SCAN`] entries.
+    /// While the first entry lane is not stuck, the rescue lane takes
+    /// nothing: entries keep their order.
     #[test]
-    fn an_entry_lane_waits_for_the_other_s_directory_within_its_scan() {
+    fn the_rescue_lane_waits_while_the_first_lane_flows() {
+        let q = Arc::new(InvalQueue::new(8));
+        q.push([entry(1, "a"), entry(2, "b")]);
+        assert_eq!(q.pop(Lane::Entries), Some(entry(1, "a")));
+        q.done(Lane::Entries);
+        let aside = {
+            let q = q.clone();
+            std::thread::spawn(move || q.pop(Lane::EntriesAside))
+        };
+        std::thread::sleep(ASIDE_AFTER * 3);
+        q.close();
+        assert_eq!(aside.join().unwrap(), None, "the rescue lane took an entry");
+        assert_eq!(q.pop(Lane::Entries), Some(entry(2, "b")));
+    }
+
+    /// The rescue lane looks no further than [`ENTRY_SCAN`] entries past
+    /// the stuck directory's.
+    #[test]
+    fn the_rescue_lane_looks_only_so_far() {
         let q = Arc::new(InvalQueue::new(ENTRY_SCAN + 8));
         q.push((0..=ENTRY_SCAN).map(|i| entry(1, &i.to_string())));
         q.push([entry(2, "far")]);
@@ -870,11 +986,11 @@ mod tests {
             let q = q.clone();
             std::thread::spawn(move || q.pop(Lane::EntriesAside))
         };
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(ASIDE_AFTER * 5);
         assert!(!aside.is_finished(), "directory 2's entry is beyond the scan");
-        q.done(Lane::Entries);
-        assert_eq!(aside.join().unwrap(), Some(entry(1, "1")), "woken by the other's done");
         q.close();
+        assert_eq!(aside.join().unwrap(), None);
+        assert_eq!(q.stats().queued, ENTRY_SCAN as u64 + 1);
     }
 
     #[test]
@@ -895,10 +1011,11 @@ mod tests {
     }
 
     /// The kernel may take a directory's lock for a SETXATTR before its
-    /// handler registers the hold, and the entry lane may already be
+    /// handler registers the hold, and an entry lane may already be
     /// blocked on that lock: the holder's answer must then not wait for
-    /// entries (its own answer is what unblocks them), but still for its
-    /// inodes, which the other lane sends meanwhile.
+    /// entries (its own answer is what unblocks them, or, through a third
+    /// process, the other entry lane's), but still for its inodes, which
+    /// the inode lane sends meanwhile.
     #[test]
     fn a_holder_does_not_wait_behind_an_entry_sent_in_a_held_directory() {
         let q = InvalQueue::new(8);
@@ -913,11 +1030,33 @@ mod tests {
         q.done(Lane::Inodes);
         assert!(q.wait_sent(&t, Duration::ZERO, Some(7)));
         assert!(!q.wait_sent(&t, Duration::ZERO, None), "others wait for their entries");
+        // The rescue lane sends the entry (the first lane is stuck).
+        assert_eq!(q.pop(Lane::EntriesAside), Some(entry(9, "sub")));
+        q.done(Lane::EntriesAside);
+        assert!(q.wait_sent(&t, Duration::ZERO, None));
+        assert_eq!(q.stats().rescued, 1);
         q.release(7);
         q.done(Lane::Entries);
-        assert_eq!(q.pop(Lane::Entries), Some(entry(9, "sub")));
+    }
+
+    /// An entry exempt only while a hold lasts is waited for again once it
+    /// ends: a later check does not take it as sent.
+    #[test]
+    fn an_exemption_that_ends_is_not_taken_as_sent() {
+        let q = InvalQueue::new(8);
+        q.hold(7);
+        q.hold(5);
+        let t = q.push_ticketed([entry(5, "other"), inode(10, 0)]);
+        let mut next = 0;
+        assert!(!q.state.lock().sent(&t, &mut next, Some(7)), "the inode is queued");
+        // Directory 5 is another request's: released before this answer.
+        q.release(5);
+        assert_eq!(q.pop(Lane::Inodes), Some(inode(10, 0)));
+        q.done(Lane::Inodes);
+        assert!(!q.state.lock().sent(&t, &mut next, Some(7)), "the entry in 5 is queued");
+        assert_eq!(q.pop(Lane::Entries), Some(entry(5, "other")));
         q.done(Lane::Entries);
-        assert!(q.wait_sent(&t, Duration::ZERO, None));
+        assert!(q.state.lock().sent(&t, &mut next, Some(7)));
     }
 
     #[test]

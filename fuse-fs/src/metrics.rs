@@ -314,6 +314,7 @@ pub const COUNTER_WORDS: &[&str] = &[
     "coalesced",
     "overflows",
     "timeouts",
+    "rescued",
     "panics",
     "skipped",
     "visited",

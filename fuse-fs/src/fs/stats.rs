@@ -71,6 +71,7 @@ impl Fs {
                 "coalesced": inval.coalesced,
                 "overflows": inval.overflows,
                 "timeouts": inval.timeouts,
+                "rescued": inval.rescued,
             },
         })
     }
