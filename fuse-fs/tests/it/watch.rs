@@ -621,6 +621,29 @@ fn a_first_lookup_overtaken_by_an_attribute_change_lends_nothing() {
     assert!(m.stat("coherence", "unlent_replies") >= 1, "{}", m.stats());
 }
 
+/// Creates and removes names `c0`..`c7` in the source's root until `stop`.
+fn churn_source_root(m: &Mount, stop: &std::sync::atomic::AtomicBool) {
+    let mut i = 0u32;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let p = m.src_at(&format!("c{}", i % 8));
+        if fs::write(&p, b"c").is_ok() && i % 2 == 1 {
+            let _ = fs::remove_file(&p);
+        }
+        i += 1;
+    }
+}
+
+/// No drop's answer waited for its kernel invalidations until its bound.
+#[track_caller]
+fn assert_no_drop_waited_out_its_bound(m: &Mount, drops: u64) {
+    let log = m.log_text();
+    assert!(
+        !log.contains("took longer than"),
+        "a drop waited out its bound for its invalidations ({drops} drops):\n{log}"
+    );
+    assert_eq!(m.stat("kernel_inval", "timeouts"), 0, "{}", m.stats());
+}
+
 /// Default mode: a drop by `user.rcufs.drop` on the mount's root holds the
 /// root's inode lock in the kernel until it is answered, and its answer
 /// waited for every invalidation queued before it. A LOOKUP in the root
@@ -640,16 +663,7 @@ fn default_mode_drops_at_the_root_never_wait_for_invalidations_they_block() {
     let (drops, looked) = std::thread::scope(|s| {
         let stop = &stop;
         // Source changes in the root, so that LOOKUPs there overlap them.
-        s.spawn(|| {
-            let mut i = 0u32;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let p = m.src_at(&format!("c{}", i % 8));
-                if fs::write(&p, b"c").is_ok() && i % 2 == 1 {
-                    let _ = fs::remove_file(&p);
-                }
-                i += 1;
-            }
-        });
+        s.spawn(|| churn_source_root(&m, stop));
         let lookups = s.spawn(|| {
             let mut n = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -672,12 +686,7 @@ fn default_mode_drops_at_the_root_never_wait_for_invalidations_they_block() {
         m.stat("coherence", "overlapped_replies") > 0,
         "no LOOKUP overlapped a source change: the test did not reach the case: {stats}"
     );
-    let log = m.log_text();
-    assert!(
-        !log.contains("took longer than"),
-        "a drop waited out its bound for its invalidations ({drops} drops):\n{log}"
-    );
-    assert_eq!(m.stat("kernel_inval", "timeouts"), 0, "{stats}");
+    assert_no_drop_waited_out_its_bound(&m, drops);
 }
 
 /// `--kernel-cache`: a drop by `user.rcufs.drop` of `d` holds `d`'s inode
@@ -698,16 +707,7 @@ fn kernel_cache_drops_wait_only_for_their_own_invalidations() {
     let (drops, rmdirs) = std::thread::scope(|s| {
         let stop = &stop;
         // Names changing in `d`'s parent, the mount's root, in the source.
-        s.spawn(|| {
-            let mut i = 0u32;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let p = m.src_at(&format!("c{}", i % 8));
-                if fs::write(&p, b"c").is_ok() && i % 2 == 1 {
-                    let _ = fs::remove_file(&p);
-                }
-                i += 1;
-            }
-        });
+        s.spawn(|| churn_source_root(&m, stop));
         // `d` is not empty: each rmdir fails, after waiting for `d`'s lock.
         let rmdirs = s.spawn(|| {
             let mut n = 0u64;
@@ -739,12 +739,7 @@ fn kernel_cache_drops_wait_only_for_their_own_invalidations() {
         "the entry lane never waited 10 ms for a lock with other entries queued: the test did not reach \
          the case in {drops} drops: {stats}"
     );
-    let log = m.log_text();
-    assert!(
-        !log.contains("took longer than"),
-        "a drop waited out its bound for its invalidations ({drops} drops):\n{log}"
-    );
-    assert_eq!(m.stat("kernel_inval", "timeouts"), 0, "{stats}");
+    assert_no_drop_waited_out_its_bound(&m, drops);
 }
 
 /// Unmounts (lazily) a filesystem a test mounted, when dropped.
