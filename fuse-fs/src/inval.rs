@@ -175,18 +175,31 @@ type Answer = Box<dyn FnOnce(Outcome) + Send>;
 /// are not in it: nothing will send them.
 #[derive(Debug, Default)]
 pub struct Ticket {
-    keys: Vec<(Key, u64)>,
+    /// Its entries, in the order pushed.
+    entries: Vec<(Key, u64)>,
+    /// Its inodes, in the order pushed.
+    inodes: Vec<(Key, u64)>,
+}
+
+/// How far checks of one ticket got: the keys before `entry` and `inode`
+/// were sent (or, for entries, in the holder's own directory); and, if
+/// `entries_ok_at` is the state's [`entry_gen`](State::entry_gen), every
+/// entry from `entry` on was sent or exempt at the last check.
+#[derive(Debug, Default)]
+struct Cursor {
+    entry: usize,
+    inode: usize,
+    entries_ok_at: Option<u64>,
 }
 
 /// What a kept answer waits for.
 #[derive(Debug)]
 enum Until {
-    /// Every key of `ticket` from `next` on sent (the ones before it were
-    /// seen sent, or exempt, by an earlier check), for a waiter holding
-    /// `holding`.
+    /// Every key of `ticket` sent, for a waiter holding `holding`; `at`
+    /// remembers how far earlier checks got.
     Ticket {
         ticket: Ticket,
-        next: usize,
+        at: Cursor,
         holding: Option<u64>,
     },
     /// Nothing for this inode queued or being sent.
@@ -213,9 +226,12 @@ struct State {
     current: [Option<(Key, u64)>; 3],
     /// When [`Lane::Entries`] popped the entry it is sending, if any.
     entries_since: Option<Instant>,
-    /// [`Lane::EntriesAside`] waits with no deadline (the first entry lane
-    /// was sending nothing): the first lane's next pop must wake it.
+    /// [`Lane::EntriesAside`] waits with no deadline: the first lane's next
+    /// pop must wake it.
     aside_idle: bool,
+    /// Moves whenever an entry's exemption for a holder may change: an
+    /// entry lane starts or ends one, a directory is held or released.
+    entry_gen: u64,
     /// Directories whose inode lock the kernel holds for a request in
     /// flight (a SETXATTR on them), with a count: `inval_entry` of a name in
     /// one would wait for that request, so such entries are parked.
@@ -236,14 +252,25 @@ impl State {
             || self.current.iter().flatten().any(|(k, s)| *s == seq && k == key)
     }
 
-    /// Whether every key of `ticket` from `*next` on was sent, for a waiter
-    /// holding `holding` (see the module's invariants). Moves `*next` past
-    /// the keys seen sent and the entries in the holder's own directory
-    /// (exempt until its answer, which ends its hold), up to the first key
-    /// exempt only for now, so that the answering thread, which checks
-    /// after every invalidation sent, walks a large drop's ticket about
-    /// once in all.
-    fn sent(&self, ticket: &Ticket, next: &mut usize, holding: Option<u64>) -> bool {
+    /// Whether every key of `ticket` was sent, for a waiter holding
+    /// `holding` (see the module's invariants). The cursor moves past the
+    /// keys seen sent and the entries in the holder's own directory (exempt
+    /// until its answer, which ends its hold), up to the first entry exempt
+    /// only for now; the entries after that are walked again only when
+    /// something that decides an entry's exemption changed (`entry_gen`).
+    /// So the answering thread, which checks after every invalidation sent,
+    /// walks a large drop's ticket about once in all.
+    fn sent(&self, ticket: &Ticket, at: &mut Cursor, holding: Option<u64>) -> bool {
+        // Inodes are never exempt.
+        while let Some((k, seq)) = ticket.inodes.get(at.inode) {
+            if self.pending(k, *seq) {
+                return false;
+            }
+            at.inode += 1;
+        }
+        if at.entries_ok_at == Some(self.entry_gen) {
+            return true;
+        }
         let in_held = |k: &Key| matches!(k, Key::Entry(p, _) if self.held.contains_key(p));
         let lane_in_held = |l: Lane| self.current[l as usize].as_ref().is_some_and(|(k, _)| in_held(k));
         // An entry lane may be blocked on a held directory's lock: a
@@ -255,22 +282,23 @@ impl State {
         let skip_entries = holding.is_some() && (lane_in_held(Lane::Entries) || lane_in_held(Lane::EntriesAside));
         let exempt = |k: &Key| holding.is_some() && (in_held(k) || (skip_entries && k.lane() == Lane::Entries));
         let own = |k: &Key| matches!((k, holding), (Key::Entry(p, _), Some(h)) if *p == h);
-        let mut i = *next;
+        let mut i = at.entry;
         let mut advancing = true;
-        while let Some((k, seq)) = ticket.keys.get(i) {
+        while let Some((k, seq)) = ticket.entries.get(i) {
             if self.pending(k, *seq) && !own(k) {
                 if !exempt(k) {
                     return false;
                 }
-                // Exempt while another hold lasts or the lanes are blocked:
-                // looked at again at the next check.
+                // Exempt while another hold lasts or a lane is blocked:
+                // looked at again once that may have changed.
                 advancing = false;
             }
             i += 1;
             if advancing {
-                *next = i;
+                at.entry = i;
             }
         }
+        at.entries_ok_at = Some(self.entry_gen);
         true
     }
 
@@ -285,7 +313,7 @@ impl State {
 
     fn reached(&self, until: &mut Until) -> bool {
         match until {
-            Until::Ticket { ticket, next, holding } => self.sent(ticket, next, *holding),
+            Until::Ticket { ticket, at, holding } => self.sent(ticket, at, *holding),
             Until::Inode(ino) => self.inode_sent(*ino),
         }
     }
@@ -334,9 +362,13 @@ pub struct InvalQueue {
     /// Signalled when a lane has something to pop (or the queue closed).
     ready: Condvar,
     /// [`Lane::EntriesAside`]'s: signalled when [`Lane::Entries`] pops an
-    /// entry, when entries are queued or released, and at close.
+    /// entry while the rescue lane waits with no deadline, when entries are
+    /// queued while the first lane is stuck, when entries are released, and
+    /// at close.
     aside: Condvar,
-    /// Signalled when what the waiters wait for may have changed.
+    /// Signalled when what the kept answers wait for may have changed
+    /// (`done`, `hold`, `release`, a new answer, close) and when a pop
+    /// makes room in a full queue (for `push_waiting`).
     idle: Condvar,
     bound: usize,
     pushed: AtomicU64,
@@ -436,7 +468,10 @@ impl InvalQueue {
                     seq
                 };
                 if let Some(t) = ticket.as_deref_mut() {
-                    t.keys.push((key, seq));
+                    match key.lane() {
+                        Lane::Inodes => t.inodes.push((key, seq)),
+                        _ => t.entries.push((key, seq)),
+                    }
                 }
             }
         }
@@ -469,7 +504,7 @@ impl InvalQueue {
             {
                 let mut st = self.state.lock();
                 while !st.closed && st.len() >= self.bound {
-                    // `idle` is signalled at every `done`.
+                    // `idle` is signalled when a pop makes room.
                     if self.idle.wait_until(&mut st, deadline).timed_out() {
                         break;
                     }
@@ -498,6 +533,11 @@ impl InvalQueue {
             if let Some(key) = next {
                 let (offset, seq) = st.queued.remove(&key).unwrap_or((0, 0));
                 st.current[lane as usize] = Some((key.clone(), seq));
+                // Room for `push_waiting`, if the queue was full.
+                let room = st.len() + 1 >= self.bound;
+                if lane != Lane::Inodes {
+                    st.entry_gen += 1;
+                }
                 match lane {
                     Lane::Entries => {
                         st.entries_since = Some(Instant::now());
@@ -511,14 +551,13 @@ impl InvalQueue {
                     }
                     Lane::Inodes => {}
                 }
-                // What a holder's answer waits for changes when an entry
-                // lane starts sending in a held directory (`State::sent`);
-                // other pops change no answer's outcome, and waking the
-                // answering thread for each would cost a drop of thousands
-                // of names as many wake-ups.
-                let in_held = matches!(&key, Key::Entry(p, _) if st.held.contains_key(p));
                 drop(st);
-                if in_held {
+                // A pop makes no kept answer ready (a popped key is still
+                // being sent, and entries in held directories are parked,
+                // not popped), so it wakes no answer: a drop of thousands
+                // of names would cost as many wake-ups of the answering
+                // thread.
+                if room {
                     self.idle.notify_all();
                 }
                 return Some(match key {
@@ -533,10 +572,12 @@ impl InvalQueue {
                 (Lane::EntriesAside, Some(t)) if !stuck => {
                     self.aside.wait_until(&mut st, t + ASIDE_AFTER);
                 }
-                (Lane::EntriesAside, since) => {
-                    // Stuck with nothing it may take (pushes and releases
-                    // wake it), or nothing being sent (the next pop does).
-                    st.aside_idle = since.is_none();
+                (Lane::EntriesAside, _) => {
+                    // Nothing being sent, or stuck with nothing it may take:
+                    // woken by the first lane's next pop (from which it
+                    // times), by pushes while the first lane is stuck, by
+                    // releases and at close.
+                    st.aside_idle = true;
                     self.aside.wait(&mut st);
                     st.aside_idle = false;
                 }
@@ -553,6 +594,9 @@ impl InvalQueue {
             if lane == Lane::Entries {
                 st.entries_since = None;
             }
+            if lane != Lane::Inodes {
+                st.entry_gen += 1;
+            }
         }
         self.idle.notify_all();
         if lane == Lane::EntriesAside {
@@ -565,7 +609,14 @@ impl InvalQueue {
     /// flight: entries in it are parked, not sent, until
     /// [`release`](Self::release).
     pub fn hold(&self, dir: u64) {
-        *self.state.lock().held.entry(dir).or_insert(0) += 1;
+        {
+            let mut st = self.state.lock();
+            *st.held.entry(dir).or_insert(0) += 1;
+            st.entry_gen += 1;
+        }
+        // A holder's answer may be ready now: an entry lane may already be
+        // sending in `dir`, and exempts its entries.
+        self.idle.notify_all();
     }
 
     /// Ends one [`hold`](Self::hold) of `dir`; with the last one, its
@@ -584,6 +635,7 @@ impl InvalQueue {
             return;
         }
         st.held.remove(&dir);
+        st.entry_gen += 1;
         let parked = std::mem::take(&mut st.parked);
         let (back, keep): (Vec<Key>, Vec<Key>) = parked
             .into_iter()
@@ -605,11 +657,11 @@ impl InvalQueue {
     #[cfg(test)]
     pub fn wait_sent(&self, ticket: &Ticket, timeout: Duration, holding: Option<u64>) -> bool {
         let deadline = Instant::now() + timeout;
-        let mut next = 0;
+        let mut at = Cursor::default();
         let mut st = self.state.lock();
-        while !st.sent(ticket, &mut next, holding) {
+        while !st.sent(ticket, &mut at, holding) {
             if st.closed || self.idle.wait_until(&mut st, deadline).timed_out() {
-                return st.sent(ticket, &mut next, holding);
+                return st.sent(ticket, &mut at, holding);
             }
         }
         true
@@ -617,18 +669,18 @@ impl InvalQueue {
 
     /// Keeps `answer` until every invalidation of `ticket` (what one
     /// [`push_ticketed`](Self::push_ticketed) returned) was sent, or
-    /// `timeout` passed; other pushes, before or after, do not delay it. A waiter that holds a
-    /// directory (`holding`: its own SETXATTR) does not wait for entries in
-    /// held directories, queued, parked or in flight, nor for entries while
-    /// the entry lane sends one in a held directory: they go once those
-    /// requests are answered. [`answer_worker`] then runs the answer, on its
+    /// `timeout` passed; other pushes, before or after, do not delay it. A
+    /// waiter that holds a directory (`holding`: its own SETXATTR) does not
+    /// wait for entries in held directories, queued, parked or in flight,
+    /// nor for entries while an entry lane sends one in a held directory:
+    /// they go once those requests are answered. [`answer_worker`] then runs the answer, on its
     /// own thread, with how it ended; it runs at once, on this thread, if
     /// that is already so (or the queue is closed).
     pub fn answer_when_sent(&self, ticket: Ticket, timeout: Duration, holding: Option<u64>, answer: Answer) {
         self.keep(
             Until::Ticket {
                 ticket,
-                next: 0,
+                at: Cursor::default(),
                 holding,
             },
             timeout,
@@ -973,6 +1025,64 @@ mod tests {
         assert_eq!(q.pop(Lane::Entries), Some(entry(2, "b")));
     }
 
+    /// A rescue lane that found nothing to take while the first lane was
+    /// stuck, and then waits with no deadline, is woken by the first
+    /// lane's next pop: entries queued meanwhile are not left until a later
+    /// push or the close.
+    #[test]
+    fn the_rescue_lane_times_every_entry_the_first_lane_starts() {
+        let q = Arc::new(InvalQueue::new(8));
+        q.push([entry(1, "a")]);
+        assert_eq!(q.pop(Lane::Entries), Some(entry(1, "a")));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let aside = {
+            let q = q.clone();
+            std::thread::spawn(move || tx.send(q.pop(Lane::EntriesAside)).unwrap())
+        };
+        // Stuck, with nothing else queued: the rescue lane waits.
+        std::thread::sleep(ASIDE_AFTER * 3);
+        q.done(Lane::Entries);
+        // Not stuck now: this push does not wake it.
+        q.push([entry(1, "b"), entry(2, "x")]);
+        assert_eq!(q.pop(Lane::Entries), Some(entry(1, "b")));
+        // Stuck again on directory 1: directory 2's entry is the rescue
+        // lane's.
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+            Some(entry(2, "x")),
+            "the rescue lane slept through the first lane's pop"
+        );
+        aside.join().unwrap();
+        q.close();
+    }
+
+    /// A pop that makes room in a full queue wakes `push_waiting` at once,
+    /// not at the invalidation's `done` (which an entry waiting for a lock
+    /// may not reach for a long time).
+    #[test]
+    fn a_pop_that_makes_room_wakes_a_waiting_push() {
+        let q = Arc::new(InvalQueue::new(1));
+        q.push([inode(1, 0)]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let pusher = {
+            let q = q.clone();
+            std::thread::spawn(move || {
+                tx.send(q.push_waiting(vec![inode(2, 0)], Duration::from_secs(30)))
+                    .unwrap()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(q.pop(Lane::Inodes), Some(inode(1, 0)));
+        // Never reported done.
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+            0,
+            "dropped for want of room"
+        );
+        pusher.join().unwrap();
+        assert_eq!(q.stats().queued, 1);
+    }
+
     /// The rescue lane looks no further than [`ENTRY_SCAN`] entries past
     /// the stuck directory's.
     #[test]
@@ -1047,7 +1157,7 @@ mod tests {
         q.hold(7);
         q.hold(5);
         let t = q.push_ticketed([entry(5, "other"), inode(10, 0)]);
-        let mut next = 0;
+        let mut next = Cursor::default();
         assert!(!q.state.lock().sent(&t, &mut next, Some(7)), "the inode is queued");
         // Directory 5 is another request's: released before this answer.
         q.release(5);
