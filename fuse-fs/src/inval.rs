@@ -19,8 +19,9 @@
 //! directory behind it (the entries of a drop of `d` by
 //! `user.rcufs.drop`, behind one in `d`'s parent that waits for an `rmdir`
 //! of `d`, which waits for `d`'s lock, which the drop's SETXATTR holds
-//! until it is answered). The two never send in one directory at once. The queue is keyed by what
-//! is invalidated: an entry by `(parent, name)`, an inode by node id.
+//! until it is answered). The two never send in one directory at once.
+//! The queue is keyed by what is invalidated: an entry by
+//! `(parent, name)`, an inode by node id.
 //! Pushing a key that is already queued merges into the queued one (for an
 //! inode, the widest range wins: offset 0 = attributes and every page, -1 =
 //! attributes only) and keeps its place, so repeated drops of one
