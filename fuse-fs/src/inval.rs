@@ -441,7 +441,6 @@ impl InvalQueue {
         let stuck;
         {
             let mut st = self.state.lock();
-            stuck = st.entries_stuck();
             if st.closed {
                 return;
             }
@@ -451,30 +450,33 @@ impl InvalQueue {
                     Inval::Entry { parent, name } => (Key::Entry(parent, name), 0),
                     Inval::Inode { ino, offset } => (Key::Inode(ino), offset),
                 };
-                let seq = if let Some((queued, seq)) = st.queued.get_mut(&key) {
+                let (seq, new) = if let Some((queued, seq)) = st.queued.get_mut(&key) {
                     if offset >= 0 && (*queued < 0 || offset < *queued) {
                         *queued = offset;
                     }
                     self.coalesced.fetch_add(1, Ordering::Relaxed);
-                    *seq
+                    (*seq, false)
                 } else if st.len() >= self.bound {
                     self.overflows.fetch_add(1, Ordering::Relaxed);
                     continue;
                 } else {
                     st.next_seq += 1;
-                    let seq = st.next_seq;
-                    st.queued.insert(key.clone(), (offset, seq));
-                    st.order[key.lane() as usize].push_back(key.clone());
-                    added = true;
-                    seq
+                    (st.next_seq, true)
                 };
+                // A copy of the key only for a ticket.
                 if let Some(t) = ticket.as_deref_mut() {
                     match key.lane() {
-                        Lane::Inodes => t.inodes.push((key, seq)),
-                        _ => t.entries.push((key, seq)),
+                        Lane::Inodes => t.inodes.push((key.clone(), seq)),
+                        _ => t.entries.push((key.clone(), seq)),
                     }
                 }
+                if new {
+                    st.queued.insert(key.clone(), (offset, seq));
+                    st.order[key.lane() as usize].push_back(key);
+                    added = true;
+                }
             }
+            stuck = added && st.entries_stuck();
         }
         if added {
             // The entry and inode lanes' threads wait on one condition
@@ -524,7 +526,8 @@ impl InvalQueue {
     pub fn pop(&self, lane: Lane) -> Option<Inval> {
         let mut st = self.state.lock();
         loop {
-            let stuck = st.entries_stuck();
+            // Only the rescue lane asks (a read of the clock).
+            let stuck = lane == Lane::EntriesAside && st.entries_stuck();
             let next = match lane {
                 Lane::Inodes => st.order[1].pop_front(),
                 Lane::Entries => st.take_entry(lane),

@@ -449,15 +449,7 @@ impl MountWatch {
         // looked up is a change everywhere, its detach read or not.
         let learning = std::mem::take(&mut st.learn);
         if learning {
-            match self.learn(&mut st) {
-                Ok(vanished) => out.everywhere |= vanished,
-                // Not tried again (an error that stays would drop
-                // everything each round): what is cached now is dropped.
-                Err(e) => {
-                    tracing::debug!("listing the mounts after a directory moved: {e}");
-                    out.everywhere = true;
-                }
-            }
+            self.learn_into(&mut st, &mut out, "after a directory moved");
         }
         let mut lost = false;
         let mut events = Vec::new();
@@ -577,15 +569,23 @@ impl MountWatch {
             }
             st.moved = None;
             st.points.clear();
-            match self.learn(&mut st) {
-                Ok(vanished) => out.everywhere |= vanished,
-                Err(e) => {
-                    tracing::debug!("listing the mounts after lost or moved mounts: {e}");
-                    out.everywhere = true;
-                }
-            }
+            self.learn_into(&mut st, &mut out, "after lost or moved mounts");
         }
         out
+    }
+
+    /// [`learn`](Self::learn), with what it finds reported in `out`: a
+    /// mount that vanished, or a list that failed (not tried again: an
+    /// error that stays would drop everything each round), is a change
+    /// everywhere.
+    fn learn_into(&self, st: &mut State, out: &mut Changes, when: &str) {
+        match self.learn(st) {
+            Ok(vanished) => out.everywhere |= vanished,
+            Err(e) => {
+                tracing::debug!("listing the mounts {when}: {e}");
+                out.everywhere = true;
+            }
+        }
     }
 }
 
