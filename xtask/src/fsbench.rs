@@ -27,6 +27,11 @@
 //! same pass on the source itself, cold and hot: the part of the speedup
 //! the source's disk accounts for (`fsbench/source_cost.rs`).
 //!
+//! The dbench rows (`fsbench/dbench.rs`) run apart from the suite: each run
+//! on an ext4 filesystem made for it, the native filesystem and the mounts
+//! of it interleaved over rounds, because on a shared ext4 without a journal
+//! a create costs more the more was deleted in the minutes before.
+//!
 //! The `coherence` section (`fsbench/coherence.rs`) compares `--coherence
 //! watch` with `ttl` in both modes: hot stat and missing names against
 //! native, how soon a change made in the source is seen, hot stat under a
@@ -61,6 +66,7 @@ use crate::bench::out_dir;
 
 mod coherence;
 mod data;
+mod dbench;
 mod paper;
 mod source_cost;
 use crate::util::{Rng, cargo, ensure_programs, root, run};
@@ -354,7 +360,6 @@ fn generate(src: &Path, s: &Scale) -> Result<()> {
     for i in 0..s.data_files {
         write_file(&src.join(format!("data/file{i}.bin")), s.data_file_mib << 20, &mut rng)?;
     }
-    fs::create_dir_all(src.join("dbench"))?;
     for d in 1..=3 {
         let dir = src.join(format!("s004/{d}"));
         fs::create_dir_all(&dir)?;
@@ -513,35 +518,6 @@ fn fio(name: &str, files: &[PathBuf], rw: &str, bs: &str, jobs: usize, secs: u64
     ))
 }
 
-/// Runs dbench with `clients` clients in `dir`; returns MB/s.
-fn dbench(dir: &Path, clients: usize, secs: u64) -> Result<f64> {
-    let _ = fs::remove_dir_all(dir.join("clients"));
-    let out = Command::new("dbench")
-        .arg("-D")
-        .arg(dir)
-        .args(["-c", "/usr/share/dbench/client.txt", "-t"])
-        .arg(secs.to_string())
-        .arg(clients.to_string())
-        .output()
-        .context("running dbench")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let _ = fs::remove_dir_all(dir.join("clients"));
-    let tp = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Throughput "))
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|x| x.parse::<f64>().ok());
-    match tp {
-        Some(mb) if out.status.success() => Ok(mb),
-        _ => bail!(
-            "dbench failed ({}):\n{}\n{}",
-            out.status,
-            text.lines().rev().take(15).collect::<Vec<_>>().join("\n"),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    }
-}
-
 /// Runs the whole suite on `dir` (the source itself or a mount of it).
 /// `cold` empties every cache in front of the disk.
 fn suite(
@@ -622,15 +598,8 @@ fn suite(
         let (_, iops) = fio("randread", &data, "randread", "4k", 2, s.tool_secs)?;
         put("fio random read 4k, hot, 2 jobs", iops, "IOPS");
     }
-    if on("dbench") {
-        for clients in [1, 2] {
-            put(
-                &format!("dbench, {clients} client(s)"),
-                dbench(&dir.join("dbench"), clients, s.tool_secs)?,
-                "MB/s",
-            );
-        }
-    }
+    // The dbench rows run on a fresh filesystem per run, interleaved across
+    // the modes (`fsbench/dbench.rs`).
     Ok(())
 }
 
@@ -937,6 +906,20 @@ pub fn fsbench(args: &[String]) -> Result<()> {
         }
     }
 
+    let mut dbench_md = String::new();
+    let mut dbench_records = Vec::new();
+    if !skip.iter().any(|x| x == "dbench") {
+        let bin = rcufs.as_deref().filter(|_| modes.iter().any(|&m| m != Mode::Native));
+        match dbench::run_rows(bin, &modes, &work.path, &s, &logs, quick) {
+            Ok((m, r, md)) => {
+                measures.extend(m);
+                dbench_records = r;
+                dbench_md = md;
+            }
+            Err(e) => errors.push(format!("dbench (fresh filesystem, interleaved): {e:#}")),
+        }
+    }
+
     let mut seeds = Vec::new();
     if let Some(rcufs) = rcufs.as_deref() {
         if !skip.iter().any(|x| x == "seed004") {
@@ -1030,10 +1013,12 @@ pub fn fsbench(args: &[String]) -> Result<()> {
     }
     records.extend(seeds.iter().cloned());
     records.extend(data_records);
+    records.extend(dbench_records);
     records.extend(coherence_records);
 
     let mut md = table(&measures, &seeds, &errors, &s, quick);
     md.push_str(&data_md);
+    md.push_str(&dbench_md);
     md.push_str(&paper_md);
     md.push_str(&coherence_md);
     print!("\n{md}");
