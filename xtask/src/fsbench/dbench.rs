@@ -294,7 +294,8 @@ pub fn run_rows(
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "\n### dbench, a fresh filesystem per run, interleaved ({rounds} rounds of {} s per target and client count)\n",
+        "\n### dbench, a fresh filesystem per run, interleaved ({rounds} round{} of {} s per target and client count)\n",
+        if rounds == 1 { "" } else { "s" },
         s.tool_secs
     );
     let _ = writeln!(
