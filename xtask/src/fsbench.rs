@@ -912,7 +912,7 @@ pub fn fsbench(args: &[String]) -> Result<()> {
         let bin = rcufs.as_deref().filter(|_| modes.iter().any(|&m| m != Mode::Native));
         match dbench::run_rows(bin, &modes, &work.path, &s, &logs, quick) {
             Ok((m, r, md)) => {
-                measures.extend(m);
+                measures.extend(m.into_iter().filter(|m| modes.contains(&m.mode)));
                 dbench_records = r;
                 dbench_md = md;
             }
