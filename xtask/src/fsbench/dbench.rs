@@ -125,10 +125,11 @@ fn machine_ticks() -> (u64, u64) {
     (get(0) + get(1) + get(2) + get(5) + get(6), get(3) + get(4))
 }
 
-/// Runs dbench with `clients` clients in `dir` for `secs` seconds; returns
-/// its throughput in MB/s.
+/// Runs dbench with `clients` clients in `dir` (on a filesystem made for
+/// the run, so nothing of an earlier run is there to remove, and what it
+/// leaves goes with the filesystem) for `secs` seconds; returns its
+/// throughput in MB/s.
 fn dbench_once(dir: &Path, clients: usize, secs: u64) -> Result<f64> {
-    let _ = fs::remove_dir_all(dir.join("clients"));
     let out = Command::new("dbench")
         .arg("-D")
         .arg(dir)
@@ -138,7 +139,6 @@ fn dbench_once(dir: &Path, clients: usize, secs: u64) -> Result<f64> {
         .output()
         .context("running dbench")?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let _ = fs::remove_dir_all(dir.join("clients"));
     let tp = text
         .lines()
         .find_map(|l| l.trim().strip_prefix("Throughput "))
@@ -173,7 +173,7 @@ fn process_ticks(pid: u32) -> (u64, u64) {
 /// What one run measured. The shares are of the machine's CPU capacity
 /// (all CPUs) over the whole dbench command, warm-up included, which runs
 /// the same load as the timed part.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Run {
     mb_s: f64,
     /// Busy share of the machine.
