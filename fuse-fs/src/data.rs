@@ -71,6 +71,22 @@ thread_local! {
     static SLICES: std::cell::RefCell<Vec<pagecache::FolioSlice>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Unit tests: the folio slices this thread's READs still hold between
+/// calls (none, however the last one ended).
+#[cfg(test)]
+pub(crate) fn slices_held() -> usize {
+    SLICES.with_borrow(Vec::len)
+}
+
+/// A READ's list of folio slices, emptied when dropped.
+struct ClearOnDrop<'a>(&'a mut Vec<pagecache::FolioSlice>);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.clear();
+    }
+}
+
 /// The page cache of the mount.
 pub struct Data {
     cache: PageCache,
@@ -111,6 +127,12 @@ impl Data {
         let ps = self.ps();
         SLICES.with_borrow_mut(|slices| {
             slices.clear();
+            // Empties the list however the call ends: a fill that panics
+            // unwinds past the `drain` below (the adapter answers EIO and
+            // the worker goes on), and the references collected before it
+            // would otherwise stay held until this worker's next READ,
+            // keeping their folios from reclaim.
+            let slices = ClearOnDrop(slices);
             let read = self.cache.read_refs(
                 id,
                 offset,
@@ -118,8 +140,9 @@ impl Data {
                 FillOrder::ReadaheadWithin {
                     end: file_size.div_ceil(ps),
                 },
-                slices,
+                slices.0,
                 |first, buf: &mut [u8]| {
+                    crate::fault::fill_hook(first);
                     let n = sys::pread_full(fd, buf, first * ps)?;
                     // A slow fill widens its race with writes (fault tests).
                     crate::fault::cache_jitter();
@@ -127,7 +150,7 @@ impl Data {
                 },
             );
             // On an error too, so that no pin outlives the call.
-            let out = PinnedRead::from_folios(slices.drain(..));
+            let out = PinnedRead::from_folios(slices.0.drain(..));
             read.map(|_| out)
         })
     }

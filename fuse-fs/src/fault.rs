@@ -149,14 +149,15 @@ pub fn lookup_delay(name: &[u8]) {
 #[inline(always)]
 pub fn lookup_delay(_name: &[u8]) {}
 
-/// Where a unit test's hook runs (see [`on_next_lookup`] and
-/// [`on_next_publish`]).
+/// Where a unit test's hook runs (see [`on_next_lookup`],
+/// [`on_next_publish`], [`on_next_listing_read`] and [`on_next_fill`]).
 #[cfg(test)]
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum HookPoint {
     Lookup,
     Publish,
     ListingRead,
+    Fill,
 }
 
 /// A hook's point, the name it waits for and the closure it runs.
@@ -194,6 +195,25 @@ pub fn on_next_publish(name: &[u8], hook: impl FnOnce() + 'static) {
 pub fn on_next_listing_read(ino: u64, hook: impl FnOnce() + 'static) {
     HOOK.with(|h| *h.borrow_mut() = Some((HookPoint::ListingRead, ino.to_ne_bytes().to_vec(), Box::new(hook))));
 }
+
+/// Unit tests: runs `hook` when this thread next fills the folio that
+/// starts at page `first` of a file (`Data::read`), before it reads the
+/// source.
+#[cfg(test)]
+pub fn on_next_fill(first: u64, hook: impl FnOnce() + 'static) {
+    HOOK.with(|h| *h.borrow_mut() = Some((HookPoint::Fill, first.to_ne_bytes().to_vec(), Box::new(hook))));
+}
+
+/// Runs the hook [`on_next_fill`] set for `first`, if any.
+#[cfg(test)]
+pub fn fill_hook(first: u64) {
+    run_hook(HookPoint::Fill, &first.to_ne_bytes());
+}
+
+/// Outside unit tests: nothing.
+#[cfg(not(test))]
+#[inline(always)]
+pub fn fill_hook(_first: u64) {}
 
 /// Runs the hook [`on_next_listing_read`] set for `ino`, if any.
 #[cfg(test)]

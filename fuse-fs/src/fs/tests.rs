@@ -764,6 +764,28 @@ fn reads_are_served_from_the_page_cache() {
 }
 
 #[test]
+fn a_read_whose_fill_panics_keeps_no_folio_referenced() {
+    let t = setup(default_cfg());
+    let f = walk(&t.fs, "d/e/f").expect("f");
+    let o = t.fs.open(f.ino, libc::O_RDONLY, ME).expect("open");
+    // One READ of the whole file fills the folio of pages 0-1, takes a
+    // reference on it, then fills page 2, which panics here (as the
+    // adapter's `catch_unwind` would see a bug in a fill).
+    crate::fault::on_next_fill(2, || panic!("injected: the fill of page 2"));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        t.fs.read(o.fh, 0, 10_000).map(|r| r.len())
+    }));
+    assert!(r.is_err(), "the fill of page 2 ran and panicked");
+    assert_eq!(
+        crate::data::slices_held(),
+        0,
+        "the reference taken on pages 0-1 before the panic is released by the unwinding, not kept until this thread's next READ"
+    );
+    assert_eq!(t.fs.read(o.fh, 0, 10_000).expect("read").to_vec(), vec![7u8; 10_000]);
+    t.fs.release(o.fh).expect("release");
+}
+
+#[test]
 fn concurrent_cold_reads_fill_each_page_once() {
     let t = setup(default_cfg());
     let f = walk(&t.fs, "d/e/f").expect("f");
