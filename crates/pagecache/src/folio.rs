@@ -53,6 +53,9 @@ use crate::sync::epoch::{Guard, Shared};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering, UnsafeCell, fence};
 
 const REFS: u64 = (1 << 32) - 1;
+/// More references than this abort the process (as `Arc` does past
+/// `isize::MAX`), long before the count could carry into `NONEWREFS`.
+const MAX_REFS: u64 = REFS / 2;
 pub(crate) const NONEWREFS: u64 = 1 << 32;
 pub(crate) const FILLING: u64 = 1 << 33;
 pub(crate) const FAILED: u64 = 1 << 34;
@@ -264,6 +267,9 @@ impl Folio {
             if s & REFS == 0 {
                 return Err(GetError::Dead);
             }
+            if s & REFS >= MAX_REFS {
+                std::process::abort();
+            }
             // Acquire: the bytes written before FILLING was cleared are
             // visible; pairs with the Release in `finish_fill`.
             match self
@@ -280,7 +286,10 @@ impl Folio {
     #[inline]
     pub(crate) fn get_more(&self) {
         // Relaxed: the caller's reference keeps the folio alive (as Arc::clone).
-        self.state.fetch_add(1, Ordering::Relaxed);
+        let old = self.state.fetch_add(1, Ordering::Relaxed);
+        if old & REFS >= MAX_REFS {
+            std::process::abort();
+        }
     }
 
     /// Drops a reference; frees the folio when it was the last.
@@ -367,9 +376,12 @@ impl Folio {
     /// # Safety
     /// The fill is over and succeeded ([`is_ready`](Self::is_ready) seen
     /// true, or a reference taken with `try_get` on a folio found not
-    /// `FILLING`, or the caller built it), and the folio stays alive while
-    /// the slice lives (a reference, or the epoch guard under which the
-    /// folio was found in a tree slot).
+    /// `FILLING`, or the caller built it), or the folio was found (with an
+    /// Acquire load) in a tree slot tagged ready: its filler retags the slot
+    /// only once the bytes and the length are final, before `finish_fill`
+    /// clears `FILLING`, and writes nothing after; and the folio stays alive
+    /// while the slice lives (a reference, or the epoch guard under which
+    /// the folio was found in a tree slot).
     #[inline]
     pub(crate) unsafe fn bytes(&self) -> &[u8] {
         // Under loom: a read of the bytes, checked against the filler's write.
@@ -579,8 +591,9 @@ impl Held {
     }
 
     fn bytes(&self) -> &[u8] {
-        // SAFETY: a `Held` is made only for a folio whose fill succeeded
-        // (see `PageRef::from_raw`), and the reference keeps it alive. (The
+        // SAFETY: a `Held` is made only for a folio whose fill succeeded or
+        // whose slot was found tagged ready (see `PageRef::from_raw`), and
+        // the reference keeps it alive. (The
         // whole buffer: an empty page past the end of the file starts past
         // the valid bytes.)
         let all = unsafe { self.folio().buffer() };
@@ -618,7 +631,8 @@ impl PageRef {
     ///
     /// # Safety
     /// The caller transfers one reference to `folio`, whose fill is over
-    /// and succeeded, and `index` is inside it.
+    /// and succeeded or whose slot it found tagged ready (as for
+    /// [`Folio::bytes`]), and `index` is inside it.
     pub(crate) unsafe fn from_raw(folio: NonNull<Folio>, index: u64, page_size: usize) -> Self {
         // SAFETY: the reference keeps the folio alive.
         let f = unsafe { folio.as_ref() };
