@@ -50,9 +50,17 @@
 //!   to `Queue::foreign` and wakes the queue's thread through its `wake`
 //!   eventfd (a plain write, no submission); the queue's thread moves it
 //!   to the submission queue when it next enters the kernel.
-//! - The buffers and the iovecs of REGISTER live as long as the queue;
-//!   the queue outlives its ring's commands (the ring, dropped with the
-//!   queue, cancels them).
+//! - The buffers and the iovecs of REGISTER live as long as the queue,
+//!   and the kernel writes into an entry's buffers only in the context of
+//!   the thread that submitted its command (the fetch completes as task
+//!   work of that thread, a commit inside its `io_uring_enter`). The queue
+//!   is freed only after its thread has ended: the thread holds an `Arc`
+//!   of it, and `Session::run` stops and joins the queue threads before it
+//!   drops the ring. A thread that exits has its commands cancelled by
+//!   io_uring, so nothing writes into the buffers after it. (Closing the
+//!   ring's descriptor alone would cancel them asynchronously, which is
+//!   why the join comes first.) This rests on how io_uring completes
+//!   `URING_CMD`s, which its documentation does not promise.
 
 use std::alloc::Layout;
 use std::io;
@@ -315,11 +323,15 @@ impl Queue {
         // builder does not set: the SQE is `struct io_uring_sqe` (len at
         // byte 24) followed by 64 bytes of command.
         const _: () = assert!(std::mem::size_of::<squeue::Entry128>() == 128);
-        // SAFETY: `Entry128` is a `repr(C)` wrapper of the 128-byte SQE;
-        // any bytes are a valid value of it.
+        // SAFETY: `Entry128` is a `repr(C)` wrapper of the 128-byte SQE,
+        // `struct io_uring_sqe` and its 64-byte command: integers and
+        // unions of integers with no padding, and the builder starts from a
+        // zeroed value, so every one of its 128 bytes is initialized and
+        // reading them as `[u8; 128]` is sound.
         let mut raw: [u8; 128] = unsafe { std::mem::transmute(e) };
         raw[24..28].copy_from_slice(&2u32.to_ne_bytes());
-        // SAFETY: as above.
+        // SAFETY: the same layout the other way: any 128 bytes are a valid
+        // value of those integers.
         unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
     }
 
@@ -474,13 +486,22 @@ pub(crate) fn serve(queue: Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Res
 
 fn serve_queue(queue: &Arc<Queue>, idle: bool, d: &impl Dispatch) -> io::Result<()> {
     SERVING.with(|s| s.set(Arc::as_ptr(queue)));
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET within its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(queue.qid as usize, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            debug!("io_uring queue {}: not pinned: {}", queue.qid, io::Error::last_os_error());
+    // A CPU beyond what a `cpu_set_t` holds (1024) cannot be named in one
+    // (libc's `CPU_SET` would panic, outside any handler's unwinding guard,
+    // and the mount would wait for this queue forever): its queue is served
+    // unpinned.
+    if (queue.qid as usize) < libc::CPU_SETSIZE as usize {
+        // SAFETY: a zeroed cpu_set_t is valid; the CPU index is below
+        // CPU_SETSIZE, checked above.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(queue.qid as usize, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                debug!("io_uring queue {}: not pinned: {}", queue.qid, io::Error::last_os_error());
+            }
         }
+    } else {
+        debug!("io_uring queue {}: not pinned: beyond CPU_SETSIZE", queue.qid);
     }
     for e in 0..queue.ents.len() {
         queue.submit(e, CMD_REGISTER, 0)?;
