@@ -106,6 +106,10 @@ pub struct FsConfig {
     pub name_stat_flags: libc::c_int,
     /// FUSE worker threads (for the stats; 0 when not mounted).
     pub workers: usize,
+    /// The mount flags of [`submounts::POLICY_FLAGS`] the mirror enforces
+    /// ([`submounts::enforced_by`] its mount options): a filesystem under
+    /// the source that enforces one more is not served (`fs/submounts.rs`).
+    pub mirror_flags: u64,
 }
 
 impl Default for FsConfig {
@@ -125,6 +129,7 @@ impl Default for FsConfig {
             source_kind: "local",
             name_stat_flags: 0,
             workers: 0,
+            mirror_flags: submounts::enforced_by(&[]),
         }
     }
 }
@@ -155,6 +160,9 @@ pub struct Fs {
     shared: SharedFds,
     gate: Arc<FdGate>,
     drops: DropCounters,
+    /// Filesystems under the source not served for their mount flags
+    /// (`fs/submounts.rs`).
+    refused_mounts: submounts::Refused,
     stale_opens: AtomicU64,
     dir_changes: AtomicU64,
     inval: InvalQueue,
@@ -207,6 +215,7 @@ impl Fs {
             shared: SharedFds::default(),
             gate,
             drops: DropCounters::default(),
+            refused_mounts: submounts::Refused::default(),
             stale_opens: AtomicU64::new(0),
             dir_changes: AtomicU64::new(0),
             inval: InvalQueue::default(),
@@ -435,6 +444,7 @@ impl Fs {
             Ok(st) => {
                 if st.st_dev != parent.key.0 {
                     tracing::debug!(name = %String::from_utf8_lossy(name), "entering a mount point inside the source");
+                    self.may_enter(pfd.as_fd(), &cname, st.st_dev)?;
                 }
                 let inode = self.table.intern(NewInode {
                     parent_ino: parent.ino,
@@ -1240,6 +1250,7 @@ mod flush;
 pub mod lease;
 pub mod prefetch;
 mod stats;
+pub mod submounts;
 pub mod walk_ahead;
 mod warm;
 mod xattr;

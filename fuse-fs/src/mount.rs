@@ -391,6 +391,12 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     // With the watch, the interval of what the watch cannot see (and of
     // everything, should the watch stop); the rest is kept for an hour.
     let revalidate = opts.revalidate.unwrap_or_else(|| profile.revalidate());
+    let mut options: Vec<String> = opts
+        .fuse_options
+        .iter()
+        .flat_map(|o| o.split(',').filter(|p| !p.is_empty()).map(String::from))
+        .collect();
+    inherit_noexec(&opts.source, &mut options);
     let cfg = FsConfig {
         revalidate,
         watch_revalidate: WATCH_REVALIDATE,
@@ -406,6 +412,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         source_kind: profile.kind(),
         name_stat_flags: profile.name_stat_flags(),
         workers: threads,
+        mirror_flags: crate::fs::submounts::enforced_by(&options),
     };
     let fs = Arc::new(
         Fs::new(&opts.source, cfg).map_err(|e| anyhow::anyhow!("opening source {}: {e}", opts.source.display()))?,
@@ -465,12 +472,6 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
             )?;
         }
     }
-    let mut options: Vec<String> = opts
-        .fuse_options
-        .iter()
-        .flat_map(|o| o.split(',').filter(|p| !p.is_empty()).map(String::from))
-        .collect();
-    inherit_noexec(&opts.source, &mut options);
     let adapter = FuseAdapter::new(fs.clone(), notifier.clone()).with_io_uring(opts.io_uring);
     let source = opts.source.canonicalize().unwrap_or_else(|_| opts.source.clone());
     let running = match fuse::session::start(

@@ -184,7 +184,22 @@ impl Fs {
                                 }
                             }
                         } else {
-                            self.lookup(dir.inode.ino, &item.name).ok().filter(|e| e.ino != 0)
+                            match self.lookup(dir.inode.ino, &item.name) {
+                                Ok(e) => Some(e).filter(|e| e.ino != 0),
+                                // A name that cannot be looked up (a
+                                // filesystem the mirror does not serve,
+                                // `fs/submounts.rs`): listed by name, as
+                                // READDIR lists it; using it asks a LOOKUP,
+                                // which fails the same way.
+                                Err(e) if e.errno() == libc::EACCES => {
+                                    if sink(&item) {
+                                        return Ok(());
+                                    }
+                                    offset = raw.next_off;
+                                    continue;
+                                }
+                                Err(_) => None,
+                            }
                         };
                         match found {
                             Some(e) => {

@@ -785,6 +785,94 @@ fn a_read_whose_fill_panics_keeps_no_folio_referenced() {
     t.fs.release(o.fh).expect("release");
 }
 
+/// A tmpfs mounted with `flags` at `at`, unmounted (lazily) when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &std::path::Path, flags: libc::c_ulong) -> Self {
+        std::fs::create_dir(at).expect("mkdir");
+        let c = sys::cstr(at.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: all strings are NUL-terminated; no data argument.
+        let rc = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                c.as_ptr(),
+                c"tmpfs".as_ptr(),
+                flags,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(
+            rc,
+            0,
+            "mount tmpfs on {}: {}",
+            at.display(),
+            std::io::Error::last_os_error()
+        );
+        Self(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let c = sys::cstr(self.0.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: the path is NUL-terminated.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+#[test]
+fn a_filesystem_under_the_source_with_a_flag_the_mirror_lacks_is_not_entered() {
+    if !sys::is_root() {
+        eprintln!("SKIPPED: mounting a tmpfs under the source needs root");
+        return;
+    }
+    // The default mirror is nosuid and nodev, not noexec.
+    let t = setup(default_cfg());
+    let nosuid_nodev = libc::MS_NOSUID | libc::MS_NODEV;
+    let _upload = Tmpfs::mount(&t.src.join("upload"), nosuid_nodev | libc::MS_NOEXEC);
+    let _data = Tmpfs::mount(&t.src.join("data"), nosuid_nodev);
+    std::fs::write(t.src.join("upload/x"), b"#!/bin/sh\n").expect("write");
+    err(t.fs.lookup(ROOT_INO, b"upload"), libc::EACCES);
+    err(t.fs.lookup(ROOT_INO, b"upload"), libc::EACCES);
+    let data =
+        t.fs.lookup(ROOT_INO, b"data")
+            .expect("a tmpfs as strict as the mirror is served");
+    assert_eq!(data.attr.kind, Kind::Dir);
+    // READDIRPLUS lists the refused mount point by name, without an entry.
+    let fh = t.fs.opendir(ROOT_INO, ME).expect("opendir");
+    let mut listed = Vec::new();
+    t.fs.readdir(fh, 0, true, |item| {
+        listed.push((item.name.clone(), item.entry.is_some()));
+        false
+    })
+    .expect("readdirplus");
+    t.fs.releasedir(fh).expect("releasedir");
+    assert!(listed.contains(&(b"upload".to_vec(), false)), "{listed:?}");
+    assert!(listed.contains(&(b"data".to_vec(), true)), "{listed:?}");
+    // A mirror mounted noexec serves the noexec tmpfs.
+    let noexec = Fs::new(
+        &t.src,
+        FsConfig {
+            mirror_flags: super::submounts::enforced_by(&["noexec".into()]),
+            ..default_cfg()
+        },
+    )
+    .expect("fs");
+    let upload = noexec.lookup(ROOT_INO, b"upload").expect("served by a noexec mirror");
+    assert!(noexec.lookup(upload.ino, b"x").is_ok());
+    // And a mirror mounted with -o suid does not serve a nosuid tmpfs.
+    let suid = Fs::new(
+        &t.src,
+        FsConfig {
+            mirror_flags: super::submounts::enforced_by(&["noexec".into(), "suid".into()]),
+            ..default_cfg()
+        },
+    )
+    .expect("fs");
+    err(suid.lookup(ROOT_INO, b"data"), libc::EACCES);
+}
+
 #[test]
 fn concurrent_cold_reads_fill_each_page_once() {
     let t = setup(default_cfg());

@@ -304,6 +304,9 @@ impl Fs {
         }
         match read {
             Ok(st) => {
+                if st.st_dev != parent.key.0 {
+                    self.may_enter(pfd, &cname, st.st_dev)?;
+                }
                 let inode = self.table.intern(NewInode {
                     parent_ino: parent.ino,
                     parent: pfd,
