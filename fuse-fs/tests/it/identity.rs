@@ -507,6 +507,45 @@ fn a_source_on_a_noexec_mount_gives_a_noexec_mirror() {
     drop(tmpfs);
 }
 
+/// A `noexec` filesystem mounted under the source of a mirror that is not
+/// `noexec`: not entered (its policy would not hold through the mirror),
+/// while a filesystem as strict as the mirror beside it is served.
+#[test]
+fn a_noexec_filesystem_under_the_source_is_not_entered() {
+    let mut mounts = Vec::new();
+    let Some(m) = mount(&[], |src| {
+        for (name, flags) in [("upload", libc::MS_NOEXEC), ("data", 0)] {
+            let dir = src.join(name);
+            fs::create_dir(&dir).unwrap();
+            mounts.push(Tmpfs::mount_on(&dir, flags));
+            fs::write(dir.join("run"), b"#!/bin/sh\necho ran\n").unwrap();
+            chmod(&dir.join("run"), 0o755);
+        }
+    }) else {
+        return;
+    };
+    match as_nobody(m.at("upload/run").to_str().unwrap(), &[]).output() {
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}"),
+        Ok(out) => panic!(
+            "ran through the mirror from a noexec filesystem under the source: {}",
+            String::from_utf8_lossy(&out.stdout)
+        ),
+    }
+    let err = fs::metadata(m.at("upload")).expect_err("the noexec mount point is not entered");
+    assert_eq!(err.raw_os_error(), Some(libc::EACCES), "{err}");
+    let names: Vec<_> = fs::read_dir(&m.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(names.iter().any(|n| n == "upload"), "still listed: {names:?}");
+    let out = as_nobody(m.at("data/run").to_str().unwrap(), &[])
+        .output()
+        .expect("a filesystem as strict as the mirror runs what it holds");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    drop(m);
+    drop(mounts);
+}
+
 /// A small ext4 filesystem (half its blocks reserved for root) mounted on
 /// a directory, unmounted on drop.
 struct Ext4(PathBuf);
