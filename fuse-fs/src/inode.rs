@@ -68,6 +68,7 @@ use crate::sys::{self, KernelHandle};
 
 mod fd_pool;
 mod handles;
+pub mod negatives;
 pub use fd_pool::FdPool;
 use handles::handle_shard;
 
@@ -169,7 +170,7 @@ struct DirState {
     names_stamp: Option<(Stamp, Instant)>,
     /// Kernel-cache mode: names answered to the kernel as negative entries
     /// (which it caches), so that a drop can invalidate them.
-    kernel_negatives: Vec<Box<[u8]>>,
+    kernel_negatives: negatives::KernelNegatives,
     /// The listing last read from the source (`listing.rs`).
     listing: Option<Arc<crate::listing::Listing>>,
     /// When a lookup last refreshed every stale name below at once
@@ -185,10 +186,6 @@ struct DirState {
     /// ...and when it was last claimed to be listed ahead.
     list_ahead_at: Option<Instant>,
 }
-
-/// Most negative names remembered per directory for kernel invalidation; a
-/// directory with more relies on the entry timeout for the rest.
-const MAX_KERNEL_NEGATIVES: usize = 4096;
 
 /// An inode's handle to its dentry, and what the name layer needs to give
 /// it one back safely (`names.rs`, "Invariants").
@@ -614,11 +611,7 @@ impl Inode {
 
     /// Directories: remembers a name answered to the kernel as a negative entry.
     pub fn push_kernel_negative(&self, name: &[u8]) {
-        let mut guard = self.dir.lock();
-        let d = guard.get_or_insert_default();
-        if d.kernel_negatives.len() < MAX_KERNEL_NEGATIVES && !d.kernel_negatives.iter().any(|n| &**n == name) {
-            d.kernel_negatives.push(name.into());
-        }
+        self.dir.lock().get_or_insert_default().kernel_negatives.push(name);
     }
 
     /// Directories: takes the remembered negative names.
@@ -626,7 +619,7 @@ impl Inode {
         self.dir
             .lock()
             .as_mut()
-            .map(|d| std::mem::take(&mut d.kernel_negatives))
+            .map(|d| d.kernel_negatives.take())
             .unwrap_or_default()
     }
 
