@@ -23,7 +23,9 @@
 //! supplementary groups nor its capabilities: those come from
 //! `/proc/<pid>/status` (`Groups:` and `CapEff:`), kept for a short time
 //! ([`TTL`]) in a bounded cache keyed by `(pid, uid, gid)`. A caller whose
-//! process is gone gets no supplementary groups and no capabilities.
+//! process is gone gets no supplementary groups and no capabilities, and so
+//! does one whose status names other filesystem ids than the request (its
+//! pid reused by another process, or its identity changed since).
 //!
 //! Callers with uid 0 stay root (the daemon's own identity); only a non-zero
 //! gid is taken (so that what root creates gets root's group as it would
@@ -83,14 +85,18 @@ impl ProcCreds {
         out
     }
 
-    /// Reads them for `pid`; a process that is gone has none.
-    fn read(pid: u32) -> Self {
+    /// Reads them for `pid`, the caller of a request made with filesystem
+    /// ids `uid` and `gid`. A process that is gone has none, and so has one
+    /// whose filesystem ids are not the request's: the pid was reused (the
+    /// caller died after sending it), or the caller changed identity since,
+    /// and another process's groups must not be lent to the request.
+    fn read(pid: u32, uid: u32, gid: u32) -> Self {
         if pid == 0 {
             return Self::default();
         }
         match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-            Ok(s) => Self::parse(&s),
-            Err(_) => Self::default(),
+            Ok(s) if fs_ids(&s) == Some((uid, gid)) => Self::parse(&s),
+            _ => Self::default(),
         }
     }
 
@@ -98,6 +104,19 @@ impl ProcCreds {
     pub fn has_cap(&self, cap: u32) -> bool {
         cap < 64 && self.cap_eff & (1 << cap) != 0
     }
+}
+
+/// The filesystem uid and gid in a `/proc/<pid>/status` text (the fourth
+/// field of its `Uid:` and `Gid:` lines).
+fn fs_ids(status: &str) -> Option<(u32, u32)> {
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|rest| rest.split_whitespace().nth(3))
+            .and_then(|v| v.parse().ok())
+    };
+    Some((field("Uid:")?, field("Gid:")?))
 }
 
 /// `(pid, uid, gid)` -> what `/proc/<pid>/status` said, and when.
@@ -168,7 +187,7 @@ impl Creds {
         {
             return p.clone();
         }
-        let p = Arc::new(ProcCreds::read(caller.pid));
+        let p = Arc::new(ProcCreds::read(caller.pid, caller.uid, caller.gid));
         let mut cache = self.cache.lock();
         if cache.len() >= CAPACITY {
             cache.retain(|_, (_, at)| now.duration_since(*at) < TTL);

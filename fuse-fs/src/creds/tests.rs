@@ -88,15 +88,50 @@ fn a_gone_process_has_no_groups_and_no_capabilities() {
 }
 
 #[test]
+fn a_process_whose_ids_are_not_the_requests_lends_nothing() {
+    assert_eq!(
+        fs_ids("Name:\tx\nUid:\t1000\t1000\t1000\t1001\nGid:\t50\t50\t50\t51\n"),
+        Some((1001, 51)),
+        "the fourth fields: the filesystem ids"
+    );
+    assert_eq!(fs_ids("Name:\tx\n"), None);
+    // Our own process (root with capabilities when run as root), named by
+    // a request of another identity: as if its pid had been reused.
+    let creds = Creds::new(false);
+    let other = creds.proc_creds(Caller {
+        uid: 12345,
+        gid: 12345,
+        pid: std::process::id(),
+        umask: 0,
+    });
+    assert!(other.groups.is_empty() && other.cap_eff == 0, "{other:?}");
+    let (uid, gid) = fs_ids(&std::fs::read_to_string("/proc/self/status").expect("status")).expect("ids");
+    let me = creds.proc_creds(Caller {
+        uid,
+        gid,
+        pid: std::process::id(),
+        umask: 0,
+    });
+    assert_eq!(me.has_cap(sys::CAP_SYS_ADMIN), sys::is_root(), "{me:?}");
+}
+
+#[test]
 fn a_thread_takes_the_caller_identity_and_gives_it_back_alone() {
     if !root() {
         return;
     }
-    // A thread holding groups 4242 and 4343 stands for the calling process.
+    // A thread holding groups 4242 and 4343, with the caller's filesystem
+    // ids, stands for the calling process.
     let (tid_tx, tid_rx) = mpsc::channel();
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let holder = std::thread::spawn(move || {
         sys::set_thread_groups(&[4242, 4343]).expect("setgroups");
+        // SAFETY: setfsgid and setfsuid (raw system calls, this thread's
+        // ids only) have no memory-safety preconditions.
+        unsafe {
+            libc::setfsgid(65533);
+            libc::setfsuid(65534);
+        }
         tid_tx.send(status("Pid:").parse::<u32>().unwrap()).unwrap();
         let _ = done_rx.recv();
     });
