@@ -95,7 +95,16 @@ impl ProcCreds {
             return Self::default();
         }
         match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-            Ok(s) if fs_ids(&s) == Some((uid, gid)) => Self::parse(&s),
+            Ok(s) if fs_ids(&s) == Some((uid, gid)) => {
+                let mut p = Self::parse(&s);
+                // `CapEff` counts in the caller's own user namespace: root
+                // of a namespace a user made (`unshare -r`) has every
+                // capability there and none over the daemon's files.
+                if !in_daemons_user_ns(pid) {
+                    p.cap_eff = 0;
+                }
+                p
+            }
             _ => Self::default(),
         }
     }
@@ -117,6 +126,18 @@ fn fs_ids(status: &str) -> Option<(u32, u32)> {
             .and_then(|v| v.parse().ok())
     };
     Some((field("Uid:")?, field("Gid:")?))
+}
+
+/// Whether process `pid` is in the daemon's user namespace (false if
+/// either cannot be read).
+fn in_daemons_user_ns(pid: u32) -> bool {
+    match (
+        std::fs::read_link(format!("/proc/{pid}/ns/user")),
+        std::fs::read_link("/proc/self/ns/user"),
+    ) {
+        (Ok(theirs), Ok(ours)) => theirs == ours,
+        _ => false,
+    }
 }
 
 /// `(pid, uid, gid)` -> what `/proc/<pid>/status` said, and when.

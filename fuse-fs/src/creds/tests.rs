@@ -116,6 +116,54 @@ fn a_process_whose_ids_are_not_the_requests_lends_nothing() {
 }
 
 #[test]
+fn root_of_another_user_namespace_has_no_capabilities() {
+    if !root() {
+        return;
+    }
+    let Ok(mut child) = std::process::Command::new("unshare")
+        .args(["-Ur", "sleep", "30"])
+        .spawn()
+    else {
+        eprintln!("SKIPPED: unshare(1) cannot be run");
+        return;
+    };
+    let pid = child.id();
+    let ours = std::fs::read_link("/proc/self/ns/user").expect("our namespace");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::fs::read_link(format!("/proc/{pid}/ns/user")).is_ok_and(|ns| ns == ours) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "unshare -Ur made no user namespace"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let (uid, gid) = fs_ids(&status).expect("ids");
+    assert_ne!(
+        u64::from_str_radix(
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .expect("CapEff")
+                .trim(),
+            16
+        )
+        .expect("hex"),
+        0,
+        "root of its own namespace has capabilities there"
+    );
+    let p = Creds::new(false).proc_creds(Caller {
+        uid,
+        gid,
+        pid,
+        umask: 0,
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!p.has_cap(sys::CAP_SYS_ADMIN), "{p:?}");
+}
+
+#[test]
 fn a_thread_takes_the_caller_identity_and_gives_it_back_alone() {
     if !root() {
         return;
