@@ -83,9 +83,7 @@
 //! (`FAN_Q_OVERFLOW`) does, when no place can be given:
 //! - a mount attached at the source itself, or under another mount under
 //!   the source (whose parent directory is on that other filesystem);
-//! - a mount already gone when its attach is read (attached and detached
-//!   between two reads, so that where it was is not known), a place whose
-//!   check fails;
+//! - a place whose check fails;
 //! - a mount moved at or under the source: where it was when its attach
 //!   was read may not be where it was attached;
 //! - a mount whose mount point was renamed (from a namespace where it is
@@ -94,9 +92,11 @@
 //!   ([`MountWatch::names_changed`]), so that its detach drops everything.
 //!
 //! A mount the watch never saw under the source may still have been there
-//! (one of the cases above). Its detach is handed on as such
-//! (`unseen_gone`), and is a change everywhere if the caches hold anything
-//! from that mount (`InodeTable::holds_mount`).
+//! (one of the cases above, or one already gone when its attach is read:
+//! attached and detached between two reads, so that where it was is not
+//! known). Its detach is handed on as such (`unseen_gone`), and is a change
+//! everywhere if the caches hold anything from that mount
+//! (`InodeTable::holds_mount`).
 //!
 //! Nothing here walks a path outside the source's own filesystem nor
 //! enters a mount (a stuck network filesystem under the source cannot hang
@@ -524,8 +524,17 @@ impl MountWatch {
                             points.insert(id, at.point);
                         }
                     }
-                    // Gone already: where it was, nothing says.
-                    Ok(None) => out.everywhere = true,
+                    // Gone already: where it was, nothing says. Its
+                    // detach happened before this lookup, so its event is
+                    // queued (or an overflow is): read with this batch or
+                    // the next, it is handed on as a mount never seen
+                    // under the source (`unseen_gone`), a change
+                    // everywhere only if the caches hold anything from it.
+                    // (Treating the attach itself as a change everywhere
+                    // let any user who can mount something anywhere, a
+                    // FUSE filesystem in their home, drop every cache of
+                    // the mount at will.)
+                    Ok(None) => {}
                     Err(e) => {
                         tracing::debug!(id, "statmount of an attached mount: {e}");
                         out.everywhere = true;
@@ -759,6 +768,32 @@ mod tests {
     #[test]
     fn reports_mounts_under_the_source_where_they_are_and_not_elsewhere() {
         in_own_namespace(reports_where);
+    }
+
+    /// A mount attached and detached before the watch reads either event
+    /// (what any user can do with a FUSE filesystem of their own, in a
+    /// loop): its attach cannot be placed, and its detach is left to the
+    /// caches (`unseen_gone`), not a change everywhere.
+    #[test]
+    fn a_mount_gone_before_its_attach_is_read_is_left_to_the_caches() {
+        in_own_namespace(|| {
+            let (_dir, base) = scratch();
+            let (source, elsewhere) = (base.join("src"), base.join("elsewhere"));
+            std::fs::create_dir_all(&source).unwrap();
+            std::fs::create_dir_all(&elsewhere).unwrap();
+            let w = MountWatch::new(&source).expect("mount events (Linux 6.15) on this machine");
+            mount_tmpfs(&elsewhere);
+            let id = sys::mount_id_unique(&elsewhere).unwrap();
+            umount(&elsewhere);
+            assert_eq!(
+                reported(&w),
+                Changes {
+                    unseen_gone: vec![id],
+                    ..Changes::default()
+                },
+                "attached and detached elsewhere before the watch read either"
+            );
+        });
     }
 
     fn placed(places: Vec<Place>, mounts: Vec<(u64, bool)>) -> Changes {
