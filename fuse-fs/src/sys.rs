@@ -15,7 +15,7 @@
 //! root and the source filesystem supports them.
 
 use std::ffi::{CStr, CString};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::error::{FsError, FsResult};
 
@@ -1060,16 +1060,10 @@ pub fn mount_flags(path: &std::ffi::CStr) -> FsResult<u64> {
 /// `name` under `dir` leads to (a mount point's name: the filesystem
 /// mounted there), without following a symbolic link.
 pub fn mount_flags_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> FsResult<u64> {
-    let fd = openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0)?;
-    // SAFETY: statvfs is plain old data; all zeros is a valid value.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `fd` is open (`fstatvfs` works on `O_PATH` descriptors, as
-    // `fstatfs` does since Linux 3.12) and `st` is a valid, writable
-    // statvfs; the call only writes it.
-    if unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(FsError::last_os_error());
-    }
-    Ok(st.f_flag as u64)
+    // `fstatvfs` works on an `O_PATH` descriptor (as `fstatfs` does since
+    // Linux 3.12).
+    let fd = openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+    Ok(fstatvfs(fd.as_fd())?.f_flag as u64)
 }
 
 /// The effective gid of the process.
