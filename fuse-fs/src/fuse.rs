@@ -1084,7 +1084,6 @@ pub mod session {
             MountOption::DefaultPermissions,
         ];
         let mut flags: libc::c_ulong = 0;
-        let (mut nosuid, mut nodev) = (true, true);
         for o in options {
             let (opt, flag) = match o.as_str() {
                 "allow_other" => {
@@ -1097,15 +1096,9 @@ pub mod session {
                 }
                 "default_permissions" | "rw" | "exec" | "atime" | "async" => continue,
                 "ro" => (MountOption::RO, libc::MS_RDONLY),
-                "dev" => {
-                    nodev = false;
-                    (MountOption::Dev, 0)
-                }
+                "dev" => (MountOption::Dev, 0),
                 "nodev" => (MountOption::NoDev, 0),
-                "suid" => {
-                    nosuid = false;
-                    (MountOption::Suid, 0)
-                }
+                "suid" => (MountOption::Suid, 0),
                 "nosuid" => (MountOption::NoSuid, 0),
                 "noexec" => (MountOption::NoExec, libc::MS_NOEXEC),
                 "noatime" => (MountOption::NoAtime, libc::MS_NOATIME),
@@ -1121,10 +1114,13 @@ pub mod session {
             opts.push(opt);
             flags |= flag;
         }
-        if nosuid {
+        // `nosuid` and `nodev` unless `suid` or `dev` is given: the rule
+        // lookups under the source are held to (`fs/submounts.rs`).
+        let enforced = crate::fs::submounts::enforced_by(options);
+        if enforced & libc::ST_NOSUID != 0 {
             flags |= libc::MS_NOSUID;
         }
-        if nodev {
+        if enforced & libc::ST_NODEV != 0 {
             flags |= libc::MS_NODEV;
         }
         cfg.mount_options = opts;

@@ -37,9 +37,10 @@ use super::Fs;
 pub const POLICY_FLAGS: u64 = libc::ST_NOEXEC | libc::ST_NOSUID | libc::ST_NODEV;
 
 /// The flags of [`POLICY_FLAGS`] a mirror mounted with `options` (the
-/// mount options rcufs passes to the kernel) enforces, by the rule the
-/// mount itself follows (`fuse.rs`, `session`): `nosuid` and `nodev`
-/// unless `suid` or `dev` is given, `noexec` only when given.
+/// mount options rcufs passes to the kernel) enforces: `nosuid` and
+/// `nodev` unless `suid` or `dev` is given, `noexec` only when given. The
+/// mount itself takes its `nosuid` and `nodev` from here (`fuse.rs`,
+/// `session`).
 pub fn enforced_by(options: &[String]) -> u64 {
     let has = |o: &str| options.iter().any(|x| x == o);
     let mut flags = 0;
