@@ -131,11 +131,12 @@ fn fs_ids(status: &str) -> Option<(u32, u32)> {
 /// Whether process `pid` is in the daemon's user namespace (false if
 /// either cannot be read).
 fn in_daemons_user_ns(pid: u32) -> bool {
-    match (
-        std::fs::read_link(format!("/proc/{pid}/ns/user")),
-        std::fs::read_link("/proc/self/ns/user"),
-    ) {
-        (Ok(theirs), Ok(ours)) => theirs == ours,
+    // The daemon's own namespace, read once: a process cannot leave it
+    // once it has threads.
+    static OURS: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let ours = OURS.get_or_init(|| std::fs::read_link("/proc/self/ns/user").ok());
+    match (std::fs::read_link(format!("/proc/{pid}/ns/user")), ours) {
+        (Ok(theirs), Some(ours)) => &theirs == ours,
         _ => false,
     }
 }
