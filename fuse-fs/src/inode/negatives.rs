@@ -33,7 +33,8 @@ impl Budget {
     }
 
     /// Names remembered under this budget.
-    pub fn used(&self) -> usize {
+    #[cfg(test)]
+    fn used(&self) -> usize {
         // Relaxed: a count; it orders nothing.
         self.count.load(Ordering::Relaxed)
     }
@@ -87,13 +88,9 @@ impl KernelNegatives {
     }
 
     /// How many names are remembered here.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.names.len()
-    }
-
-    /// Whether none is.
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
     }
 }
 
