@@ -284,6 +284,24 @@ pub(crate) fn drop_kernel_caches() -> Result<()> {
     fs::write("/proc/sys/vm/drop_caches", "3").context("echo 3 > /proc/sys/vm/drop_caches (needs root)")
 }
 
+/// User and system clock ticks (fields 14 and 15 of stat(5)) of process
+/// `pid`, or of the calling thread when `pid` is `None`; zeros if the file
+/// cannot be read.
+fn cpu_ticks(pid: Option<u32>) -> (u64, u64) {
+    let path = pid.map_or_else(|| "/proc/thread-self/stat".to_string(), |p| format!("/proc/{p}/stat"));
+    let Ok(text) = fs::read_to_string(path) else {
+        return (0, 0);
+    };
+    // Fields after the command name (which may hold spaces) start at `) `.
+    let Some((_, rest)) = text.rsplit_once(") ") else {
+        return (0, 0);
+    };
+    let f: Vec<&str> = rest.split(' ').collect();
+    // `rest` starts at field 3.
+    let get = |i: usize| f.get(i - 3).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    (get(14), get(15))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]

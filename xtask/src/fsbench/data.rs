@@ -19,7 +19,6 @@
 //! (`/proc/thread-self/stat`), each per read, over the timed passes.
 
 use std::fmt::Write as _;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -41,16 +40,8 @@ struct Target {
 /// Clock ticks of CPU time (user + system) of the process `pid`, or of the
 /// calling thread when `pid` is `None`.
 fn cpu_ticks(pid: Option<u32>) -> u64 {
-    let path = pid.map_or_else(|| "/proc/thread-self/stat".to_string(), |p| format!("/proc/{p}/stat"));
-    let Ok(text) = fs::read_to_string(path) else { return 0 };
-    // Fields after the command name (which may hold spaces) start at `) `.
-    let Some((_, rest)) = text.rsplit_once(") ") else {
-        return 0;
-    };
-    let f: Vec<&str> = rest.split(' ').collect();
-    // utime and stime are fields 14 and 15 of stat(5); `rest` starts at field 3.
-    let get = |i: usize| f.get(i - 3).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-    get(14) + get(15)
+    let (user, system) = super::cpu_ticks(pid);
+    user + system
 }
 
 /// Microseconds per clock tick.

@@ -155,21 +155,6 @@ fn dbench_once(dir: &Path, clients: usize, secs: u64) -> Result<f64> {
     }
 }
 
-/// User and system clock ticks of process `pid` (`/proc/PID/stat` fields
-/// 14 and 15).
-fn process_ticks(pid: u32) -> (u64, u64) {
-    let Ok(text) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return (0, 0);
-    };
-    // Fields after the command name (which may hold spaces) start at `) `.
-    let Some((_, rest)) = text.rsplit_once(") ") else {
-        return (0, 0);
-    };
-    let f: Vec<&str> = rest.split(' ').collect();
-    let get = |i: usize| f.get(i - 3).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-    (get(14), get(15))
-}
-
 /// What one run measured. The shares are of the machine's CPU capacity
 /// (all CPUs) over the whole dbench command, warm-up included, which runs
 /// the same load as the timed part.
@@ -206,10 +191,10 @@ fn one_run(t: &Target, work: &Path, clients: usize, secs: u64, logs: &Path) -> R
     let dir = mount.as_ref().map_or(fresh.dir.clone(), |m| m.path().to_path_buf());
     let pid = mount.as_ref().and_then(Mount::pid);
     let (b0, i0) = machine_ticks();
-    let d0 = pid.map(process_ticks);
+    let d0 = pid.map(|p| super::cpu_ticks(Some(p)));
     let mb_s = dbench_once(&dir, clients, secs)?;
     let (b1, i1) = machine_ticks();
-    let d1 = pid.map(process_ticks);
+    let d1 = pid.map(|p| super::cpu_ticks(Some(p)));
     drop(mount);
     drop(fresh);
     let all = ((b1 - b0) + (i1 - i0)).max(1) as f64;
