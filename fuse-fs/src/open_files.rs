@@ -18,10 +18,12 @@
 //! closure and, on the reuse path, runs a `recheck` hook on the shared
 //! descriptor first ([`recheck_access`]: `faccessat2(fd, "", mode,
 //! AT_EACCESS | AT_EMPTY_PATH)`, which checks under the calling thread's
-//! current filesystem credentials). Opens whose effect or permission that
-//! check does not cover (`O_TRUNC` truncates, `O_NOATIME` needs ownership)
-//! always run the real open; the fresh descriptor then joins the shared one
-//! if there is one (it is closed at once) or becomes it.
+//! current filesystem credentials, and refuses a write without `O_APPEND`
+//! to a file that has become append-only). Opens whose effect or
+//! permission that check does not cover (`O_TRUNC` truncates, `O_NOATIME`
+//! needs ownership) always run the real open; the fresh descriptor then
+//! joins the shared one if there is one (it is closed at once) or becomes
+//! it.
 //!
 //! Directories are not shared: `readdir` seeks the descriptor and reads a
 //! batch, and some filesystems keep per-open-file directory state that a
@@ -206,13 +208,25 @@ pub fn reusable(flags: i32) -> bool {
 /// The reuse path's permission check: may the calling thread (under its
 /// current filesystem credentials) open the descriptor's file with the
 /// access mode of `flags`?
+///
+/// The access check covers the permission bits, ACLs, a read-only
+/// filesystem and an immutable file; the open's own rule for an
+/// append-only file (`chattr +a`: writing without `O_APPEND` is `EPERM`,
+/// even for root) is not part of it and is checked here. A descriptor
+/// shared from before the file became append-only would otherwise let a
+/// new open write anywhere in it. (Handles opened before keep writing, as
+/// descriptors opened before do on the source.)
 pub fn recheck_access(fd: BorrowedFd<'_>, flags: i32) -> FsResult<()> {
     let mode = match flags & libc::O_ACCMODE {
         libc::O_RDONLY => libc::R_OK,
         libc::O_WRONLY => libc::W_OK,
         _ => libc::R_OK | libc::W_OK,
     };
-    sys::access_fd(fd, mode)
+    sys::access_fd(fd, mode)?;
+    if mode & libc::W_OK != 0 && flags & libc::O_APPEND == 0 && sys::append_only(fd)? {
+        return Err(FsError::new(libc::EPERM));
+    }
+    Ok(())
 }
 
 type ShareShard = parking_lot::Mutex<HashMap<ShareKey, Weak<SharedFd>>>;

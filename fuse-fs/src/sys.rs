@@ -893,6 +893,19 @@ pub fn access_fd(fd: BorrowedFd<'_>, mode: i32) -> FsResult<()> {
     Ok(())
 }
 
+/// Whether the file behind `fd` is append-only (`chattr +a`), as `statx`'s
+/// `STATX_ATTR_APPEND` says; `false` where the filesystem keeps no such
+/// attribute.
+pub fn append_only(fd: BorrowedFd<'_>) -> FsResult<bool> {
+    // SAFETY: `statx` is plain old data; all-zero bytes are a valid value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let flags = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_SYNC_AS_STAT;
+    // SAFETY: the path is a NUL-terminated empty string; `stx` is a valid,
+    // writable `struct statx`; the descriptor is kept open by the caller.
+    check(unsafe { libc::statx(fd.as_raw_fd(), EMPTY.as_ptr(), flags, 0, &mut stx) })?;
+    Ok(stx.stx_attributes & libc::STATX_ATTR_APPEND as u64 != 0)
+}
+
 /// The lowest free descriptor number (the number the next open would get),
 /// found by duplicating `fd` and closing the duplicate.
 pub fn lowest_free_fd(fd: BorrowedFd<'_>) -> FsResult<RawFd> {

@@ -1285,6 +1285,51 @@ fn opens_of_one_inode_and_mode_share_one_descriptor() {
     t.fs.release(tr.fh).expect("release");
 }
 
+/// Sets or clears the source file's append-only attribute (`chattr +a`).
+fn set_append_only(path: &std::path::Path, on: bool) {
+    const FS_APPEND_FL: libc::c_long = 0x20;
+    let f = std::fs::File::open(path).expect("open for the flags");
+    let mut flags: libc::c_long = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes one `long` into `flags`; `f` is open.
+    let r = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&f), libc::FS_IOC_GETFLAGS, &mut flags) };
+    assert_eq!(r, 0, "FS_IOC_GETFLAGS: {}", std::io::Error::last_os_error());
+    flags = if on {
+        flags | FS_APPEND_FL
+    } else {
+        flags & !FS_APPEND_FL
+    };
+    // SAFETY: FS_IOC_SETFLAGS reads one `long` from `flags`; `f` is open.
+    let r = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&f), libc::FS_IOC_SETFLAGS, &flags) };
+    assert_eq!(r, 0, "FS_IOC_SETFLAGS: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn a_shared_write_descriptor_is_not_lent_to_an_open_of_an_append_only_file() {
+    let t = setup(default_cfg());
+    let a = walk(&t.fs, "a.txt").expect("a");
+    let before = t.fs.open(a.ino, libc::O_WRONLY, ME).expect("open");
+    set_append_only(&t.src.join("a.txt"), true);
+    // Clears the attribute however the test ends, so the directory can go.
+    struct Clear(std::path::PathBuf);
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            set_append_only(&self.0, false);
+        }
+    }
+    let _clear = Clear(t.src.join("a.txt"));
+    // The source refuses a new write open without O_APPEND, even root's;
+    // the shared descriptor opened before must not stand in for it.
+    err(t.fs.open(a.ino, libc::O_WRONLY, ME), libc::EPERM);
+    err(t.fs.open(a.ino, libc::O_RDWR, ME), libc::EPERM);
+    let appending = t.fs.open(a.ino, libc::O_WRONLY | libc::O_APPEND, ME).expect("O_APPEND");
+    let reading = t.fs.open(a.ino, libc::O_RDONLY, ME).expect("O_RDONLY");
+    // The handle opened before keeps writing, as a descriptor would.
+    t.fs.write(before.fh, 0, b"H", ME, false).expect("write before");
+    for fh in [before.fh, appending.fh, reading.fh] {
+        t.fs.release(fh).expect("release");
+    }
+}
+
 #[test]
 fn a_non_root_open_past_the_reserve_is_emfile_and_roots_is_not() {
     // A limit of 2 puts the threshold at 1: any new descriptor is above it.
