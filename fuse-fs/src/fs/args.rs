@@ -73,12 +73,14 @@ pub(super) fn create_flags(flags: i32) -> i32 {
     (flags | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW) & !(libc::O_NOCTTY | libc::O_DIRECT)
 }
 
-/// Whether a write by a writer without `CAP_FSETID` clears bits of a file
-/// with mode `mode`: setuid, or setgid with group execute (the kernel's
-/// `should_remove_suid`).
+/// Whether a write by a writer without `CAP_FSETID` may clear bits of a
+/// file with mode `mode`: any setuid or setgid bit. Setuid always goes;
+/// setgid goes with group execute, and since Linux 6.2 also without it
+/// when the writer is not in the file's group (the kernel's
+/// `setattr_should_drop_sgid`), which only the source can tell for the
+/// writer's groups: the write then runs as the writer.
 pub(super) fn may_lose_suidgid(mode: u32) -> bool {
-    let sgid = libc::S_ISGID | libc::S_IXGRP;
-    mode & libc::S_ISUID != 0 || mode & sgid == sgid
+    mode & (libc::S_ISUID | libc::S_ISGID) != 0
 }
 
 /// Opens with `open(flags)`, widening a write-only open to read-write first

@@ -1379,7 +1379,11 @@ fn the_source_is_opened_without_o_direct_and_never_blocking_on_a_special_file() 
         );
     }
     assert!(may_lose_suidgid(0o4755) && may_lose_suidgid(0o2775) && may_lose_suidgid(0o6777));
-    assert!(!may_lose_suidgid(0o2765) && !may_lose_suidgid(0o1777) && !may_lose_suidgid(0o755));
+    assert!(
+        may_lose_suidgid(0o2765),
+        "setgid without group execute, for a writer outside the group"
+    );
+    assert!(!may_lose_suidgid(0o1777) && !may_lose_suidgid(0o755));
     let c = create_flags(libc::O_WRONLY | libc::O_TRUNC | libc::O_DIRECT | libc::O_NOCTTY);
     assert_eq!(c & libc::O_DIRECT, 0);
     assert_eq!(c & libc::O_NOCTTY, 0);
