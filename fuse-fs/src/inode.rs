@@ -1326,6 +1326,13 @@ impl InodeTable {
     /// children index down from `dir`; and how many index entries the walk
     /// visited. The cost follows the subtree, not the table.
     pub fn known_under(&self, dir: u64) -> (Vec<(Arc<Inode>, u32)>, u64) {
+        self.known_under_where(dir, |_| true)
+    }
+
+    /// [`known_under`](Self::known_under), entering only the directories
+    /// `enter` accepts (those it refuses are listed, not what is under
+    /// them).
+    pub fn known_under_where(&self, dir: u64, enter: impl Fn(&Inode) -> bool) -> (Vec<(Arc<Inode>, u32)>, u64) {
         let mut out = Vec::new();
         let mut visited = 0u64;
         let mut seen = std::collections::HashSet::new();
@@ -1338,7 +1345,7 @@ impl InodeTable {
                     continue; // A cycle through stale links.
                 }
                 let Ok(inode) = self.get(child) else { continue };
-                if inode.is_dir() {
+                if inode.is_dir() && enter(&inode) {
                     queue.push_back((child, depth + 1));
                 }
                 out.push((inode, depth + 1));

@@ -42,6 +42,7 @@
 
 use std::sync::Arc;
 
+pub use dcache::Verdict;
 use dcache::{Config, Dcache, Lookup};
 
 pub use crate::inode::DentryHandle;
@@ -298,10 +299,16 @@ impl Names {
     /// accepts; the filter sees every positive payload under it, and negative
     /// entries under it are always dropped.
     pub fn drop_subtree(&self, dir: &Inode, mut filter: impl FnMut(&Arc<Inode>) -> bool) -> SubtreeDrop {
+        self.drop_subtree_with(dir, |p| if filter(p) { Verdict::Drop } else { Verdict::Keep })
+    }
+
+    /// [`drop_subtree`](Self::drop_subtree) whose filter may also fence an
+    /// entry off: kept, with everything below it unwalked and uncounted.
+    pub fn drop_subtree_with(&self, dir: &Inode, mut filter: impl FnMut(&Arc<Inode>) -> Verdict) -> SubtreeDrop {
         let Some(dd) = self.dentry_to_change(dir) else {
             return SubtreeDrop::default();
         };
-        let s = self.cache.drop_subtree(&dd, |p: &Arc<Inode>| filter(p));
+        let s = self.cache.drop_subtree_with(&dd, |p: &Arc<Inode>| filter(p));
         SubtreeDrop {
             dropped: s.dropped,
             busy: s.busy,

@@ -645,8 +645,22 @@ pub struct DropStats {
     /// handle, or by a cached child that was itself busy); they are freed when
     /// the last reference goes.
     pub busy: u64,
-    /// Entries the filter kept (their subtrees are still walked).
+    /// Entries the filter kept (their subtrees are still walked) or fenced
+    /// (their subtrees are not).
     pub skipped: u64,
+}
+
+/// What [`Dcache::drop_subtree_with`] does with a cached entry below the
+/// directory, as its filter decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Unhash it, and everything below it.
+    Drop,
+    /// Keep it, and walk on into what is below it.
+    Keep,
+    /// Keep it and everything below it, unwalked: the filter is not asked
+    /// about anything below, which the walk's statistics then do not count.
+    Fence,
 }
 
 /// The concurrent directory-entry cache. See the crate docs.
@@ -1421,6 +1435,18 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// the walk collected it may still be dropped (at its new place). That
     /// costs a later miss, never a stale hit.
     pub fn drop_subtree(&self, dir: &Dentry<T>, mut filter: impl FnMut(&T) -> bool) -> DropStats {
+        self.drop_subtree_with(dir, |p| if filter(p) { Verdict::Drop } else { Verdict::Keep })
+    }
+
+    /// [`drop_subtree`](Self::drop_subtree) with a filter that can also
+    /// fence an entry off ([`Verdict::Fence`]): it is kept, and nothing
+    /// below it is walked, asked about, dropped or counted (negative
+    /// entries below it included). A caller that may drop only some of a
+    /// tree (a user's drop of a directory holding another user's private
+    /// one) thus neither touches nor learns what lies below the entries it
+    /// may not enter. A fenced entry below one the walk unhashed is dropped
+    /// anyway, as a kept one is.
+    pub fn drop_subtree_with(&self, dir: &Dentry<T>, mut filter: impl FnMut(&T) -> Verdict) -> DropStats {
         self.own(dir);
         let sh = self.sh();
         // Entries whose insertion happened before this call have smaller ids;
@@ -1461,7 +1487,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         limits: &[u64; MAX_SHARDS],
         seq: usize,
         locked: bool,
-        filter: &mut impl FnMut(&T) -> bool,
+        filter: &mut impl FnMut(&T) -> Verdict,
         stats: &mut DropStats,
         skipped: &mut u64,
     ) -> bool {
@@ -1579,12 +1605,23 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             // stay hashed under an unhashed parent.
             let parent_gone = !top.node.is_hashed();
             for child in batch.drain(..).rev() {
-                let drop_it = parent_gone || !child.is_hashed() || child.payload().is_none_or(&mut *filter);
-                let dropping = if drop_it {
-                    self.unhash(&child)
+                let verdict = if parent_gone || !child.is_hashed() {
+                    Verdict::Drop
                 } else {
-                    *skipped += 1;
-                    false
+                    child.payload().map_or(Verdict::Drop, &mut *filter)
+                };
+                let dropping = match verdict {
+                    Verdict::Drop => self.unhash(&child),
+                    Verdict::Keep => {
+                        *skipped += 1;
+                        false
+                    }
+                    Verdict::Fence => {
+                        // Kept, and not walked: its reference goes now.
+                        *skipped += 1;
+                        child.release_batched();
+                        continue;
+                    }
                 };
                 stack.push(Frame {
                     bounded: bounded(&child),

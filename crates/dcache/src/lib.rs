@@ -71,7 +71,9 @@
 //! - **Subtree drop**: [`Dcache::drop_subtree`] walks the cached subtree top
 //!   down in batches (resuming each list at a child it holds counted),
 //!   unhashing as it goes, and restarts when a rename interferes; after two
-//!   restarts it holds the rename lock for a pass.
+//!   restarts it holds the rename lock for a pass. Its filter may keep an
+//!   entry, or fence it off ([`Dcache::drop_subtree_with`]: kept with
+//!   everything below it, unwalked).
 //! - **Statistics** (`stats.rs`) are per-thread sharded counters; a thread
 //!   that owns its shard adds with a plain load and store (no barrier on the
 //!   hit path).
@@ -171,7 +173,7 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-pub use cache::{Dcache, Dentry, DentryRef, DropStats, Lookup, Pinned, Walk};
+pub use cache::{Dcache, Dentry, DentryRef, DropStats, Lookup, Pinned, Verdict, Walk};
 pub use stats::Stats;
 
 /// Whether threads keep the memory of freed entries for their next inserts

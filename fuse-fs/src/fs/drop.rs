@@ -5,6 +5,7 @@
 //! so its cost follows the subtree, not the table.
 
 use super::*;
+use crate::names::Verdict;
 
 /// The depth an orphan's own depth is added to (see [`Fs::drop_dir`]):
 /// deeper than anything a walk from a directory finds.
@@ -65,7 +66,10 @@ impl Fs {
 
     /// Drops the caches under directory `ino` (seeds 001 and 004): the
     /// caller must own the directory or be root; inodes under it that the
-    /// caller does not own are skipped and counted.
+    /// caller does not own are skipped and counted, and a directory it does
+    /// not own is not entered: what lies below it (another user's private
+    /// directory, say) is neither dropped nor counted, so a drop neither
+    /// flushes nor reveals how much is cached there.
     pub fn drop_dir(&self, ino: u64, mode: DropMode, caller: Caller) -> FsResult<DropOutcome> {
         let start = Instant::now();
         let dir = self.inode(ino)?;
@@ -97,7 +101,7 @@ impl Fs {
         let mut memo = HashMap::new();
         // The kernel's view, walked down the children index: the cost
         // follows the subtree, not every inode the kernel knows.
-        let (known, visited) = self.table.known_under(dir.ino);
+        let (known, visited) = self.table.known_under_where(dir.ino, owner);
         for (inode, depth) in known {
             found.insert(inode.ino, (inode, depth));
         }
@@ -130,18 +134,23 @@ impl Fs {
             .filter(|(i, _)| i.dentry.lock().live().is_some())
             .map(|(i, _)| i.ino)
             .collect();
-        let sub = self.names.drop_subtree(&dir, |inode| {
+        let sub = self.names.drop_subtree_with(&dir, |inode| {
             found_in_dcache += 1;
             let ok = owner(inode);
             if !ok {
                 skipped_inos.insert(inode.ino);
             }
             found.entry(inode.ino).or_insert_with(|| (inode.clone(), 0));
-            let unhash = ok && mode.drops_dentries();
-            if unhash {
-                counted.insert(inode.ino);
+            if !ok && inode.is_dir() {
+                // Not entered (see above), as the kernel's view was not.
+                return Verdict::Fence;
             }
-            unhash
+            if ok && mode.drops_dentries() {
+                counted.insert(inode.ino);
+                Verdict::Drop
+            } else {
+                Verdict::Keep
+            }
         });
         if mode.drops_dentries() {
             // Only now, with their dentries unhashed, the inodes the kernel

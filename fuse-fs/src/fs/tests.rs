@@ -691,24 +691,55 @@ fn a_drop_makes_a_source_change_visible_at_once() {
     assert_eq!(t.fs.lookup(e.ino, b"f").expect("lookup").attr.size, 5);
 }
 
+/// A user's drop of its own directory skips what it does not own, and
+/// does not enter a directory it does not own: another user's private
+/// directory below keeps everything cached (the user's own file in it
+/// too), and nothing below it is counted.
 #[test]
-fn drop_skips_inodes_the_caller_does_not_own() {
+fn drop_skips_inodes_the_caller_does_not_own_and_enters_no_directory_of_another() {
     let t = setup(default_cfg());
-    let d = walk(&t.fs, "d").expect("d");
+    if !sys::is_root() {
+        return; // chown needs root; the EPERM path is covered above.
+    }
     let owner = Caller {
         uid: 4242,
         gid: 4242,
         pid: 1,
         umask: 0,
     };
-    if !sys::is_root() {
-        return; // chown needs root; the EPERM path is covered above.
+    // d and d/mine are the user's; d/e (private) and d/e/f are root's;
+    // d/e/mine2, in root's directory, is the user's again.
+    std::fs::write(t.src.join("d/mine"), b"mine").expect("write");
+    std::fs::write(t.src.join("d/e/mine2"), b"mine2").expect("write");
+    for p in ["d", "d/mine", "d/e/mine2"] {
+        std::os::unix::fs::chown(t.src.join(p), Some(4242), Some(4242)).expect("chown");
     }
-    std::os::unix::fs::chown(t.src.join("d"), Some(4242), Some(4242)).expect("chown");
+    std::fs::set_permissions(t.src.join("d/e"), std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
     t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("refresh");
-    walk(&t.fs, "d/e/f").expect("f");
+    let d = walk(&t.fs, "d").expect("d");
+    let mine = walk(&t.fs, "d/mine").expect("d/mine");
+    let f = walk(&t.fs, "d/e/f").expect("f");
+    let mine2 = walk(&t.fs, "d/e/mine2").expect("mine2");
+    let e = walk(&t.fs, "d/e").expect("e");
+    err(t.fs.lookup(e.ino, b"nothing"), libc::ENOENT);
+    for ino in [mine.ino, f.ino, mine2.ino] {
+        read_all(&t.fs, ino);
+    }
+    let fills = pc(&t.fs, "fills");
     let out = t.fs.drop_dir(d.ino, DropMode::All, owner).expect("drop as owner of d");
-    assert!(out.args.skipped >= 2, "e and f belong to root: {:?}", out.args);
+    assert_eq!(out.args.skipped, 1, "only e, not what is inside it: {:?}", out.args);
+    assert_eq!(out.args.pages_dropped, 1, "d/mine's page alone: {:?}", out.args);
+    // Inside e everything stayed: pages, names and the negative entry.
+    let misses = || t.fs.stats_json()["dcache"]["misses"].as_u64().expect("misses");
+    let before = misses();
+    assert_eq!(walk(&t.fs, "d/e/mine2").expect("mine2").ino, mine2.ino);
+    err(t.fs.lookup(e.ino, b"nothing"), libc::ENOENT);
+    assert_eq!(misses(), before, "d/e, d/e/mine2 or the negative entry was dropped");
+    assert_eq!(read_all(&t.fs, mine2.ino), b"mine2");
+    assert_eq!(read_all(&t.fs, f.ino), vec![7u8; 10_000]);
+    assert_eq!(pc(&t.fs, "fills"), fills, "a page under e was filled again");
+    assert_eq!(read_all(&t.fs, mine.ino), b"mine");
+    assert_eq!(pc(&t.fs, "fills"), fills + 1, "d/mine's page stayed");
 }
 
 #[test]
