@@ -22,11 +22,28 @@ impl Fs {
             return Err(FsError::INVAL);
         }
         let mode = DropMode::from_u32(args.mode).ok_or(FsError::INVAL)?;
+        self.may_drop(ino, caller)?;
         self.catch_up_with_source();
         let mut out = self.drop_dir(ino, mode, caller)?;
         out.args.version = args.version;
         out.args.mode = args.mode;
         Ok((out.args.to_bytes().to_vec(), out.inval))
+    }
+
+    /// Whether `caller` may drop directory `ino`'s caches, checked before a
+    /// drop waits for the source watch to catch up (so that a refused drop
+    /// costs no wait): root may, and the directory's owner as the source
+    /// says now (`fstat`). [`drop_dir`](Self::drop_dir) checks again, with
+    /// the attributes caught up.
+    pub(super) fn may_drop(&self, ino: u64, caller: Caller) -> FsResult<()> {
+        let dir = self.inode(ino)?;
+        if !dir.is_dir() {
+            return Err(FsError::NOTDIR);
+        }
+        if caller.uid != 0 && self.refresh(&dir)?.st_uid != caller.uid {
+            return Err(FsError::PERM);
+        }
+        Ok(())
     }
 
     /// How deep `inode` lies under directory `dir` (1 = a child), following

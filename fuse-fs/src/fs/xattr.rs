@@ -25,6 +25,7 @@ impl Fs {
                 return Err(FsError::new(libc::ENOTSUP));
             }
             let mode = DropMode::from_xattr_value(value).ok_or(FsError::INVAL)?;
+            self.may_drop(ino, caller)?;
             self.catch_up_with_source();
             return Ok(self.drop_dir(ino, mode, caller)?.inval);
         }

@@ -443,6 +443,46 @@ fn a_non_owner_gets_eperm_and_unowned_entries_are_skipped() {
     assert_eq!(fs::read(m.at("mine/roots")).unwrap(), b"root's");
 }
 
+/// A drop the caller may not make is refused before it waits for the
+/// source watch to catch up (with `--kernel-cache`, a drop first lets the
+/// watcher apply what it has read): a user cannot make the daemon's
+/// workers and watcher wait by asking for drops of others' directories.
+#[test]
+fn a_refused_drop_does_not_wait_for_the_watch() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        if std::env::var("RCUFS_REQUIRE_MOUNT").is_ok_and(|v| v == "1") {
+            panic!("the permission test needs root to switch users");
+        }
+        eprintln!("SKIPPED: the permission test needs root to switch users");
+        return;
+    }
+    let Some(m) = Mount::with(
+        &["-o", "allow_other", "--kernel-cache", "--coherence", "watch"],
+        |src| {
+            tree(src);
+            fs::create_dir(src.join("mine")).unwrap();
+            std::os::unix::fs::chown(src.join("mine"), Some(NOBODY), Some(NOBODY)).unwrap();
+            fs::set_permissions(src.join("d"), fs::Permissions::from_mode(0o755)).unwrap();
+        },
+    ) else {
+        return;
+    };
+    walk(&m.at("d"));
+    let syncs = m.stat("coherence", "syncs");
+    for _ in 0..3 {
+        assert_eq!(drop_as_nobody(&m.at("d"), DropMode::All).map(|_| ()), Err(libc::EPERM));
+    }
+    assert_eq!(
+        m.stat("coherence", "syncs"),
+        syncs,
+        "a refused drop waited for the watch"
+    );
+    // The owner's drop catches up as before.
+    drop_as_nobody(&m.at("mine"), DropMode::All).expect("the owner may drop");
+    assert_eq!(m.stat("coherence", "syncs"), syncs + 1, "{}", m.stats());
+}
+
 fn drop_as_nobody(dir: &Path, mode: DropMode) -> Result<DropArgs, i32> {
     sys::drop_as(NOBODY, NOBODY, dir, DropArgs::request(mode))
 }
