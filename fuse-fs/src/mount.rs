@@ -127,7 +127,16 @@ fn choose_coherence(opts: &MountOptions) -> Result<(Coherence, String, Option<Wa
             .iter()
             .map(|m| format!("{} at {}", m.fstype, m.mount_point.display()))
             .collect();
-        format!("fanotify on {}", fs.join(", "))
+        let mut why = format!("fanotify on {}", fs.join(", "));
+        if !w.unmarked().is_empty() {
+            let not: Vec<String> = w
+                .unmarked()
+                .iter()
+                .map(|u| format!("{} at {}", u.fstype, u.mount_point.display()))
+                .collect();
+            why += &format!("; not on {} (ttl there)", not.join(", "));
+        }
+        why
     };
     match opts.coherence {
         CoherenceRequest::Ttl => Ok((Coherence::Ttl, "asked for (coherence=ttl)".into(), None)),

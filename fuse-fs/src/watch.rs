@@ -62,9 +62,16 @@
 //! enters one and marks it); and, before Linux 6.15, mounts attached or
 //! detached under the source. Writes through a
 //! shared mapping are reported only when the writer closes the file.
-//! [`Watcher::new`] refuses filesystems whose type is known to have remote
-//! writers or no file ids unless told to watch anyway, so `--coherence auto`
-//! falls back to timeouts there.
+//! [`Watcher::new`] refuses a source whose filesystem's type is known to
+//! have remote writers or no file ids unless told to watch anyway, so
+//! `--coherence auto` falls back to timeouts there. Such a filesystem
+//! mounted *below* the source (a user's sshfs in a home directory under a
+//! source of `/home`), or one below it that cannot be marked (a user's FUSE
+//! mount, which root may not enter), is left unmarked instead: the rest of
+//! the source is watched, and a lookup that enters it finds it unwatched,
+//! as for a filesystem mounted there later (`Fs::entered_filesystem`), so
+//! what is read there is re-checked after `--revalidate`. One user's mount
+//! thus no longer takes the watch from the whole mount.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -182,6 +189,17 @@ pub struct Marked {
     pub mount_id: u64,
 }
 
+/// A filesystem below the source left unmarked when the watch started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unmarked {
+    /// Where it is mounted.
+    pub mount_point: PathBuf,
+    /// Its type.
+    pub fstype: String,
+    /// Why it was not marked.
+    pub why: String,
+}
+
 /// A fanotify group with marks on the source's filesystems.
 #[derive(Debug)]
 pub struct Watcher {
@@ -191,6 +209,7 @@ pub struct Watcher {
     wake: OwnedFd,
     rounds: Arc<Rounds>,
     marked: Vec<Marked>,
+    unmarked: Vec<Unmarked>,
     /// The mount namespace's group (None before Linux 6.15).
     mounts: Option<mounts::MountWatch>,
     own_pid: i32,
@@ -245,32 +264,34 @@ impl Watcher {
             )))
         })?;
         let mut marked = Vec::new();
+        let mut unmarked = Vec::new();
         for (point, fstype) in targets {
-            if !force && unwatchable(&fstype) {
-                return Err(anyhow::Error::new(Unwatchable(format!(
+            let below = point != source;
+            let why = if !force && unwatchable(&fstype) {
+                format!(
                     "{} is {fstype}: changes made elsewhere are not reported there",
                     point.display()
-                ))));
+                )
+            } else {
+                match Self::mark_at(&fan, &point, &fstype) {
+                    Ok(m) => {
+                        marked.push(m);
+                        continue;
+                    }
+                    Err(e) => format!("{} ({fstype}): {e:#}", point.display()),
+                }
+            };
+            if !below {
+                return Err(anyhow::Error::new(Unwatchable(why)));
             }
-            let cpath = sys::cstr(std::os::unix::ffi::OsStrExt::as_bytes(point.as_os_str()))?;
-            let flags = libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM;
-            if let Err(e) = sys::fanotify_mark(fan.as_fd(), flags, MASK, &cpath) {
-                return Err(anyhow::Error::new(Unwatchable(format!(
-                    "fanotify_mark on {} ({fstype}): {e}",
-                    point.display()
-                ))));
-            }
-            let fd = sys::open_path(&cpath, libc::O_RDONLY | libc::O_DIRECTORY)
-                .with_context(|| format!("opening {}", point.display()))?;
-            let (fsid, _) = sys::fs_ids(fd.as_fd()).with_context(|| format!("statfs of {}", point.display()))?;
-            let dev = sys::fstat(fd.as_fd())?.st_dev;
-            let mount_id = sys::mount_id_unique_at(fd.as_fd(), sys::EMPTY).unwrap_or(0);
-            marked.push(Marked {
+            tracing::warn!(
+                "not watching a filesystem mounted under the source ({why}): changes made directly there are \
+                 seen after --revalidate, as with coherence ttl; the rest of the source is watched"
+            );
+            unmarked.push(Unmarked {
                 mount_point: point,
                 fstype,
-                fsid,
-                dev,
-                mount_id,
+                why,
             });
         }
         if marked.is_empty() {
@@ -290,9 +311,34 @@ impl Watcher {
             wake: sys::eventfd()?,
             rounds: Arc::default(),
             marked,
+            unmarked,
             mounts,
             own_pid: std::process::id() as i32,
         })
+    }
+
+    /// Marks the filesystem mounted at `point` (of type `fstype`).
+    fn mark_at(fan: &OwnedFd, point: &Path, fstype: &str) -> Result<Marked> {
+        let cpath = sys::cstr(std::os::unix::ffi::OsStrExt::as_bytes(point.as_os_str()))?;
+        let flags = libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM;
+        sys::fanotify_mark(fan.as_fd(), flags, MASK, &cpath).context("fanotify_mark")?;
+        let fd = sys::open_path(&cpath, libc::O_RDONLY | libc::O_DIRECTORY).context("opening it")?;
+        let (fsid, _) = sys::fs_ids(fd.as_fd()).context("statfs")?;
+        let dev = sys::fstat(fd.as_fd()).context("fstat")?.st_dev;
+        let mount_id = sys::mount_id_unique_at(fd.as_fd(), sys::EMPTY).unwrap_or(0);
+        Ok(Marked {
+            mount_point: point.to_path_buf(),
+            fstype: fstype.to_string(),
+            fsid,
+            dev,
+            mount_id,
+        })
+    }
+
+    /// The filesystems under the source left unmarked at the start (see
+    /// the module docs), with why.
+    pub fn unmarked(&self) -> &[Unmarked] {
+        &self.unmarked
     }
 
     /// The filesystems marked.

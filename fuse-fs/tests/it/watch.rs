@@ -467,6 +467,51 @@ fn auto_watches_a_local_source_and_falls_back_to_ttl_on_a_fuse_source() {
     assert_eq!(ttl.stats()["coherence"]["mode"], "ttl");
 }
 
+/// A FUSE filesystem mounted under the source (a user's sshfs in a home
+/// directory, say) does not take the watch from the whole mount with
+/// `--coherence auto`: the rest of the source is watched, and the FUSE
+/// filesystem is found unwatched when a lookup enters it (what is read
+/// there is re-checked after `--revalidate`). Before, the whole mount fell
+/// back to `ttl`.
+#[test]
+fn auto_watches_the_rest_of_a_source_with_a_fuse_filesystem_under_it() {
+    let Some(inner) = Mount::with(&[], tree) else {
+        return;
+    };
+    let top = tempfile::tempdir().unwrap();
+    fs::create_dir(top.path().join("sub")).unwrap();
+    fs::write(top.path().join("own"), b"own").unwrap();
+    let bind = Submount::bind(&inner.mnt, &top.path().join("sub"));
+    let Some(outer) = Mount::over(top.path(), &["--coherence", "auto", "--revalidate", "3600"]) else {
+        return;
+    };
+    let s = outer.stats();
+    assert_eq!(s["coherence"]["mode"], "watch", "{s}");
+    let why = s["coherence"]["why"].as_str().unwrap();
+    assert!(why.contains("not on fuse"), "{why}");
+    // A name created directly in the source's own filesystem: seen through
+    // the watch, not after the hour's --revalidate.
+    assert_eq!(errno(&fs::metadata(outer.at("late"))), Some(libc::ENOENT));
+    fs::write(top.path().join("late"), b"late").unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || fs::metadata(outer.at("late")).is_ok()),
+        "{}",
+        outer.stats()
+    );
+    // The FUSE filesystem is served, and counted unwatched once entered.
+    assert_eq!(outer.stat("coherence", "unwatched_filesystems"), 0);
+    assert_eq!(fs::read(outer.at("sub/d/keep")).unwrap(), b"keep");
+    assert_eq!(outer.stat("coherence", "unwatched_filesystems"), 1, "{}", outer.stats());
+    assert!(
+        outer
+            .log_text()
+            .contains("not watching a filesystem mounted under the source")
+    );
+    drop(outer);
+    drop(bind);
+    drop(inner);
+}
+
 /// Lookups and attribute reads racing with changes in the source: whatever
 /// a request read before a change and stored after the watcher applied it
 /// must not outlive the change (the change sequence, `fs/watched.rs`).
