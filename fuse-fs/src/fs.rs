@@ -357,9 +357,11 @@ impl Fs {
     }
 
     fn negative(&self, parent: &Inode, name: &[u8]) -> FsResult<Entry> {
-        if self.cfg.kernel_cache {
-            // Remembered so that a drop can invalidate the kernel's copy.
-            parent.push_kernel_negative(name);
+        // Kernel-cache mode lends the kernel a negative entry, remembered so
+        // that a drop can invalidate it; past the bounds of what is
+        // remembered (`inode/negatives.rs`), `ENOENT`, which the kernel
+        // does not keep.
+        if self.cfg.kernel_cache && parent.push_kernel_negative(name) {
             Ok(Entry {
                 ino: 0,
                 attr: Attr::from_stat(0, &sys::zero_stat()),

@@ -609,9 +609,10 @@ impl Inode {
         self.dir.lock().get_or_insert_default().listed_ahead = true;
     }
 
-    /// Directories: remembers a name answered to the kernel as a negative entry.
-    pub fn push_kernel_negative(&self, name: &[u8]) {
-        self.dir.lock().get_or_insert_default().kernel_negatives.push(name);
+    /// Directories: remembers a name answered to the kernel as a negative
+    /// entry; whether it is remembered (a bound may refuse it).
+    pub fn push_kernel_negative(&self, name: &[u8]) -> bool {
+        self.dir.lock().get_or_insert_default().kernel_negatives.push(name)
     }
 
     /// Directories: takes the remembered negative names.

@@ -146,6 +146,35 @@ fn missing_names_are_enoent_or_negative_entries() {
     assert_eq!(k.fs.entry_ttl(ROOT_INO), Duration::from_secs(1));
 }
 
+/// Kernel-cache mode lends a negative entry only for a name it can
+/// invalidate at a drop: past the directory's bound of remembered names,
+/// a missing name is `ENOENT`, which the kernel does not keep.
+#[test]
+fn a_negative_entry_the_daemon_cannot_remember_is_enoent() {
+    let k = setup(FsConfig {
+        kernel_cache: true,
+        ..default_cfg()
+    });
+    let d = walk(&k.fs, "d").expect("d");
+    let per_dir = crate::inode::negatives::PER_DIR;
+    for i in 0..per_dir {
+        let e = k.fs.lookup(d.ino, format!("m{i}").as_bytes()).expect("negative entry");
+        assert_eq!(e.ino, 0, "m{i}");
+    }
+    err(k.fs.lookup(d.ino, b"one-more"), libc::ENOENT);
+    // A name remembered before is still lent.
+    assert_eq!(k.fs.lookup(d.ino, b"m7").expect("negative entry").ino, 0);
+    // A drop invalidates every name it lent, and then has room again.
+    let out = k.fs.drop_dir(d.ino, DropMode::All, ME).expect("drop");
+    let names = out
+        .inval
+        .iter()
+        .filter(|i| matches!(i, Inval::Entry { parent, .. } if *parent == d.ino))
+        .count();
+    assert!(names >= per_dir, "{names} entries invalidated under d");
+    assert_eq!(k.fs.lookup(d.ino, b"one-more").expect("negative entry").ino, 0);
+}
+
 #[test]
 fn forget_removes_the_node_id_when_the_count_reaches_zero() {
     let t = setup(default_cfg());

@@ -4,9 +4,9 @@
 //! Without the second, a user who can search many directories could make
 //! the daemon keep up to `PER_DIR` names of up to 255 bytes for each of
 //! them (about 1 MiB a directory) for as long as the directories stay
-//! cached. A name not recorded for either bound is still answered
-//! negative; the kernel then keeps it until its entry timeout even across
-//! a drop (SEMANTICS, "Limits").
+//! cached. A name not recorded for either bound is answered `ENOENT`
+//! rather than as a negative entry, so that the kernel keeps nothing a
+//! drop could not reach (`Fs::negative`).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -65,18 +65,23 @@ impl KernelNegatives {
         }
     }
 
-    /// Remembers `name`, unless it is already or a bound is reached.
-    pub fn push(&mut self, name: &[u8]) {
-        if self.names.len() >= PER_DIR || self.names.contains(name) {
-            return;
+    /// Remembers `name`, unless a bound is reached; whether it is
+    /// remembered (now, or already).
+    pub fn push(&mut self, name: &[u8]) -> bool {
+        if self.names.contains(name) {
+            return true;
+        }
+        if self.names.len() >= PER_DIR {
+            return false;
         }
         // Relaxed: a count; it orders nothing. An add that went past the
         // bound is undone, so racing pushes pass it only for an instant.
         if self.budget.count.fetch_add(1, Ordering::Relaxed) >= self.budget.max {
             self.budget.count.fetch_sub(1, Ordering::Relaxed);
-            return;
+            return false;
         }
         self.names.insert(name.into());
+        true
     }
 
     /// Takes the remembered names.
@@ -109,12 +114,12 @@ mod tests {
     fn names_are_kept_once_within_the_directory_bound() {
         static B: Budget = Budget::new(usize::MAX / 2);
         let mut n = KernelNegatives::under(&B);
-        n.push(b"a");
-        n.push(b"a");
+        assert!(n.push(b"a"));
+        assert!(n.push(b"a"));
         assert_eq!(n.len(), 1);
-        for i in 0..PER_DIR + 10 {
-            n.push(format!("n{i}").as_bytes());
-        }
+        let kept = (0..PER_DIR + 10).filter(|i| n.push(format!("n{i}").as_bytes())).count();
+        assert_eq!(kept, PER_DIR - 1, "each push says whether it was remembered");
+        assert!(n.push(b"a"), "a name remembered before stays remembered at the bound");
         assert_eq!(n.len(), PER_DIR, "no more than PER_DIR names in one directory");
         assert_eq!(B.used(), PER_DIR);
         let taken = n.take();
@@ -126,18 +131,20 @@ mod tests {
     fn the_daemon_wide_bound_holds_across_directories_and_frees_with_them() {
         static B: Budget = Budget::new(10);
         let mut dirs: Vec<KernelNegatives> = (0..4).map(|_| KernelNegatives::under(&B)).collect();
+        let mut kept = 0;
         for (d, dir) in dirs.iter_mut().enumerate() {
             for i in 0..4 {
-                dir.push(format!("{d}-{i}").as_bytes());
+                kept += usize::from(dir.push(format!("{d}-{i}").as_bytes()));
             }
         }
+        assert_eq!(kept, 10);
         assert_eq!(dirs.iter().map(KernelNegatives::len).sum::<usize>(), 10);
         assert_eq!(B.used(), 10);
         assert_eq!(dirs[3].len(), 0, "the last directory found the budget spent");
         let first = dirs.remove(0);
         drop(first);
         assert_eq!(B.used(), 6, "a directory's names go back to the budget when it goes");
-        dirs[2].push(b"now");
+        assert!(dirs[2].push(b"now"));
         assert_eq!(dirs[2].len(), 1);
         assert_eq!(B.used(), 7);
     }
