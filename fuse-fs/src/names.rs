@@ -305,10 +305,22 @@ impl Names {
     /// [`drop_subtree`](Self::drop_subtree) whose filter may also fence an
     /// entry off: kept, with everything below it unwalked and uncounted.
     pub fn drop_subtree_with(&self, dir: &Inode, mut filter: impl FnMut(&Arc<Inode>) -> Verdict) -> SubtreeDrop {
+        self.drop_subtree_under(dir, |p, _| filter(p))
+    }
+
+    /// [`drop_subtree_with`](Self::drop_subtree_with) whose filter is also
+    /// given the entry's parent (the directory's inode).
+    pub fn drop_subtree_under(
+        &self,
+        dir: &Inode,
+        mut filter: impl FnMut(&Arc<Inode>, Option<&Arc<Inode>>) -> Verdict,
+    ) -> SubtreeDrop {
         let Some(dd) = self.dentry_to_change(dir) else {
             return SubtreeDrop::default();
         };
-        let s = self.cache.drop_subtree_with(&dd, |p: &Arc<Inode>| filter(p));
+        let s = self
+            .cache
+            .drop_subtree_under(&dd, |p: &Arc<Inode>, parent| filter(p, parent));
         SubtreeDrop {
             dropped: s.dropped,
             busy: s.busy,

@@ -893,17 +893,35 @@ pub fn access_fd(fd: BorrowedFd<'_>, mode: i32) -> FsResult<()> {
     Ok(())
 }
 
-/// Whether the file behind `fd` is append-only (`chattr +a`), as `statx`'s
-/// `STATX_ATTR_APPEND` says; `false` where the filesystem keeps no such
-/// attribute.
+/// Whether the file behind `fd` (an open descriptor, not `O_PATH`) is
+/// append-only (`chattr +a`): as `statx`'s `STATX_ATTR_APPEND` says where
+/// the filesystem reports that attribute there, and otherwise as
+/// `FS_IOC_GETFLAGS` does; `false` where the filesystem keeps neither.
 pub fn append_only(fd: BorrowedFd<'_>) -> FsResult<bool> {
+    const FS_APPEND_FL: libc::c_long = 0x20;
+    let append = libc::STATX_ATTR_APPEND as u64;
     // SAFETY: `statx` is plain old data; all-zero bytes are a valid value.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
     let flags = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_SYNC_AS_STAT;
     // SAFETY: the path is a NUL-terminated empty string; `stx` is a valid,
     // writable `struct statx`; the descriptor is kept open by the caller.
     check(unsafe { libc::statx(fd.as_raw_fd(), EMPTY.as_ptr(), flags, 0, &mut stx) })?;
-    Ok(stx.stx_attributes & libc::STATX_ATTR_APPEND as u64 != 0)
+    if stx.stx_attributes_mask & append != 0 {
+        return Ok(stx.stx_attributes & append != 0);
+    }
+    let mut fl: libc::c_long = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes one `long` into `fl`; the descriptor
+    // is kept open by the caller.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut fl) };
+    if r != 0 {
+        let e = FsError::last_os_error();
+        // No inode flags on this filesystem.
+        if matches!(e.errno(), libc::ENOTTY | libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS) {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(fl & FS_APPEND_FL != 0)
 }
 
 /// The lowest free descriptor number (the number the next open would get),

@@ -1445,8 +1445,18 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// tree (a user's drop of a directory holding another user's private
     /// one) thus neither touches nor learns what lies below the entries it
     /// may not enter. A fenced entry below one the walk unhashed is dropped
-    /// anyway, as a kept one is.
+    /// anyway, as a kept one is: a caller that must keep it keeps the
+    /// entries above it too ([`drop_subtree_under`](Self::drop_subtree_under)
+    /// tells the filter each entry's parent, so that a first pass that
+    /// drops nothing can find them).
     pub fn drop_subtree_with(&self, dir: &Dentry<T>, mut filter: impl FnMut(&T) -> Verdict) -> DropStats {
+        self.drop_subtree_under(dir, |p, _| filter(p))
+    }
+
+    /// [`drop_subtree_with`](Self::drop_subtree_with) whose filter is also
+    /// given the entry's parent's payload (`None` for a child of a `dir`
+    /// that has none).
+    pub fn drop_subtree_under(&self, dir: &Dentry<T>, mut filter: impl FnMut(&T, Option<&T>) -> Verdict) -> DropStats {
         self.own(dir);
         let sh = self.sh();
         // Entries whose insertion happened before this call have smaller ids;
@@ -1487,7 +1497,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         limits: &[u64; MAX_SHARDS],
         seq: usize,
         locked: bool,
-        filter: &mut impl FnMut(&T) -> Verdict,
+        filter: &mut impl FnMut(&T, Option<&T>) -> Verdict,
         stats: &mut DropStats,
         skipped: &mut u64,
     ) -> bool {
@@ -1604,11 +1614,13 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             // it is unreachable by lookups from `dir` already, and must not
             // stay hashed under an unhashed parent.
             let parent_gone = !top.node.is_hashed();
+            // The batch's parent, held while its children are pushed above it.
+            let parent = top.node.clone();
             for child in batch.drain(..).rev() {
                 let verdict = if parent_gone || !child.is_hashed() {
                     Verdict::Drop
                 } else {
-                    child.payload().map_or(Verdict::Drop, &mut *filter)
+                    child.payload().map_or(Verdict::Drop, |p| filter(p, parent.payload()))
                 };
                 let dropping = match verdict {
                     Verdict::Drop => self.unhash(&child),

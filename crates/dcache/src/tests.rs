@@ -332,6 +332,37 @@ fn drop_subtree_with_a_fence_neither_walks_nor_counts_below_it() {
     drop(fenced);
 }
 
+/// The filter of `drop_subtree_under` is told each entry's parent, so a
+/// pass that keeps everything can map the tree (the caller then keeps the
+/// entries above a fence in the pass that drops).
+#[test]
+fn drop_subtree_under_tells_the_filter_each_parent() {
+    use crate::Verdict;
+    let c = Dcache::new(
+        Config {
+            prune_batch: 2,
+            ..Config::default()
+        },
+        0,
+    );
+    let root = c.root();
+    let d = c.insert(&root, b"d", Some(1));
+    let s = c.insert(&d, b"s", Some(2));
+    let p = c.insert(&s, b"p", Some(3));
+    c.insert(&p, b"x", Some(4));
+    c.insert(&s, b"y", Some(5));
+    c.insert(&d, b"z", Some(6));
+    let mut seen = Vec::new();
+    let stats = c.drop_subtree_under(&d, |&v, parent| {
+        seen.push((v, parent.copied()));
+        if v == 3 { Verdict::Fence } else { Verdict::Keep }
+    });
+    seen.sort_unstable();
+    assert_eq!(seen, [(2, Some(1)), (3, Some(2)), (5, Some(2)), (6, Some(1))]);
+    assert_eq!((stats.dropped, stats.busy, stats.skipped), (0, 0, 4));
+    drop((s, p));
+}
+
 #[test]
 fn drop_subtree_counts_dropped_busy_and_skipped() {
     let c = Dcache::new(

@@ -5,6 +5,8 @@
 //! so its cost follows the subtree, not the table.
 
 use super::*;
+use std::collections::HashSet;
+
 use crate::names::Verdict;
 
 /// The depth an orphan's own depth is added to (see [`Fs::drop_dir`]):
@@ -44,6 +46,52 @@ impl Fs {
             return Err(FsError::PERM);
         }
         Ok(())
+    }
+
+    /// For a non-root drop of `dir`: the directories between `dir` and each
+    /// directory under it that the caller does not own (a fence, see
+    /// [`drop_dir`](Self::drop_dir)), found by a pass over the dcache that
+    /// drops nothing (negative entries aside, which every drop drops) and
+    /// by the recorded links of the inodes the kernel knows (`known`). A
+    /// directory that appears under one of the caller's own between this
+    /// pass and the drop's is not protected.
+    fn above_fences(
+        &self,
+        dir: &Inode,
+        known: &HashMap<u64, (Arc<Inode>, u32)>,
+        owner: impl Fn(&Inode) -> bool,
+    ) -> HashSet<u64> {
+        let mut parent_of: HashMap<u64, u64> = HashMap::new();
+        let mut fences = Vec::new();
+        self.names.drop_subtree_under(dir, |inode, parent| {
+            if let Some(p) = parent {
+                parent_of.insert(inode.ino, p.ino);
+            }
+            if inode.is_dir() && !owner(inode) {
+                fences.push(inode.ino);
+                Verdict::Fence
+            } else {
+                Verdict::Keep
+            }
+        });
+        for (inode, _) in known.values() {
+            parent_of.entry(inode.ino).or_insert_with(|| inode.link_parent());
+            if inode.is_dir() && !owner(inode) {
+                fences.push(inode.ino);
+            }
+        }
+        let mut held = HashSet::new();
+        for fence in fences {
+            let mut cur = fence;
+            // Up to `dir`; stops where a chain was walked already (or loops).
+            while let Some(&p) = parent_of.get(&cur) {
+                if p == dir.ino || !held.insert(p) {
+                    break;
+                }
+                cur = p;
+            }
+        }
+        held
     }
 
     /// How deep `inode` lies under directory `dir` (1 = a child), following
@@ -86,7 +134,10 @@ impl Fs {
     /// caller does not own are skipped and counted, and a directory it does
     /// not own is not entered: what lies below it (another user's private
     /// directory, say) is neither dropped nor counted, so a drop neither
-    /// flushes nor reveals how much is cached there.
+    /// flushes nor reveals how much is cached there; the caller's own
+    /// directories above such a directory stay cached with it (see
+    /// [`above_fences`](Self::above_fences)). Orphans the caller owns are
+    /// dropped wherever they are (see below).
     pub fn drop_dir(&self, ino: u64, mode: DropMode, caller: Caller) -> FsResult<DropOutcome> {
         let start = Instant::now();
         let dir = self.inode(ino)?;
@@ -140,6 +191,15 @@ impl Fs {
                 found.entry(inode.ino).or_insert((inode, 0));
             }
         }
+        // A non-root caller's drop neither flushes nor counts what lies in
+        // a directory under `dir` that the caller does not own (a fence);
+        // since the dcache drops everything below an entry it unhashes,
+        // the caller's own directories above each fence stay cached too.
+        let held = if caller.uid == 0 {
+            HashSet::new()
+        } else {
+            self.above_fences(&dir, &found, owner)
+        };
         let mut found_in_dcache = 0u64;
         // The inodes whose entries the walk will count (dropped, or busy
         // while a handle holds them): the known ones cached before it, and
@@ -161,6 +221,9 @@ impl Fs {
             if !ok && inode.is_dir() {
                 // Not entered (see above), as the kernel's view was not.
                 return Verdict::Fence;
+            }
+            if held.contains(&inode.ino) {
+                return Verdict::Keep;
             }
             if ok && mode.drops_dentries() {
                 counted.insert(inode.ino);
@@ -214,9 +277,10 @@ impl Fs {
         }
         if mode.drops_dentries() && self.cfg.kernel_cache {
             // The kernel's negative entries under the directory, deepest first.
+            // Not those of the directories the caller does not own.
             let mut dirs: Vec<(&Arc<Inode>, u32)> = found
                 .values()
-                .filter(|(i, _)| i.is_dir())
+                .filter(|(i, _)| i.is_dir() && owner(i))
                 .map(|(i, d)| (i, *d))
                 .collect();
             dirs.sort_by_key(|e| std::cmp::Reverse(e.1));
@@ -246,7 +310,9 @@ impl Fs {
             // the next LOOKUP or READDIRPLUS, after its own copy was
             // invalidated).
             inode.expire_attr();
-            if mode.drops_dentries() && known {
+            // Not the entries kept above a fence: the kernel's
+            // invalidation of a directory's entry drops all it holds below.
+            if mode.drops_dentries() && known && !held.contains(&inode.ino) {
                 let (parent, name) = inode.link();
                 out.inval.push(Inval::Entry {
                     parent,

@@ -771,6 +771,78 @@ fn drop_skips_inodes_the_caller_does_not_own_and_enters_no_directory_of_another(
     assert_eq!(pc(&t.fs, "fills"), fills + 1, "d/mine's page stayed");
 }
 
+/// The same two levels down, with `--kernel-cache`: the user's own
+/// directory holding another's private one stays cached (the dcache drops
+/// everything below an entry it unhashes, and the kernel everything below
+/// an entry it is told to forget), and nothing in the private one is
+/// dropped, counted or invalidated in the kernel, its negative entries
+/// included.
+#[test]
+fn a_drop_keeps_another_users_directory_two_levels_down_and_its_kernel_entries() {
+    let t = setup(FsConfig {
+        kernel_cache: true,
+        ..default_cfg()
+    });
+    if !sys::is_root() {
+        return; // chown needs root.
+    }
+    let owner = Caller {
+        uid: 4242,
+        gid: 4242,
+        pid: 1,
+        umask: 0,
+    };
+    std::fs::create_dir_all(t.src.join("d/s/p")).expect("mkdir");
+    std::fs::write(t.src.join("d/s/p/f"), b"theirs").expect("write");
+    std::fs::write(t.src.join("d/s/mine"), b"mine").expect("write");
+    for p in ["d", "d/s", "d/s/mine"] {
+        std::os::unix::fs::chown(t.src.join(p), Some(4242), Some(4242)).expect("chown");
+    }
+    std::fs::set_permissions(t.src.join("d/s/p"), std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
+    t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("refresh");
+    let d = walk(&t.fs, "d").expect("d");
+    let s = walk(&t.fs, "d/s").expect("s");
+    let p = walk(&t.fs, "d/s/p").expect("p");
+    let f = walk(&t.fs, "d/s/p/f").expect("f");
+    let mine = walk(&t.fs, "d/s/mine").expect("mine");
+    assert_eq!(t.fs.lookup(p.ino, b"pneg").expect("negative").ino, 0);
+    assert_eq!(t.fs.lookup(s.ino, b"sneg").expect("negative").ino, 0);
+    for ino in [f.ino, mine.ino] {
+        read_all(&t.fs, ino);
+    }
+    let fills = pc(&t.fs, "fills");
+    let out = t.fs.drop_dir(d.ino, DropMode::All, owner).expect("drop as owner of d");
+    assert_eq!(out.args.skipped, 1, "only p: {:?}", out.args);
+    assert_eq!(out.args.pages_dropped, 1, "mine's page alone: {:?}", out.args);
+    let entries: Vec<(u64, Vec<u8>)> = out
+        .inval
+        .iter()
+        .filter_map(|i| match i {
+            Inval::Entry { parent, name } => Some((*parent, name.clone())),
+            Inval::Inode { .. } => None,
+        })
+        .collect();
+    assert!(
+        !entries.iter().any(|(parent, _)| *parent == p.ino),
+        "an entry in p was invalidated: {entries:?}"
+    );
+    assert!(
+        !entries.contains(&(d.ino, b"s".to_vec())),
+        "s's entry was invalidated, which takes p's with it: {entries:?}"
+    );
+    assert!(entries.contains(&(s.ino, b"mine".to_vec())), "{entries:?}");
+    assert!(entries.contains(&(s.ino, b"sneg".to_vec())), "{entries:?}");
+    let misses = || t.fs.stats_json()["dcache"]["misses"].as_u64().expect("misses");
+    let before = misses();
+    assert_eq!(walk(&t.fs, "d/s/p/f").expect("f").ino, f.ino);
+    assert_eq!(t.fs.lookup(p.ino, b"pneg").expect("negative").ino, 0);
+    assert_eq!(misses(), before, "d/s, p, f or p's negative entry was dropped");
+    assert_eq!(read_all(&t.fs, f.ino), b"theirs");
+    assert_eq!(pc(&t.fs, "fills"), fills, "f's page was filled again");
+    assert_eq!(read_all(&t.fs, mine.ino), b"mine");
+    assert_eq!(pc(&t.fs, "fills"), fills + 1, "mine's page stayed");
+}
+
 #[test]
 fn the_descriptor_pool_stays_bounded() {
     let t = setup(FsConfig {
@@ -1365,6 +1437,9 @@ fn set_append_only(path: &std::path::Path, on: bool) {
 
 #[test]
 fn a_shared_write_descriptor_is_not_lent_to_an_open_of_an_append_only_file() {
+    if !sys::is_root() {
+        return; // chattr +a needs CAP_LINUX_IMMUTABLE.
+    }
     let t = setup(default_cfg());
     let a = walk(&t.fs, "a.txt").expect("a");
     let before = t.fs.open(a.ino, libc::O_WRONLY, ME).expect("open");

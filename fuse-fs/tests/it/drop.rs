@@ -480,7 +480,7 @@ fn a_refused_drop_does_not_wait_for_the_watch() {
     );
     // The owner's drop catches up as before.
     drop_as_nobody(&m.at("mine"), DropMode::All).expect("the owner may drop");
-    assert_eq!(m.stat("coherence", "syncs"), syncs + 1, "{}", m.stats());
+    assert!(m.stat("coherence", "syncs") > syncs, "{}", m.stats());
 }
 
 fn drop_as_nobody(dir: &Path, mode: DropMode) -> Result<DropArgs, i32> {
