@@ -1360,8 +1360,16 @@ impl InodeTable {
     /// depth under that node id. Where such a directory is, nothing here
     /// says until a lookup adopts its children.
     pub fn orphans_known(&self) -> Vec<(Arc<Inode>, u32)> {
+        self.orphans_known_where(|_| true)
+    }
+
+    /// [`orphans_known`](Self::orphans_known), entering only the
+    /// directories `enter` accepts (see [`known_under_where`](Self::known_under_where)).
+    pub fn orphans_known_where(&self, enter: impl Fn(&Inode) -> bool) -> Vec<(Arc<Inode>, u32)> {
         let olds: Vec<u64> = self.orphans.lock().values().copied().collect();
-        olds.into_iter().flat_map(|old| self.known_under(old).0).collect()
+        olds.into_iter()
+            .flat_map(|old| self.known_under_where(old, &enter).0)
+            .collect()
     }
 
     /// Directories with a child in the children index.

@@ -7,7 +7,7 @@
 use super::*;
 use std::collections::HashSet;
 
-use crate::names::Verdict;
+use crate::names::{SubtreeDrop, Verdict};
 
 /// The depth an orphan's own depth is added to (see [`Fs::drop_dir`]):
 /// deeper than anything a walk from a directory finds.
@@ -50,9 +50,11 @@ impl Fs {
 
     /// For a non-root drop of `dir`: the directories between `dir` and each
     /// directory under it that the caller does not own (a fence, see
-    /// [`drop_dir`](Self::drop_dir)), found by a pass over the dcache that
-    /// drops nothing (negative entries aside, which every drop drops) and
-    /// by the recorded links of the inodes the kernel knows (`known`). A
+    /// [`drop_dir`](Self::drop_dir)), up both the dcache's parents and the
+    /// links recorded for the inodes (which differ while a rename in the
+    /// source is not yet seen), found by a pass over the dcache that drops
+    /// nothing but negative entries (every drop drops them; their counts
+    /// are returned) and by the inodes the kernel knows (`known`). A
     /// directory that appears under one of the caller's own between this
     /// pass and the drop's is not protected.
     fn above_fences(
@@ -60,13 +62,15 @@ impl Fs {
         dir: &Inode,
         known: &HashMap<u64, (Arc<Inode>, u32)>,
         owner: impl Fn(&Inode) -> bool,
-    ) -> HashSet<u64> {
-        let mut parent_of: HashMap<u64, u64> = HashMap::new();
+    ) -> (HashSet<u64>, SubtreeDrop) {
+        let mut cached_parent: HashMap<u64, u64> = HashMap::new();
+        let mut inodes: HashMap<u64, Arc<Inode>> = HashMap::new();
         let mut fences = Vec::new();
-        self.names.drop_subtree_under(dir, |inode, parent| {
+        let mapped = self.names.drop_subtree_under(dir, |inode, parent| {
             if let Some(p) = parent {
-                parent_of.insert(inode.ino, p.ino);
+                cached_parent.insert(inode.ino, p.ino);
             }
+            inodes.insert(inode.ino, inode.clone());
             if inode.is_dir() && !owner(inode) {
                 fences.push(inode.ino);
                 Verdict::Fence
@@ -75,23 +79,60 @@ impl Fs {
             }
         });
         for (inode, _) in known.values() {
-            parent_of.entry(inode.ino).or_insert_with(|| inode.link_parent());
+            inodes.entry(inode.ino).or_insert_with(|| inode.clone());
             if inode.is_dir() && !owner(inode) {
                 fences.push(inode.ino);
             }
         }
+        let linked_parent = |ino: u64| inodes.get(&ino).map(|i| i.link_parent());
         let mut held = HashSet::new();
         for fence in fences {
-            let mut cur = fence;
-            // Up to `dir`; stops where a chain was walked already (or loops).
-            while let Some(&p) = parent_of.get(&cur) {
-                if p == dir.ino || !held.insert(p) {
-                    break;
+            for by_link in [false, true] {
+                let mut cur = fence;
+                // Up to `dir`, or to where the chain leaves what was found;
+                // at most as many steps as there are inodes (a chain through
+                // stale links may loop).
+                for _ in 0..=inodes.len() {
+                    let up = if by_link {
+                        linked_parent(cur)
+                    } else {
+                        cached_parent.get(&cur).copied()
+                    };
+                    let Some(p) = up else { break };
+                    if p == dir.ino || p == cur {
+                        break;
+                    }
+                    held.insert(p);
+                    cur = p;
                 }
-                cur = p;
             }
         }
-        held
+        let mapped = SubtreeDrop {
+            dropped: mapped.dropped,
+            busy: mapped.busy,
+            skipped: 0,
+        };
+        (held, mapped)
+    }
+
+    /// For a non-root drop: whether the kernel's negative entry for `name`
+    /// in `d` may be invalidated. A name recorded negative may name
+    /// something now; invalidating its entry would drop what the kernel
+    /// holds there, so it may go only if the name is still missing, or
+    /// names an object of the caller's that is not a directory kept above
+    /// a fence (`held`).
+    fn negative_may_go(&self, d: &Inode, name: &[u8], uid: u32, held: &HashSet<u64>) -> bool {
+        let (Ok(fd), Ok(cname)) = (self.table.path_fd(d), cstr(name)) else {
+            return false;
+        };
+        match sys::fstatat(fd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW) {
+            Err(e) => e.errno() == libc::ENOENT,
+            Ok(st) => {
+                st.st_uid == uid
+                    && !(st.st_mode & libc::S_IFMT == libc::S_IFDIR
+                        && self.table.find(key_of(&st)).is_some_and(|i| held.contains(&i.ino)))
+            }
+        }
     }
 
     /// How deep `inode` lies under directory `dir` (1 = a child), following
@@ -152,7 +193,10 @@ impl Fs {
         // Listings and queued names: all of them for the root; otherwise
         // those of the directories dropped (below), so that one user's drop
         // does not empty what other users' trees keep.
-        let whole = dir.ino == ROOT_INO;
+        // A non-root owner of the source's root (a user's own mount) drops
+        // the root as any other directory: fenced, not whole.
+        let root_caller = caller.uid == 0;
+        let whole = dir.ino == ROOT_INO && root_caller;
         if whole {
             self.listings.forget_all();
             self.unlisted.clear();
@@ -180,12 +224,24 @@ impl Fs {
         // caller owns: rare, and a drop of too much costs only refills.
         // Their depths put them before everything else, in their own
         // bottom-up order.
-        for (inode, depth) in self.table.orphans_known() {
+        // A non-root caller's drop takes only the orphans right under a
+        // forgotten id (whose entries the kernel no longer has): deeper
+        // ones may lie under another user's directory.
+        let orphans = if root_caller {
+            self.table.orphans_known()
+        } else {
+            self.table
+                .orphans_known_where(owner)
+                .into_iter()
+                .filter(|(_, d)| *d == 1)
+                .collect()
+        };
+        for (inode, depth) in orphans {
             if owner(&inode) {
                 found.entry(inode.ino).or_insert((inode, ORPHAN_DEPTH + depth));
             }
         }
-        if dir.ino == ROOT_INO {
+        if whole {
             // Everything else the kernel knows.
             for inode in self.table.all_known() {
                 found.entry(inode.ino).or_insert((inode, 0));
@@ -195,8 +251,9 @@ impl Fs {
         // a directory under `dir` that the caller does not own (a fence);
         // since the dcache drops everything below an entry it unhashes,
         // the caller's own directories above each fence stay cached too.
-        let held = if caller.uid == 0 {
-            HashSet::new()
+        // (Only a drop of entries unhashes; a pages drop keeps them all.)
+        let (held, mapped) = if root_caller || !mode.drops_dentries() {
+            (HashSet::new(), SubtreeDrop::default())
         } else {
             self.above_fences(&dir, &found, owner)
         };
@@ -267,8 +324,9 @@ impl Fs {
                     were_busy += if counted.contains(&inode.ino) { n } else { n - 1 };
                 }
             }
-            out.args.dentries_dropped = sub.dropped + freed;
-            out.args.busy = sub.busy.saturating_sub(were_busy);
+            // With the negative entries the first pass dropped.
+            out.args.dentries_dropped = sub.dropped + mapped.dropped + freed;
+            out.args.busy = (sub.busy + mapped.busy).saturating_sub(were_busy);
         }
         for (inode, depth) in found.values_mut() {
             if *depth == 0 {
@@ -285,16 +343,35 @@ impl Fs {
                 .collect();
             dirs.sort_by_key(|e| std::cmp::Reverse(e.1));
             for (d, _) in dirs.into_iter().chain(std::iter::once((&dir, 0))) {
-                let names = d.take_kernel_negatives();
-                out.inval.extend(names.into_iter().map(|name| Inval::Entry {
-                    parent: d.ino,
-                    name: name.into_vec(),
-                }));
+                for name in d.take_kernel_negatives() {
+                    if !root_caller && !self.negative_may_go(d, &name, caller.uid, &held) {
+                        // Recorded again, for a drop that may take it.
+                        d.push_kernel_negative(&name);
+                        continue;
+                    }
+                    out.inval.push(Inval::Entry {
+                        parent: d.ino,
+                        name: name.into_vec(),
+                    });
+                }
             }
         }
         let mut list: Vec<(Arc<Inode>, u32)> = found.into_values().collect();
         // Bottom-up, as the kernel wants its invalidations.
         list.sort_by_key(|e| std::cmp::Reverse(e.1));
+        // A non-root drop invalidates a kernel entry only in a directory it
+        // entered (`dir`, and the caller's own directories reached through
+        // the caller's own): an inode's recorded link may be a hard link's
+        // name inside another user's directory.
+        let entered: HashSet<u64> = if root_caller {
+            HashSet::new()
+        } else {
+            list.iter()
+                .filter(|(i, depth)| i.is_dir() && owner(i) && *depth < ORPHAN_DEPTH)
+                .map(|(i, _)| i.ino)
+                .chain(std::iter::once(dir.ino))
+                .collect()
+        };
         for (inode, _) in &list {
             if !owner(inode) {
                 skipped_inos.insert(inode.ino);
@@ -314,10 +391,12 @@ impl Fs {
             // invalidation of a directory's entry drops all it holds below.
             if mode.drops_dentries() && known && !held.contains(&inode.ino) {
                 let (parent, name) = inode.link();
-                out.inval.push(Inval::Entry {
-                    parent,
-                    name: name.into_vec(),
-                });
+                if root_caller || entered.contains(&parent) {
+                    out.inval.push(Inval::Entry {
+                        parent,
+                        name: name.into_vec(),
+                    });
+                }
             }
             // Dropping an inode frees its pages, as evicting an inode does in Linux.
             if mode.drops_pages() || !known {

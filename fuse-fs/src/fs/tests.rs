@@ -843,6 +843,156 @@ fn a_drop_keeps_another_users_directory_two_levels_down_and_its_kernel_entries()
     assert_eq!(pc(&t.fs, "fills"), fills + 1, "mine's page stayed");
 }
 
+/// The user the drop tests below drop as.
+const OWNER: Caller = Caller {
+    uid: 4242,
+    gid: 4242,
+    pid: 1,
+    umask: 0,
+};
+
+fn chown_owner(t: &T, rel: &str) {
+    std::os::unix::fs::chown(t.src.join(rel), Some(OWNER.uid), Some(OWNER.gid)).expect("chown");
+}
+
+fn private_dir(t: &T, rel: &str) {
+    std::fs::create_dir_all(t.src.join(rel)).expect("mkdir");
+    std::fs::set_permissions(t.src.join(rel), std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
+}
+
+fn entry_invals(out: &DropOutcome) -> Vec<(u64, Vec<u8>)> {
+    out.inval
+        .iter()
+        .filter_map(|i| match i {
+            Inval::Entry { parent, name } => Some((*parent, name.clone())),
+            Inval::Inode { .. } => None,
+        })
+        .collect()
+}
+
+/// A user who owns the source's root (a mount of their own) drops the root
+/// as any other directory: another user's directory in it is fenced off,
+/// not emptied with the rest as a root drop by root does.
+#[test]
+fn a_users_drop_of_the_root_it_owns_is_fenced_too() {
+    if !sys::is_root() {
+        return;
+    }
+    let t = setup(FsConfig {
+        kernel_cache: true,
+        ..default_cfg()
+    });
+    for rel in ["", "a.txt", "d", "d/e", "d/e/f"] {
+        chown_owner(&t, rel);
+    }
+    private_dir(&t, "p/q");
+    std::fs::write(t.src.join("p/f"), b"theirs").expect("write");
+    t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("refresh");
+    let p = walk(&t.fs, "p").expect("p");
+    let q = walk(&t.fs, "p/q").expect("q");
+    let f = walk(&t.fs, "p/f").expect("f");
+    let a = walk(&t.fs, "a.txt").expect("a");
+    assert_eq!(t.fs.lookup(q.ino, b"qneg").expect("negative").ino, 0);
+    read_all(&t.fs, f.ino);
+    read_all(&t.fs, a.ino);
+    let fills = pc(&t.fs, "fills");
+    let out =
+        t.fs.drop_dir(ROOT_INO, DropMode::All, OWNER)
+            .expect("drop of the root by its owner");
+    assert_eq!(out.args.skipped, 1, "p alone: {:?}", out.args);
+    assert_eq!(out.args.pages_dropped, 1, "a.txt's page alone: {:?}", out.args);
+    let entries = entry_invals(&out);
+    assert!(
+        !entries.iter().any(|(parent, _)| *parent == p.ino || *parent == q.ino),
+        "an entry in p was invalidated: {entries:?}"
+    );
+    assert!(!entries.contains(&(ROOT_INO, b"p".to_vec())), "{entries:?}");
+    assert_eq!(read_all(&t.fs, f.ino), b"theirs");
+    assert_eq!(pc(&t.fs, "fills"), fills, "p/f's page was dropped");
+}
+
+/// A name answered negative and made since (by another user, as a private
+/// directory) is not invalidated by the owner's drop: its kernel entry is
+/// the other user's directory now, and invalidating it would drop
+/// everything the kernel holds below it.
+#[test]
+fn a_users_drop_leaves_a_negative_name_that_became_another_users_directory() {
+    if !sys::is_root() {
+        return;
+    }
+    let t = setup(FsConfig {
+        kernel_cache: true,
+        ..default_cfg()
+    });
+    std::fs::create_dir_all(t.src.join("d/s")).expect("mkdir");
+    for rel in ["d", "d/s"] {
+        chown_owner(&t, rel);
+    }
+    t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("refresh");
+    let d = walk(&t.fs, "d").expect("d");
+    let s = walk(&t.fs, "d/s").expect("s");
+    assert_eq!(t.fs.lookup(s.ino, b"p").expect("negative").ino, 0);
+    assert_eq!(t.fs.lookup(s.ino, b"gone").expect("negative").ino, 0);
+    private_dir(&t, "d/s/p");
+    let p = walk(&t.fs, "d/s/p").expect("p, made since");
+    let out = t.fs.drop_dir(d.ino, DropMode::All, OWNER).expect("drop");
+    let entries = entry_invals(&out);
+    assert!(!entries.contains(&(s.ino, b"p".to_vec())), "{entries:?}");
+    assert!(
+        entries.contains(&(s.ino, b"gone".to_vec())),
+        "a missing name goes: {entries:?}"
+    );
+    assert!(!entries.iter().any(|(parent, _)| *parent == p.ino), "{entries:?}");
+    // Still recorded, for root's drop.
+    let out = t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("root's drop");
+    assert!(entry_invals(&out).contains(&(s.ino, b"p".to_vec())));
+}
+
+/// A file of the caller's, last found by its hard link in another user's
+/// private directory: the owner's drop of the file's own directory does
+/// not invalidate that link's kernel entry.
+#[test]
+fn a_users_drop_does_not_invalidate_a_hard_link_in_another_users_directory() {
+    if !sys::is_root() {
+        return;
+    }
+    let t = setup(FsConfig {
+        kernel_cache: true,
+        ..default_cfg()
+    });
+    std::fs::write(t.src.join("d/x"), b"x").expect("write");
+    for rel in ["d", "d/x"] {
+        chown_owner(&t, rel);
+    }
+    private_dir(&t, "p");
+    std::fs::hard_link(t.src.join("d/x"), t.src.join("p/hl")).expect("link");
+    t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("refresh");
+    let d = walk(&t.fs, "d").expect("d");
+    let x = walk(&t.fs, "d/x").expect("x");
+    let p = walk(&t.fs, "p").expect("p");
+    assert_eq!(walk(&t.fs, "p/hl").expect("hl").ino, x.ino);
+    let out = t.fs.drop_dir(d.ino, DropMode::All, OWNER).expect("drop");
+    let entries = entry_invals(&out);
+    assert!(!entries.iter().any(|(parent, _)| *parent == p.ino), "{entries:?}");
+}
+
+/// A user's drop counts the negative entries it dropped, as root's does.
+#[test]
+fn a_users_drop_counts_the_negative_entries_it_drops() {
+    if !sys::is_root() {
+        return;
+    }
+    let t = setup(default_cfg());
+    chown_owner(&t, "d");
+    t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("refresh");
+    let d = walk(&t.fs, "d").expect("d");
+    for name in [&b"n1"[..], b"n2", b"n3"] {
+        err(t.fs.lookup(d.ino, name), libc::ENOENT);
+    }
+    let out = t.fs.drop_dir(d.ino, DropMode::Dentries, OWNER).expect("drop");
+    assert!(out.args.dentries_dropped >= 3, "{:?}", out.args);
+}
+
 #[test]
 fn the_descriptor_pool_stays_bounded() {
     let t = setup(FsConfig {
