@@ -615,6 +615,16 @@ impl Inode {
         self.dir.lock().get_or_insert_default().kernel_negatives.push(name)
     }
 
+    /// Directories: remembers again names taken with
+    /// [`take_kernel_negatives`](Self::take_kernel_negatives) and not
+    /// invalidated (their count was theirs; no bound refuses them).
+    pub fn restore_kernel_negatives(&self, names: Vec<Box<[u8]>>) {
+        if names.is_empty() {
+            return;
+        }
+        self.dir.lock().get_or_insert_default().kernel_negatives.restore(names);
+    }
+
     /// Directories: takes the remembered negative names.
     pub fn take_kernel_negatives(&self) -> Vec<Box<[u8]>> {
         self.dir

@@ -9,6 +9,19 @@ use std::collections::HashSet;
 
 use crate::names::{SubtreeDrop, Verdict};
 
+/// What the first pass of a user's drop found (see [`Fs::above_fences`]).
+#[derive(Default)]
+struct Fences {
+    /// The caller's directories above a fence, kept.
+    held: HashSet<u64>,
+    /// Each cached entry's parent, as the first pass saw it.
+    seen_under: HashMap<u64, u64>,
+    /// The negative entries the first pass dropped.
+    mapped: SubtreeDrop,
+    /// The fences found.
+    fences: Vec<u64>,
+}
+
 /// The depth an orphan's own depth is added to (see [`Fs::drop_dir`]):
 /// deeper than anything a walk from a directory finds.
 const ORPHAN_DEPTH: u32 = 1 << 16;
@@ -62,7 +75,7 @@ impl Fs {
         dir: &Inode,
         known: &HashMap<u64, (Arc<Inode>, u32)>,
         owner: impl Fn(&Inode) -> bool,
-    ) -> (HashSet<u64>, SubtreeDrop) {
+    ) -> Fences {
         let mut cached_parent: HashMap<u64, u64> = HashMap::new();
         let mut inodes: HashMap<u64, Arc<Inode>> = HashMap::new();
         let mut fences = Vec::new();
@@ -86,6 +99,7 @@ impl Fs {
         }
         let linked_parent = |ino: u64| inodes.get(&ino).map(|i| i.link_parent());
         let mut held = HashSet::new();
+        let fences_found = fences.clone();
         for fence in fences {
             for by_link in [false, true] {
                 let mut cur = fence;
@@ -107,12 +121,16 @@ impl Fs {
                 }
             }
         }
-        let mapped = SubtreeDrop {
-            dropped: mapped.dropped,
-            busy: mapped.busy,
-            skipped: 0,
-        };
-        (held, mapped)
+        Fences {
+            held,
+            seen_under: cached_parent,
+            mapped: SubtreeDrop {
+                dropped: mapped.dropped,
+                busy: mapped.busy,
+                skipped: 0,
+            },
+            fences: fences_found,
+        }
     }
 
     /// For a non-root drop: whether the kernel's negative entry for `name`
@@ -252,8 +270,13 @@ impl Fs {
         // since the dcache drops everything below an entry it unhashes,
         // the caller's own directories above each fence stay cached too.
         // (Only a drop of entries unhashes; a pages drop keeps them all.)
-        let (held, mapped) = if root_caller || !mode.drops_dentries() {
-            (HashSet::new(), SubtreeDrop::default())
+        let Fences {
+            mut held,
+            seen_under,
+            mapped,
+            mut fences,
+        } = if root_caller || !mode.drops_dentries() {
+            Fences::default()
         } else {
             self.above_fences(&dir, &found, owner)
         };
@@ -268,7 +291,8 @@ impl Fs {
             .filter(|(i, _)| i.dentry.lock().live().is_some())
             .map(|(i, _)| i.ino)
             .collect();
-        let sub = self.names.drop_subtree_with(&dir, |inode| {
+        let fenced = !root_caller && mode.drops_dentries();
+        let sub = self.names.drop_subtree_under(&dir, |inode, parent| {
             found_in_dcache += 1;
             let ok = owner(inode);
             if !ok {
@@ -277,9 +301,15 @@ impl Fs {
             found.entry(inode.ino).or_insert_with(|| (inode.clone(), 0));
             if !ok && inode.is_dir() {
                 // Not entered (see above), as the kernel's view was not.
+                fences.push(inode.ino);
                 return Verdict::Fence;
             }
             if held.contains(&inode.ino) {
+                return Verdict::Keep;
+            }
+            // A directory the first pass did not see here (moved or made
+            // since) may hold a fence it could not keep: kept, and walked.
+            if fenced && inode.is_dir() && seen_under.get(&inode.ino) != parent.map(|p| &p.ino) {
                 return Verdict::Keep;
             }
             if ok && mode.drops_dentries() {
@@ -289,6 +319,22 @@ impl Fs {
                 Verdict::Keep
             }
         });
+        if fenced {
+            // The kernel's entries above every fence stay too, up the links
+            // as they are now (a directory moved since the first pass).
+            for &fence in &fences {
+                let mut cur = fence;
+                for _ in 0..=found.len() {
+                    let up = found.get(&cur).map(|(i, _)| i.link_parent());
+                    let Some(p) = up else { break };
+                    if p == dir.ino || p == cur {
+                        break;
+                    }
+                    held.insert(p);
+                    cur = p;
+                }
+            }
+        }
         if mode.drops_dentries() {
             // Only now, with their dentries unhashed, the inodes the kernel
             // knows let go of them (the next lookup of the name attaches a
@@ -299,6 +345,11 @@ impl Fs {
             // a lookup in that window would take the stale dentry back.
             let (mut freed, mut were_busy) = (0, 0);
             for (inode, _) in found.values() {
+                if !root_caller && !owner(inode) {
+                    // Another user's: what its release frees would tell
+                    // what is held below it.
+                    continue;
+                }
                 let released = {
                     let mut slot = inode.dentry.lock();
                     if slot.handle.as_ref().is_some_and(|d| !d.is_hashed()) {
@@ -343,17 +394,19 @@ impl Fs {
                 .collect();
             dirs.sort_by_key(|e| std::cmp::Reverse(e.1));
             for (d, _) in dirs.into_iter().chain(std::iter::once((&dir, 0))) {
-                for name in d.take_kernel_negatives() {
-                    if !root_caller && !self.negative_may_go(d, &name, caller.uid, &held) {
-                        // Recorded again, for a drop that may take it.
-                        d.push_kernel_negative(&name);
-                        continue;
-                    }
-                    out.inval.push(Inval::Entry {
-                        parent: d.ino,
-                        name: name.into_vec(),
-                    });
+                let mut names = d.take_kernel_negatives();
+                if !root_caller {
+                    let (go, stay) = names
+                        .into_iter()
+                        .partition(|name| self.negative_may_go(d, name, caller.uid, &held));
+                    // Recorded again, for a drop that may take them.
+                    d.restore_kernel_negatives(stay);
+                    names = go;
                 }
+                out.inval.extend(names.into_iter().map(|name| Inval::Entry {
+                    parent: d.ino,
+                    name: name.into_vec(),
+                }));
             }
         }
         let mut list: Vec<(Arc<Inode>, u32)> = found.into_values().collect();

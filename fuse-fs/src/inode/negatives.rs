@@ -84,6 +84,17 @@ impl KernelNegatives {
         true
     }
 
+    /// Remembers again names [`take`](Self::take)n from here, past the
+    /// bounds if need be (they were within them when taken).
+    pub fn restore(&mut self, names: Vec<Box<[u8]>>) {
+        for name in names {
+            if self.names.insert(name) {
+                // Relaxed: as in `push`.
+                self.budget.count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Takes the remembered names.
     pub fn take(&mut self) -> Vec<Box<[u8]>> {
         let names: Vec<Box<[u8]>> = self.names.drain().collect();
