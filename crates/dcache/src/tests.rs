@@ -262,6 +262,18 @@ fn walk_reports_where_the_cached_path_ends() {
     }
 }
 
+/// A cache whose subtree drops work in batches of two children, so that
+/// the tests' few children span several batches.
+fn small_batches() -> Dcache<u32> {
+    Dcache::new(
+        Config {
+            prune_batch: 2,
+            ..Config::default()
+        },
+        0,
+    )
+}
+
 /// A fenced entry is kept with everything below it, which the filter is
 /// not asked about and the statistics do not count; its siblings' subtrees
 /// are walked as before, and a fence below an entry the walk unhashed does
@@ -269,13 +281,7 @@ fn walk_reports_where_the_cached_path_ends() {
 #[test]
 fn drop_subtree_with_a_fence_neither_walks_nor_counts_below_it() {
     use crate::Verdict;
-    let c = Dcache::new(
-        Config {
-            prune_batch: 2,
-            ..Config::default()
-        },
-        0,
-    );
+    let c = small_batches();
     let root = c.root();
     let d = c.insert(&root, b"d", Some(1));
     let fenced = c.insert(&d, b"fenced", Some(2));
@@ -338,13 +344,7 @@ fn drop_subtree_with_a_fence_neither_walks_nor_counts_below_it() {
 #[test]
 fn drop_subtree_under_tells_the_filter_each_parent() {
     use crate::Verdict;
-    let c = Dcache::new(
-        Config {
-            prune_batch: 2,
-            ..Config::default()
-        },
-        0,
-    );
+    let c = small_batches();
     let root = c.root();
     let d = c.insert(&root, b"d", Some(1));
     let s = c.insert(&d, b"s", Some(2));
@@ -365,13 +365,7 @@ fn drop_subtree_under_tells_the_filter_each_parent() {
 
 #[test]
 fn drop_subtree_counts_dropped_busy_and_skipped() {
-    let c = Dcache::new(
-        Config {
-            prune_batch: 2,
-            ..Config::default()
-        },
-        0,
-    );
+    let c = small_batches();
     let root = c.root();
     let d = c.insert(&root, b"d", Some(1));
     let mut held = Vec::new();

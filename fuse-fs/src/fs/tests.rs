@@ -730,20 +730,14 @@ fn drop_skips_inodes_the_caller_does_not_own_and_enters_no_directory_of_another(
     if !sys::is_root() {
         return; // chown needs root; the EPERM path is covered above.
     }
-    let owner = Caller {
-        uid: 4242,
-        gid: 4242,
-        pid: 1,
-        umask: 0,
-    };
     // d and d/mine are the user's; d/e (private) and d/e/f are root's;
     // d/e/mine2, in root's directory, is the user's again.
     std::fs::write(t.src.join("d/mine"), b"mine").expect("write");
     std::fs::write(t.src.join("d/e/mine2"), b"mine2").expect("write");
-    for p in ["d", "d/mine", "d/e/mine2"] {
-        std::os::unix::fs::chown(t.src.join(p), Some(4242), Some(4242)).expect("chown");
+    for rel in ["d", "d/mine", "d/e/mine2"] {
+        chown_owner(&t, rel);
     }
-    std::fs::set_permissions(t.src.join("d/e"), std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
+    private_dir(&t, "d/e");
     t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("refresh");
     let d = walk(&t.fs, "d").expect("d");
     let mine = walk(&t.fs, "d/mine").expect("d/mine");
@@ -755,7 +749,7 @@ fn drop_skips_inodes_the_caller_does_not_own_and_enters_no_directory_of_another(
         read_all(&t.fs, ino);
     }
     let fills = pc(&t.fs, "fills");
-    let out = t.fs.drop_dir(d.ino, DropMode::All, owner).expect("drop as owner of d");
+    let out = t.fs.drop_dir(d.ino, DropMode::All, OWNER).expect("drop as owner of d");
     assert_eq!(out.args.skipped, 1, "only e, not what is inside it: {:?}", out.args);
     assert_eq!(out.args.pages_dropped, 1, "d/mine's page alone: {:?}", out.args);
     // Inside e everything stayed: pages, names and the negative entry.
@@ -786,19 +780,12 @@ fn a_drop_keeps_another_users_directory_two_levels_down_and_its_kernel_entries()
     if !sys::is_root() {
         return; // chown needs root.
     }
-    let owner = Caller {
-        uid: 4242,
-        gid: 4242,
-        pid: 1,
-        umask: 0,
-    };
-    std::fs::create_dir_all(t.src.join("d/s/p")).expect("mkdir");
+    private_dir(&t, "d/s/p");
     std::fs::write(t.src.join("d/s/p/f"), b"theirs").expect("write");
     std::fs::write(t.src.join("d/s/mine"), b"mine").expect("write");
-    for p in ["d", "d/s", "d/s/mine"] {
-        std::os::unix::fs::chown(t.src.join(p), Some(4242), Some(4242)).expect("chown");
+    for rel in ["d", "d/s", "d/s/mine"] {
+        chown_owner(&t, rel);
     }
-    std::fs::set_permissions(t.src.join("d/s/p"), std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
     t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("refresh");
     let d = walk(&t.fs, "d").expect("d");
     let s = walk(&t.fs, "d/s").expect("s");
@@ -811,17 +798,10 @@ fn a_drop_keeps_another_users_directory_two_levels_down_and_its_kernel_entries()
         read_all(&t.fs, ino);
     }
     let fills = pc(&t.fs, "fills");
-    let out = t.fs.drop_dir(d.ino, DropMode::All, owner).expect("drop as owner of d");
+    let out = t.fs.drop_dir(d.ino, DropMode::All, OWNER).expect("drop as owner of d");
     assert_eq!(out.args.skipped, 1, "only p: {:?}", out.args);
     assert_eq!(out.args.pages_dropped, 1, "mine's page alone: {:?}", out.args);
-    let entries: Vec<(u64, Vec<u8>)> = out
-        .inval
-        .iter()
-        .filter_map(|i| match i {
-            Inval::Entry { parent, name } => Some((*parent, name.clone())),
-            Inval::Inode { .. } => None,
-        })
-        .collect();
+    let entries = entry_invals(&out);
     assert!(
         !entries.iter().any(|(parent, _)| *parent == p.ino),
         "an entry in p was invalidated: {entries:?}"
