@@ -150,7 +150,8 @@ pub fn lookup_delay(name: &[u8]) {
 pub fn lookup_delay(_name: &[u8]) {}
 
 /// Where a unit test's hook runs (see [`on_next_lookup`],
-/// [`on_next_publish`], [`on_next_listing_read`] and [`on_next_fill`]).
+/// [`on_next_publish`], [`on_next_listing_read`], [`on_next_fill`] and
+/// [`on_next_drop_passes`]).
 #[cfg(test)]
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum HookPoint {
@@ -158,6 +159,7 @@ enum HookPoint {
     Publish,
     ListingRead,
     Fill,
+    DropPasses,
 }
 
 /// A hook's point, the name it waits for and the closure it runs.
@@ -203,6 +205,25 @@ pub fn on_next_listing_read(ino: u64, hook: impl FnOnce() + 'static) {
 pub fn on_next_fill(first: u64, hook: impl FnOnce() + 'static) {
     HOOK.with(|h| *h.borrow_mut() = Some((HookPoint::Fill, first.to_ne_bytes().to_vec(), Box::new(hook))));
 }
+
+/// Unit tests: runs `hook` when this thread's next drop of the directory
+/// with node id `ino` by a user (`Fs::drop_dir`) has made its first pass
+/// and not begun its second.
+#[cfg(test)]
+pub fn on_next_drop_passes(ino: u64, hook: impl FnOnce() + 'static) {
+    HOOK.with(|h| *h.borrow_mut() = Some((HookPoint::DropPasses, ino.to_ne_bytes().to_vec(), Box::new(hook))));
+}
+
+/// Runs the hook [`on_next_drop_passes`] set for `ino`, if any.
+#[cfg(test)]
+pub fn drop_passes_hook(ino: u64) {
+    run_hook(HookPoint::DropPasses, &ino.to_ne_bytes());
+}
+
+/// Outside unit tests: nothing.
+#[cfg(not(test))]
+#[inline(always)]
+pub fn drop_passes_hook(_ino: u64) {}
 
 /// Runs the hook [`on_next_fill`] set for `first`, if any.
 #[cfg(test)]

@@ -295,6 +295,11 @@ impl Names {
         }
     }
 
+    /// The dcache's rename count ([`Dcache::renames`]).
+    pub fn renames(&self) -> usize {
+        self.cache.renames()
+    }
+
     /// Drops everything cached under `dir` (not `dir` itself) that `filter`
     /// accepts; the filter sees every positive payload under it, and negative
     /// entries under it are always dropped.

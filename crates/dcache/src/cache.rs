@@ -1408,6 +1408,15 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         }
     }
 
+    /// The rename count: it moves with every rename in the cache (twice:
+    /// odd while one runs). Read with a read-modify-write, which reads the
+    /// latest value in its modification order, without waiting; a caller
+    /// that sees the same count twice knows no rename began in between.
+    pub fn renames(&self) -> usize {
+        // AcqRel: as in `seq_rmw`, paired with the renames' increments.
+        self.sh().rename_seq.fetch_add(0, Ordering::AcqRel)
+    }
+
     /// Reads the rename count with a read-modify-write, which always reads
     /// the latest value in its modification order; waits while it is odd.
     fn seq_rmw(&self) -> usize {

@@ -6,6 +6,7 @@
 
 use super::*;
 use std::collections::HashSet;
+use std::os::fd::BorrowedFd;
 
 use crate::names::{SubtreeDrop, Verdict};
 
@@ -20,6 +21,25 @@ struct Fences {
     mapped: SubtreeDrop,
     /// The fences found.
     fences: Vec<u64>,
+}
+
+/// Adds to `held` every directory above each of `fences` up to `dir`
+/// (not included), by `parent_of`. Each directory is climbed from once:
+/// a chain stops where an earlier one passed, so the cost is linear in
+/// the directories, and a chain through stale links that loops ends too.
+fn hold_above(fences: &[u64], dir: u64, parent_of: impl Fn(u64) -> Option<u64>, held: &mut HashSet<u64>) {
+    let mut climbed = HashSet::new();
+    for &fence in fences {
+        let mut cur = fence;
+        while climbed.insert(cur) {
+            let Some(p) = parent_of(cur) else { break };
+            if p == dir {
+                break;
+            }
+            held.insert(p);
+            cur = p;
+        }
+    }
 }
 
 /// The depth an orphan's own depth is added to (see [`Fs::drop_dir`]):
@@ -97,30 +117,14 @@ impl Fs {
                 fences.push(inode.ino);
             }
         }
-        let linked_parent = |ino: u64| inodes.get(&ino).map(|i| i.link_parent());
         let mut held = HashSet::new();
-        let fences_found = fences.clone();
-        for fence in fences {
-            for by_link in [false, true] {
-                let mut cur = fence;
-                // Up to `dir`, or to where the chain leaves what was found;
-                // at most as many steps as there are inodes (a chain through
-                // stale links may loop).
-                for _ in 0..=inodes.len() {
-                    let up = if by_link {
-                        linked_parent(cur)
-                    } else {
-                        cached_parent.get(&cur).copied()
-                    };
-                    let Some(p) = up else { break };
-                    if p == dir.ino || p == cur {
-                        break;
-                    }
-                    held.insert(p);
-                    cur = p;
-                }
-            }
-        }
+        hold_above(&fences, dir.ino, |ino| cached_parent.get(&ino).copied(), &mut held);
+        hold_above(
+            &fences,
+            dir.ino,
+            |ino| inodes.get(&ino).map(|i| i.link_parent()),
+            &mut held,
+        );
         Fences {
             held,
             seen_under: cached_parent,
@@ -129,21 +133,23 @@ impl Fs {
                 busy: mapped.busy,
                 skipped: 0,
             },
-            fences: fences_found,
+            fences,
         }
     }
 
     /// For a non-root drop: whether the kernel's negative entry for `name`
-    /// in `d` may be invalidated. A name recorded negative may name
+    /// in the directory `d` may be invalidated. (Another user may make the
+    /// name between this check and the kernel's invalidation; that race is
+    /// left.) A name recorded negative may name
     /// something now; invalidating its entry would drop what the kernel
     /// holds there, so it may go only if the name is still missing, or
     /// names an object of the caller's that is not a directory kept above
     /// a fence (`held`).
-    fn negative_may_go(&self, d: &Inode, name: &[u8], uid: u32, held: &HashSet<u64>) -> bool {
-        let (Ok(fd), Ok(cname)) = (self.table.path_fd(d), cstr(name)) else {
+    fn negative_may_go(&self, d: BorrowedFd<'_>, name: &[u8], uid: u32, held: &HashSet<u64>) -> bool {
+        let Ok(cname) = cstr(name) else {
             return false;
         };
-        match sys::fstatat(fd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW) {
+        match sys::fstatat(d, &cname, libc::AT_SYMLINK_NOFOLLOW) {
             Err(e) => e.errno() == libc::ENOENT,
             Ok(st) => {
                 st.st_uid == uid
@@ -270,6 +276,9 @@ impl Fs {
         // since the dcache drops everything below an entry it unhashes,
         // the caller's own directories above each fence stay cached too.
         // (Only a drop of entries unhashes; a pages drop keeps them all.)
+        // The dcache's rename count before the first pass: see the second
+        // pass's filter.
+        let renames_at_start = self.names.renames();
         let Fences {
             mut held,
             seen_under,
@@ -292,6 +301,9 @@ impl Fs {
             .map(|(i, _)| i.ino)
             .collect();
         let fenced = !root_caller && mode.drops_dentries();
+        if fenced {
+            crate::fault::drop_passes_hook(dir.ino);
+        }
         let sub = self.names.drop_subtree_under(&dir, |inode, parent| {
             found_in_dcache += 1;
             let ok = owner(inode);
@@ -309,7 +321,13 @@ impl Fs {
             }
             // A directory the first pass did not see here (moved or made
             // since) may hold a fence it could not keep: kept, and walked.
-            if fenced && inode.is_dir() && seen_under.get(&inode.ino) != parent.map(|p| &p.ino) {
+            // So is every directory once any rename has begun since the
+            // first pass: one may have moved a fence under a directory the
+            // first pass found none under.
+            if fenced
+                && inode.is_dir()
+                && (seen_under.get(&inode.ino) != parent.map(|p| &p.ino) || self.names.renames() != renames_at_start)
+            {
                 return Verdict::Keep;
             }
             if ok && mode.drops_dentries() {
@@ -322,19 +340,27 @@ impl Fs {
         if fenced {
             // The kernel's entries above every fence stay too, up the links
             // as they are now (a directory moved since the first pass).
-            for &fence in &fences {
-                let mut cur = fence;
-                for _ in 0..=found.len() {
-                    let up = found.get(&cur).map(|(i, _)| i.link_parent());
-                    let Some(p) = up else { break };
-                    if p == dir.ino || p == cur {
-                        break;
-                    }
-                    held.insert(p);
-                    cur = p;
-                }
-            }
+            hold_above(
+                &fences,
+                dir.ino,
+                |ino| found.get(&ino).map(|(i, _)| i.link_parent()),
+                &mut held,
+            );
         }
+        // A non-root drop touches kernel entries only in the directories it
+        // entered (`dir`, and the caller's own directories reached through
+        // the caller's own): an inode's recorded link may be a hard link's
+        // name inside another user's directory.
+        let entered: HashSet<u64> = if root_caller {
+            HashSet::new()
+        } else {
+            found
+                .values()
+                .filter(|(i, depth)| i.is_dir() && owner(i) && *depth < ORPHAN_DEPTH)
+                .map(|(i, _)| i.ino)
+                .chain(std::iter::once(dir.ino))
+                .collect()
+        };
         if mode.drops_dentries() {
             // Only now, with their dentries unhashed, the inodes the kernel
             // knows let go of them (the next lookup of the name attaches a
@@ -345,9 +371,10 @@ impl Fs {
             // a lookup in that window would take the stale dentry back.
             let (mut freed, mut were_busy) = (0, 0);
             for (inode, _) in found.values() {
-                if !root_caller && !owner(inode) {
-                    // Another user's: what its release frees would tell
-                    // what is held below it.
+                if !root_caller && !owner(inode) && (inode.is_dir() || !entered.contains(&inode.link_parent())) {
+                    // Another user's directory, or a file of another user's
+                    // last found outside what the drop entered: what its
+                    // release frees would tell what is held there.
                     continue;
                 }
                 let released = {
@@ -395,10 +422,12 @@ impl Fs {
             dirs.sort_by_key(|e| std::cmp::Reverse(e.1));
             for (d, _) in dirs.into_iter().chain(std::iter::once((&dir, 0))) {
                 let mut names = d.take_kernel_negatives();
-                if !root_caller {
-                    let (go, stay) = names
-                        .into_iter()
-                        .partition(|name| self.negative_may_go(d, name, caller.uid, &held));
+                if !root_caller && !names.is_empty() {
+                    let fd = self.table.path_fd(d).ok();
+                    let (go, stay) = names.into_iter().partition(|name| {
+                        fd.as_ref()
+                            .is_some_and(|fd| self.negative_may_go(fd.as_fd(), name, caller.uid, &held))
+                    });
                     // Recorded again, for a drop that may take them.
                     d.restore_kernel_negatives(stay);
                     names = go;
@@ -412,19 +441,7 @@ impl Fs {
         let mut list: Vec<(Arc<Inode>, u32)> = found.into_values().collect();
         // Bottom-up, as the kernel wants its invalidations.
         list.sort_by_key(|e| std::cmp::Reverse(e.1));
-        // A non-root drop invalidates a kernel entry only in a directory it
-        // entered (`dir`, and the caller's own directories reached through
-        // the caller's own): an inode's recorded link may be a hard link's
-        // name inside another user's directory.
-        let entered: HashSet<u64> = if root_caller {
-            HashSet::new()
-        } else {
-            list.iter()
-                .filter(|(i, depth)| i.is_dir() && owner(i) && *depth < ORPHAN_DEPTH)
-                .map(|(i, _)| i.ino)
-                .chain(std::iter::once(dir.ino))
-                .collect()
-        };
+
         for (inode, _) in &list {
             if !owner(inode) {
                 skipped_inos.insert(inode.ino);

@@ -990,6 +990,87 @@ fn a_users_drop_counts_do_not_show_what_is_looked_up_inside_a_fence() {
     assert_eq!(counts[0], counts[1], "the counts differ with a lookup inside the fence");
 }
 
+/// A rename between the two passes of a user's drop moves a directory
+/// holding another user's into one the first pass found no fence under:
+/// the second pass, seeing the rename count moved, keeps every directory
+/// it meets, so the fence is not dropped with its new parent.
+#[test]
+fn a_rename_between_a_users_drop_passes_does_not_carry_a_fence_away() {
+    if !sys::is_root() {
+        return;
+    }
+    let t = setup(default_cfg());
+    std::fs::create_dir_all(t.src.join("d/a/x")).expect("mkdir");
+    std::fs::create_dir_all(t.src.join("d/b")).expect("mkdir");
+    for rel in ["d", "d/a", "d/a/x", "d/b"] {
+        chown_owner(&t, rel);
+    }
+    private_dir(&t, "d/a/x/p");
+    std::fs::write(t.src.join("d/a/x/p/f"), b"theirs").expect("write");
+    t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("refresh");
+    let d = walk(&t.fs, "d").expect("d");
+    let a = walk(&t.fs, "d/a").expect("a");
+    let b = walk(&t.fs, "d/b").expect("b");
+    let f = walk(&t.fs, "d/a/x/p/f").expect("f");
+    let (between, go) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+    let out = std::thread::scope(|s| {
+        let dropper = s.spawn(|| {
+            let (tell, wait) = (between.0, go.1);
+            crate::fault::on_next_drop_passes(d.ino, move || {
+                tell.send(()).expect("the test waits");
+                wait.recv().expect("the test lets the drop go on");
+            });
+            t.fs.drop_dir(d.ino, DropMode::Dentries, OWNER).expect("drop")
+        });
+        between.1.recv().expect("the first pass ran");
+        t.fs.rename(a.ino, b"x", b.ino, b"x", 0, ME).expect("rename");
+        go.0.send(()).expect("the drop waits");
+        dropper.join().expect("the drop")
+    });
+    let misses = || t.fs.stats_json()["dcache"]["misses"].as_u64().expect("misses");
+    let before = misses();
+    assert_eq!(walk(&t.fs, "d/b/x/p/f").expect("f").ino, f.ino);
+    // Nothing on the way to f was dropped.
+    assert!(
+        misses() - before == 0,
+        "p or f was dropped ({} misses): {:?}",
+        misses() - before,
+        out.args
+    );
+}
+
+/// Another user's file in one of the caller's directories goes with that
+/// directory, and its kernel-known entry is let go as the caller's own
+/// would be: nothing stays pinned.
+#[test]
+fn a_users_drop_lets_go_of_another_users_file_in_its_own_directory() {
+    if !sys::is_root() {
+        return;
+    }
+    let mut outcomes = Vec::new();
+    for theirs in [false, true] {
+        let t = setup(default_cfg());
+        std::fs::create_dir_all(t.src.join("d/s")).expect("mkdir");
+        std::fs::write(t.src.join("d/s/x"), b"x").expect("write");
+        for rel in ["d", "d/s"] {
+            chown_owner(&t, rel);
+        }
+        if !theirs {
+            chown_owner(&t, "d/s/x");
+        }
+        t.fs.drop_dir(ROOT_INO, DropMode::All, ME).expect("refresh");
+        let d = walk(&t.fs, "d").expect("d");
+        walk(&t.fs, "d/s/x").expect("x");
+        let out = t.fs.drop_dir(d.ino, DropMode::Dentries, OWNER).expect("drop");
+        let entries = t.fs.stats_json()["dcache"]["entries"].as_u64().expect("entries");
+        outcomes.push((out.args.dentries_dropped, out.args.busy, entries));
+    }
+    assert_eq!(
+        outcomes[0], outcomes[1],
+        "(dropped, busy, entries left): the other user's file stayed pinned"
+    );
+}
+
 /// A user's drop counts the negative entries it dropped, as root's does.
 #[test]
 fn a_users_drop_counts_the_negative_entries_it_drops() {
