@@ -276,18 +276,32 @@ impl Fs {
         // since the dcache drops everything below an entry it unhashes,
         // the caller's own directories above each fence stay cached too.
         // (Only a drop of entries unhashes; a pages drop keeps them all.)
-        // The dcache's rename count before the first pass: see the second
-        // pass's filter.
-        let renames_at_start = self.names.renames();
-        let Fences {
-            mut held,
-            seen_under,
-            mapped,
-            mut fences,
-        } = if root_caller || !mode.drops_dentries() {
-            Fences::default()
+        let fenced = !root_caller && mode.drops_dentries();
+        // The dcache's rename count before the first pass (see the second
+        // pass's filter). A rename anywhere in the cache moves it, so a
+        // first pass that a rename overlapped is made again (up to three
+        // times), for the second pass to keep every directory only when a
+        // rename begins after the first pass.
+        let (
+            Fences {
+                mut held,
+                seen_under,
+                mapped,
+                mut fences,
+            },
+            renames_at_start,
+        ) = if fenced {
+            let mut tries = 1;
+            loop {
+                let before = self.names.renames();
+                let f = self.above_fences(&dir, &found, owner);
+                if self.names.renames() == before || tries == 3 {
+                    break (f, before);
+                }
+                tries += 1;
+            }
         } else {
-            self.above_fences(&dir, &found, owner)
+            (Fences::default(), 0)
         };
         let mut found_in_dcache = 0u64;
         // The inodes whose entries the walk will count (dropped, or busy
@@ -300,10 +314,12 @@ impl Fs {
             .filter(|(i, _)| i.dentry.lock().live().is_some())
             .map(|(i, _)| i.ino)
             .collect();
-        let fenced = !root_caller && mode.drops_dentries();
         if fenced {
             crate::fault::drop_passes_hook(dir.ino);
         }
+        // Whether a rename has begun since the first pass; once it has, the
+        // count is not read again.
+        let mut renamed = false;
         let sub = self.names.drop_subtree_under(&dir, |inode, parent| {
             found_in_dcache += 1;
             let ok = owner(inode);
@@ -324,11 +340,11 @@ impl Fs {
             // So is every directory once any rename has begun since the
             // first pass: one may have moved a fence under a directory the
             // first pass found none under.
-            if fenced
-                && inode.is_dir()
-                && (seen_under.get(&inode.ino) != parent.map(|p| &p.ino) || self.names.renames() != renames_at_start)
-            {
-                return Verdict::Keep;
+            if fenced && inode.is_dir() {
+                renamed = renamed || self.names.renames() != renames_at_start;
+                if renamed || seen_under.get(&inode.ino) != parent.map(|p| &p.ino) {
+                    return Verdict::Keep;
+                }
             }
             if ok && mode.drops_dentries() {
                 counted.insert(inode.ino);
