@@ -1248,6 +1248,7 @@ impl Fs {
 }
 
 mod drop;
+mod fences;
 mod flush;
 pub mod lease;
 pub mod prefetch;

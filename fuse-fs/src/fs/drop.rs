@@ -6,41 +6,9 @@
 
 use super::*;
 use std::collections::HashSet;
-use std::os::fd::BorrowedFd;
 
-use crate::names::{SubtreeDrop, Verdict};
-
-/// What the first pass of a user's drop found (see [`Fs::above_fences`]).
-#[derive(Default)]
-struct Fences {
-    /// The caller's directories above a fence, kept.
-    held: HashSet<u64>,
-    /// Each cached entry's parent, as the first pass saw it.
-    seen_under: HashMap<u64, u64>,
-    /// The negative entries the first pass dropped.
-    mapped: SubtreeDrop,
-    /// The fences found.
-    fences: Vec<u64>,
-}
-
-/// Adds to `held` every directory above each of `fences` up to `dir`
-/// (not included), by `parent_of`. Each directory is climbed from once:
-/// a chain stops where an earlier one passed, so the cost is linear in
-/// the directories, and a chain through stale links that loops ends too.
-fn hold_above(fences: &[u64], dir: u64, parent_of: impl Fn(u64) -> Option<u64>, held: &mut HashSet<u64>) {
-    let mut climbed = HashSet::new();
-    for &fence in fences {
-        let mut cur = fence;
-        while climbed.insert(cur) {
-            let Some(p) = parent_of(cur) else { break };
-            if p == dir {
-                break;
-            }
-            held.insert(p);
-            cur = p;
-        }
-    }
-}
+use super::fences::{Fences, hold_above};
+use crate::names::Verdict;
 
 /// The depth an orphan's own depth is added to (see [`Fs::drop_dir`]):
 /// deeper than anything a walk from a directory finds.
@@ -79,84 +47,6 @@ impl Fs {
             return Err(FsError::PERM);
         }
         Ok(())
-    }
-
-    /// For a non-root drop of `dir`: the directories between `dir` and each
-    /// directory under it that the caller does not own (a fence, see
-    /// [`drop_dir`](Self::drop_dir)), up both the dcache's parents and the
-    /// links recorded for the inodes (which differ while a rename in the
-    /// source is not yet seen), found by a pass over the dcache that drops
-    /// nothing but negative entries (every drop drops them; their counts
-    /// are returned) and by the inodes the kernel knows (`known`). A
-    /// directory that appears under one of the caller's own between this
-    /// pass and the drop's is not protected.
-    fn above_fences(
-        &self,
-        dir: &Inode,
-        known: &HashMap<u64, (Arc<Inode>, u32)>,
-        owner: impl Fn(&Inode) -> bool,
-    ) -> Fences {
-        let mut cached_parent: HashMap<u64, u64> = HashMap::new();
-        let mut inodes: HashMap<u64, Arc<Inode>> = HashMap::new();
-        let mut fences = Vec::new();
-        let mapped = self.names.drop_subtree_under(dir, |inode, parent| {
-            if let Some(p) = parent {
-                cached_parent.insert(inode.ino, p.ino);
-            }
-            inodes.insert(inode.ino, inode.clone());
-            if inode.is_dir() && !owner(inode) {
-                fences.push(inode.ino);
-                Verdict::Fence
-            } else {
-                Verdict::Keep
-            }
-        });
-        for (inode, _) in known.values() {
-            inodes.entry(inode.ino).or_insert_with(|| inode.clone());
-            if inode.is_dir() && !owner(inode) {
-                fences.push(inode.ino);
-            }
-        }
-        let mut held = HashSet::new();
-        hold_above(&fences, dir.ino, |ino| cached_parent.get(&ino).copied(), &mut held);
-        hold_above(
-            &fences,
-            dir.ino,
-            |ino| inodes.get(&ino).map(|i| i.link_parent()),
-            &mut held,
-        );
-        Fences {
-            held,
-            seen_under: cached_parent,
-            mapped: SubtreeDrop {
-                dropped: mapped.dropped,
-                busy: mapped.busy,
-                skipped: 0,
-            },
-            fences,
-        }
-    }
-
-    /// For a non-root drop: whether the kernel's negative entry for `name`
-    /// in the directory `d` may be invalidated. (Another user may make the
-    /// name between this check and the kernel's invalidation; that race is
-    /// left.) A name recorded negative may name
-    /// something now; invalidating its entry would drop what the kernel
-    /// holds there, so it may go only if the name is still missing, or
-    /// names an object of the caller's that is not a directory kept above
-    /// a fence (`held`).
-    fn negative_may_go(&self, d: BorrowedFd<'_>, name: &[u8], uid: u32, held: &HashSet<u64>) -> bool {
-        let Ok(cname) = cstr(name) else {
-            return false;
-        };
-        match sys::fstatat(d, &cname, libc::AT_SYMLINK_NOFOLLOW) {
-            Err(e) => e.errno() == libc::ENOENT,
-            Ok(st) => {
-                st.st_uid == uid
-                    && !(st.st_mode & libc::S_IFMT == libc::S_IFDIR
-                        && self.table.find(key_of(&st)).is_some_and(|i| held.contains(&i.ino)))
-            }
-        }
     }
 
     /// How deep `inode` lies under directory `dir` (1 = a child), following
