@@ -91,8 +91,9 @@ impl Fs {
     /// directory, say) is neither dropped nor counted, so a drop neither
     /// flushes nor reveals how much is cached there; the caller's own
     /// directories above such a directory stay cached with it (see
-    /// [`above_fences`](Self::above_fences)). Orphans the caller owns are
-    /// dropped wherever they are (see below).
+    /// [`above_fences`](Self::above_fences)). Orphans the caller owns right
+    /// under a forgotten directory id are dropped wherever they are (see
+    /// below).
     pub fn drop_dir(&self, ino: u64, mode: DropMode, caller: Caller) -> FsResult<DropOutcome> {
         let start = Instant::now();
         let dir = self.inode(ino)?;
@@ -104,11 +105,11 @@ impl Fs {
             return Err(FsError::PERM);
         }
         self.drops.requests.fetch_add(1, Ordering::Relaxed);
-        // Listings and queued names: all of them for the root; otherwise
-        // those of the directories dropped (below), so that one user's drop
-        // does not empty what other users' trees keep.
-        // A non-root owner of the source's root (a user's own mount) drops
-        // the root as any other directory: fenced, not whole.
+        // Listings and queued names: all of them for root's drop of the
+        // root; otherwise those of the directories dropped (below), so that
+        // one user's drop does not empty what other users' trees keep. A
+        // non-root owner of the source's root (a user's own mount) drops the
+        // root as any other directory: fenced, not whole.
         let root_caller = caller.uid == 0;
         let whole = dir.ino == ROOT_INO && root_caller;
         if whole {
