@@ -54,8 +54,8 @@ impl Fs {
     /// source is not yet seen), found by a pass over the dcache that drops
     /// nothing but negative entries (every drop drops them; their counts
     /// are returned) and by the inodes the kernel knows (`known`). A
-    /// directory that appears under one of the caller's own between this
-    /// pass and the drop's is not protected.
+    /// directory that appears under one of the caller's own after this pass
+    /// is kept by the drop's second pass (see [`drop_dir`](Self::drop_dir)).
     pub(super) fn above_fences(
         &self,
         dir: &Inode,
