@@ -304,17 +304,12 @@ impl Names {
     /// accepts; the filter sees every positive payload under it, and negative
     /// entries under it are always dropped.
     pub fn drop_subtree(&self, dir: &Inode, mut filter: impl FnMut(&Arc<Inode>) -> bool) -> SubtreeDrop {
-        self.drop_subtree_with(dir, |p| if filter(p) { Verdict::Drop } else { Verdict::Keep })
+        self.drop_subtree_under(dir, |p, _| if filter(p) { Verdict::Drop } else { Verdict::Keep })
     }
 
     /// [`drop_subtree`](Self::drop_subtree) whose filter may also fence an
-    /// entry off: kept, with everything below it unwalked and uncounted.
-    pub fn drop_subtree_with(&self, dir: &Inode, mut filter: impl FnMut(&Arc<Inode>) -> Verdict) -> SubtreeDrop {
-        self.drop_subtree_under(dir, |p, _| filter(p))
-    }
-
-    /// [`drop_subtree_with`](Self::drop_subtree_with) whose filter is also
-    /// given the entry's parent (the directory's inode).
+    /// entry off (kept, with everything below it unwalked and uncounted)
+    /// and is given the entry's parent (the directory's inode).
     pub fn drop_subtree_under(
         &self,
         dir: &Inode,

@@ -348,7 +348,6 @@ impl Fs {
         let mut list: Vec<(Arc<Inode>, u32)> = found.into_values().collect();
         // Bottom-up, as the kernel wants its invalidations.
         list.sort_by_key(|e| std::cmp::Reverse(e.1));
-
         for (inode, _) in &list {
             if !owner(inode) {
                 skipped_inos.insert(inode.ino);
