@@ -8,7 +8,7 @@ use super::*;
 use std::collections::HashSet;
 
 use super::fences::{Fences, hold_above};
-use crate::names::Verdict;
+use crate::names::{SubtreeDrop, Verdict};
 
 /// The depth an orphan's own depth is added to (see [`Fs::drop_dir`]):
 /// deeper than anything a walk from a directory finds.
@@ -182,13 +182,18 @@ impl Fs {
             },
             renames_at_start,
         ) = if fenced {
-            let mut tries = 1;
+            let (mut tries, mut earlier) = (1, SubtreeDrop::default());
             loop {
                 let before = self.names.renames();
-                let f = self.above_fences(&dir, &found, owner);
+                let mut f = self.above_fences(&dir, &found, owner);
                 if self.names.renames() == before || tries == 3 {
+                    // The negative entries every pass dropped are counted.
+                    f.mapped.dropped += earlier.dropped;
+                    f.mapped.busy += earlier.busy;
                     break (f, before);
                 }
+                earlier.dropped += f.mapped.dropped;
+                earlier.busy += f.mapped.busy;
                 tries += 1;
             }
         } else {
