@@ -173,6 +173,10 @@ struct DirState {
     kernel_negatives: negatives::KernelNegatives,
     /// The listing last read from the source (`listing.rs`).
     listing: Option<Arc<crate::listing::Listing>>,
+    /// How many times a kept listing was forgotten (`set_listing(None)`):
+    /// a listing whose read began before a forget is not kept after it
+    /// (`keep_listing_if`).
+    forgets: u64,
     /// When a lookup last refreshed every stale name below at once
     /// (`fs/prefetch.rs`).
     refreshed: Option<Instant>,
@@ -528,18 +532,25 @@ impl Inode {
         self.dir.lock().as_ref().and_then(|d| d.listing.clone())
     }
 
-    /// Directories: keeps `listing` (or forgets the kept one with `None`).
-    /// A new listing starts a new walk (`fs/walk_ahead.rs`).
+    /// Directories: keeps `listing` (or forgets the kept one with `None`,
+    /// which also keeps out every listing whose read began before: see
+    /// [`listing_epoch`](Self::listing_epoch)). A new listing starts a new
+    /// walk (`fs/walk_ahead.rs`).
     pub fn set_listing(&self, listing: Option<Arc<crate::listing::Listing>>) {
         let old = {
             let mut guard = self.dir.lock();
             match (guard.as_mut(), listing) {
                 (Some(d), l) => {
+                    if l.is_none() {
+                        d.forgets += 1;
+                    }
                     d.walked_to = None;
                     d.ahead_to = 0;
                     d.listed_ahead = false;
                     std::mem::replace(&mut d.listing, l)
                 }
+                // No state: no listing kept and no read begun (a read takes
+                // its epoch first, which makes the state).
                 (None, None) => None,
                 (None, Some(l)) => {
                     guard.get_or_insert_default().listing = Some(l);
@@ -548,6 +559,33 @@ impl Inode {
             }
         };
         drop(old); // Freed outside the lock.
+    }
+
+    /// Directories: the count of forgotten listings, taken before a listing
+    /// is read from the source and handed to [`keep_listing_if`]
+    /// (Self::keep_listing_if) with it.
+    pub fn listing_epoch(&self) -> u64 {
+        self.dir.lock().get_or_insert_default().forgets
+    }
+
+    /// Directories: keeps `listing` as [`set_listing`](Self::set_listing)
+    /// does, unless a listing was forgotten since `epoch` was taken (a
+    /// drop of the directory, a change to it): what was read before that
+    /// may be what the forget was for. Whether it was kept.
+    pub fn keep_listing_if(&self, epoch: u64, listing: Arc<crate::listing::Listing>) -> bool {
+        let old = {
+            let mut guard = self.dir.lock();
+            let d = guard.get_or_insert_default();
+            if d.forgets != epoch {
+                return false;
+            }
+            d.walked_to = None;
+            d.ahead_to = 0;
+            d.listed_ahead = false;
+            d.listing.replace(listing)
+        };
+        drop(old); // Freed outside the lock.
+        true
     }
 
     /// Directories: claims the refresh of the names below (true) unless one

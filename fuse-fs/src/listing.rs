@@ -41,11 +41,13 @@
 //!   read under.
 //! - A drop of another directory forgets the listings of the directories
 //!   it drops ([`Listings::forget`]), not those of other users' trees.
-//!   A listing whose read overlapped any drop is not kept
-//!   ([`Listings::drop_begins`] moves a count that the read compares
-//!   before and after; its store into the directory and the drop's
-//!   forgetting take the directory's lock, so one of the two sees the
-//!   other).
+//!   A listing whose read overlapped a forget of its directory's listing
+//!   (by a drop, a change through the mount, the watcher) is not kept:
+//!   each forget moves a count on the directory ([`Inode::listing_epoch`])
+//!   that the read takes before it reads the source and compares when it
+//!   stores, both under the directory's lock, so one of the two sees the
+//!   other. The count is the directory's own, so that one user's drops,
+//!   however many, keep no other directory's listing from being kept.
 //! - A change through the mount to a directory's names (create, mkdir,
 //!   mknod, symlink, link, unlink, rmdir, rename) forgets that directory's
 //!   listing before it is answered; the revalidation that finds the
@@ -107,8 +109,6 @@ impl Drop for Listing {
 pub struct Listings {
     enabled: bool,
     generation: AtomicU64,
-    /// Drops begun (see the module docs).
-    drops: AtomicU64,
     /// Entries held by kept listings.
     held: Arc<AtomicUsize>,
     /// Entries held by listings read for their handle only.
@@ -139,7 +139,6 @@ impl Listings {
         Self {
             enabled,
             generation: AtomicU64::new(0),
-            drops: AtomicU64::new(0),
             held: Arc::new(AtomicUsize::new(0)),
             handles_held: Arc::new(AtomicUsize::new(0)),
             budget,
@@ -180,9 +179,9 @@ impl Listings {
     /// budgets allow.
     pub fn read(&self, fd: BorrowedFd<'_>, dir: &Inode, st: &libc::stat) -> FsResult<Read> {
         let generation = self.generation.load(Ordering::Relaxed);
-        // Acquire: before the source is read; pairs with the increment in
-        // `drop_begins` only through the directory's lock (module docs).
-        let drops = self.drops.load(Ordering::Acquire);
+        // Before the source is read: a forget after this keeps what is
+        // read out of the directory (module docs).
+        let epoch = dir.listing_epoch();
         let at = Instant::now();
         let mut entries = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
@@ -217,13 +216,9 @@ impl Listings {
         });
         crate::fault::listing_read_hook(dir.ino);
         if keep {
-            dir.set_listing(Some(listing.clone()));
-            // After the store (its lock): a drop that forgot this
-            // directory's listing before it had begun before, and moved
-            // the count (module docs).
-            if self.drops.load(Ordering::Acquire) != drops {
-                dir.set_listing(None);
-            }
+            // Not kept if the directory's listing was forgotten since the
+            // read began; it still serves the handle that asked for it.
+            dir.keep_listing_if(epoch, listing.clone());
         }
         Ok(Read::Whole(listing))
     }
@@ -249,17 +244,8 @@ impl Listings {
         self.generation.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A drop of a directory other than the root begins: a listing being
-    /// read now is not kept (see the module docs). Before the drop's
-    /// [`forget`](Self::forget)s.
-    pub fn drop_begins(&self) {
-        // Release: before the drop takes each directory's lock to forget
-        // its listing; pairs with the Acquire loads in `read` through that
-        // lock.
-        self.drops.fetch_add(1, Ordering::Release);
-    }
-
-    /// Forgets `dir`'s kept listing (a drop of a directory above it).
+    /// Forgets `dir`'s kept listing (a drop of a directory above it), and
+    /// keeps out one being read now.
     pub fn forget(&self, dir: &Inode) {
         dir.set_listing(None);
     }

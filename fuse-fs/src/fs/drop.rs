@@ -116,8 +116,6 @@ impl Fs {
             self.listings.forget_all();
             self.unlisted.clear();
             self.lists_ahead.clear();
-        } else {
-            self.listings.drop_begins();
         }
         let mut unlisted_dirs = std::collections::HashSet::new();
         let mut out = DropOutcome::default();

@@ -1,6 +1,7 @@
 //! A drop forgets the kept listings of the directories it drops, and only
 //! those (all of them for the mount's root); a listing whose read
-//! overlapped a drop is not kept.
+//! overlapped a drop of its directory is not kept, and one whose read
+//! overlapped drops of other directories is.
 
 use super::*;
 
@@ -73,4 +74,35 @@ fn a_listing_whose_read_overlaps_a_drop_is_not_kept() {
     // A read that overlaps no drop is kept, as before.
     list(&fs, &s);
     assert!(s.listing().is_some());
+}
+
+/// Drops of other directories during a listing's read leave it kept: one
+/// user dropping their own directory in a loop must not stop every other
+/// directory's listing from being kept.
+#[test]
+fn a_listing_whose_read_overlaps_drops_elsewhere_is_kept() {
+    let (t, d, e, s) = two_trees();
+    let fs = Arc::new(t);
+    let dropper = fs.clone();
+    let s_ino = s.ino;
+    crate::fault::on_next_listing_read(d.ino, move || {
+        let t = dropper.clone();
+        std::thread::spawn(move || {
+            for _ in 0..3 {
+                t.fs.drop_dir(s_ino, DropMode::All, ME).expect("drop s");
+            }
+        })
+        .join()
+        .expect("the drops");
+    });
+    list(&fs, &d);
+    assert!(
+        d.listing().is_some(),
+        "drops of a sibling during d's listing read kept d's listing out"
+    );
+    // A drop below d forgets what it drops, not d's listing above it.
+    list(&fs, &e);
+    fs.fs.drop_dir(e.ino, DropMode::All, ME).expect("drop d/e");
+    assert!(d.listing().is_some(), "a drop of d/e forgot d's listing");
+    assert!(e.listing().is_none(), "a drop of d/e kept its listing");
 }
