@@ -363,14 +363,14 @@ impl<FS: Filesystem> Session<FS> {
             debug!("FUSE over io_uring: {} queues", ring.queues.len());
         }
 
+        // Every thread is joined whatever the others ended with (a panic
+        // included), and the queues are stopped and joined before the ring
+        // is dropped (see `uring.rs`): the first error is returned after.
         let mut reply: io::Result<()> = Ok(());
         for thread in threads {
-            let res = match thread.join() {
-                Ok(res) => res,
-                Err(_) => {
-                    return Err(io::Error::other("event loop thread panicked"));
-                }
-            };
+            let res = thread
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("event loop thread panicked")));
             if let Err(e) = res {
                 if reply.is_ok() {
                     reply = Err(e);
@@ -385,7 +385,11 @@ impl<FS: Filesystem> Session<FS> {
             match thread.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => error!("io_uring queue ended with an error: {e}"),
-                Err(_) => return Err(io::Error::other("io_uring queue thread panicked")),
+                Err(_) => {
+                    if reply.is_ok() {
+                        reply = Err(io::Error::other("io_uring queue thread panicked"));
+                    }
+                }
             }
         }
         drop(ring);
