@@ -2,7 +2,11 @@
 //! on the dcache alone, for callgrind and `perf`: no threads, no timing
 //! harness, nothing but the operations in the loop.
 //!
-//! `cargo run --release -p benches --example churnprof -- [OPS]`
+//! `cargo run --release -p benches --example churnprof -- [OPS] [quick_cache]`
+//!
+//! With `quick_cache` the same loop runs on the bench's quick_cache contender
+//! instead (its `get`, and `insert` on a miss, through `access_quick`), so
+//! that both caches are counted the same way.
 //!
 //! The same inputs and cache as the bench (`benches::churn`): 200,000 distinct file names
 //! under one directory, a Zipf 0.99 stream of 2^21 keys over them, a cache
@@ -36,16 +40,51 @@ fn access(dc: &Dcache<u64>, dir: &Dentry<u64>, names: &[Box<[u8]>], key: u32) ->
     }
 }
 
-fn main() {
-    let ops: usize = std::env::args().nth(1).map_or(SAMPLES, |a| a.parse().expect("OPS"));
-    let (names, stream) = benches::churn::inputs();
-    let (dc, dir) = benches::churn::dcache();
-    for &k in &stream {
-        access(&dc, &dir, &names, k);
+type Key = (u64, Box<[u8]>);
+
+/// One operation of the bench's `Quick::access`; whether it hit.
+#[inline(never)]
+fn access_quick(cache: &quick_cache::sync::Cache<Key, u64>, keys: &[Key], key: u32) -> bool {
+    let k = &keys[key as usize];
+    match cache.get(k) {
+        Some(v) => {
+            black_box(v);
+            true
+        }
+        None => {
+            cache.insert(k.clone(), u64::from(key));
+            false
+        }
     }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let ops: usize = args.next().map_or(SAMPLES, |a| a.parse().expect("OPS"));
+    let quick = match args.next().as_deref() {
+        None => false,
+        Some("quick_cache") => true,
+        Some(other) => panic!("unknown contender {other:?} (only quick_cache)"),
+    };
+    let (names, stream) = benches::churn::inputs();
     let mut hits = 0u64;
-    for &k in stream.iter().cycle().take(ops) {
-        hits += u64::from(access(&dc, &dir, &names, k));
+    if quick {
+        let keys: Vec<Key> = names.iter().map(|n| (1, n.clone())).collect();
+        let cache = quick_cache::sync::Cache::new(benches::churn::CAPACITY);
+        for &k in &stream {
+            access_quick(&cache, &keys, k);
+        }
+        for &k in stream.iter().cycle().take(ops) {
+            hits += u64::from(access_quick(&cache, &keys, k));
+        }
+    } else {
+        let (dc, dir) = benches::churn::dcache();
+        for &k in &stream {
+            access(&dc, &dir, &names, k);
+        }
+        for &k in stream.iter().cycle().take(ops) {
+            hits += u64::from(access(&dc, &dir, &names, k));
+        }
     }
     println!("{ops} operations, hit ratio {:.4}", hits as f64 / ops.max(1) as f64);
 }
