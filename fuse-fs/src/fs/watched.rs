@@ -534,9 +534,21 @@ impl Fs {
     /// Returns whether the caller must read again what it read: the
     /// filesystem was marked after the mount started, perhaps after that
     /// read, whose result a change made before the mark would not correct.
-    /// (The lock is held while marking, so a lookup that finds the device
-    /// listed finds its mark made; only lookups that cross into the
+    /// (A device is listed only once its mark is made, so a lookup that
+    /// finds it listed finds its mark made; only lookups that cross into the
     /// filesystem, its root's, read again.)
+    ///
+    /// The mark is made outside the marks' lock when the mount's unique id
+    /// is known: making it opens the filesystem's root, which a filesystem
+    /// that stopped answering holds forever, and the lock is taken by every
+    /// lookup that crosses into any filesystem under the source and by the
+    /// watcher. Two lookups that cross at once may both mark (adding the
+    /// same mark twice changes nothing); the first to list the mount is
+    /// kept. A stale entry that a mark listed after its mount left (the
+    /// watcher forgot the mount meanwhile) names a mount id that is never
+    /// used again, so it matches nothing. Without the id, entries are
+    /// matched by device, which a later filesystem may reuse: the mark is
+    /// then made under the lock, as the watcher's forgetting needs.
     pub(super) fn entered_filesystem(&self, dir: BorrowedFd<'_>, name: &CStr, dev: u64) -> bool {
         let Some((marker, devs)) = self.watched.marker.get() else {
             return false;
@@ -545,16 +557,32 @@ impl Fs {
         // none, or the name gone since the lookup) any entry of the device
         // answers, as the device alone told filesystems apart before.
         let mount_id = crate::sys::mount_id_unique_at(dir, name).ok();
-        let mut devs = devs.lock();
-        let known = match mount_id {
+        let known = |devs: &Marks| match mount_id {
             Some(id) => devs.get(&(dev, id)).copied(),
             None => devs.iter().find(|((d, _), _)| *d == dev).map(|(_, m)| *m),
         };
-        if let Some(m) = known {
-            return m == Marked::Later;
-        }
+        let mark = || crate::fault::mark_fails().map_or_else(|| marker.mark(dir, name), Err);
+        let (marked, mut devs) = if mount_id.is_some() {
+            if let Some(m) = known(&devs.lock()) {
+                return m == Marked::Later;
+            }
+            let marked = mark();
+            let devs = devs.lock();
+            if let Some(m) = known(&devs) {
+                // Another lookup listed the mount meanwhile: its entry
+                // stands. Read again if either mark was made after the
+                // mount started (this one, perhaps after the caller's read).
+                return marked.is_ok() || m == Marked::Later;
+            }
+            (marked, devs)
+        } else {
+            let devs = devs.lock();
+            if let Some(m) = known(&devs) {
+                return m == Marked::Later;
+            }
+            (mark(), devs)
+        };
         let key = (dev, mount_id.unwrap_or(0));
-        let marked = crate::fault::mark_fails().map_or_else(|| marker.mark(dir, name), Err);
         devs.insert(key, if marked.is_ok() { Marked::Later } else { Marked::Failed });
         if marked.is_err() {
             // Listed before it is counted, under the marks' lock.

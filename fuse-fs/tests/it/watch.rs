@@ -512,6 +512,62 @@ fn auto_watches_the_rest_of_a_source_with_a_fuse_filesystem_under_it() {
     drop(inner);
 }
 
+/// A FUSE filesystem under the source that stops answering while the first
+/// lookup that enters it marks it for the watch (the mark opens its root)
+/// holds that lookup, and nothing else: before, the mark was made under the
+/// lock that every lookup entering any filesystem under the source takes,
+/// so a lookup into a tmpfs mounted there later waited until the FUSE
+/// daemon was continued.
+#[test]
+fn a_stopped_filesystem_under_the_source_holds_no_lookup_into_another() {
+    // The FUSE filesystem: an rcufs mount whose root's attributes the
+    // kernel keeps (`--kernel-cache`), so that the lookup's `stat` of the
+    // mount point is answered and its mark's open is what waits.
+    let Some(inner) = Mount::with(&["--kernel-cache"], tree) else {
+        return;
+    };
+    let top = tempfile::tempdir().unwrap();
+    fs::create_dir(top.path().join("fuse")).unwrap();
+    fs::create_dir(top.path().join("late")).unwrap();
+    let bind = Submount::bind(&inner.mnt, &top.path().join("fuse"));
+    let Some(outer) = Mount::over(top.path(), &["--coherence", "watch", "--threads", "4"]) else {
+        return;
+    };
+    // Mounted after the start: its first lookup marks it.
+    let late = Submount::tmpfs(&top.path().join("late"));
+    fs::write(top.path().join("late/f"), b"late").unwrap();
+    assert!(fs::metadata(top.path().join("fuse/d")).is_ok());
+    let stop = |sig| {
+        // SAFETY: kill has no memory preconditions; the pid is the inner
+        // mount's live daemon.
+        assert_eq!(unsafe { libc::kill(inner.pid(), sig) }, 0);
+    };
+    stop(libc::SIGSTOP);
+    let entering = {
+        let p = outer.at("fuse/d");
+        std::thread::spawn(move || fs::metadata(p).is_ok())
+    };
+    // Let that lookup reach the mark's open, where it waits.
+    std::thread::sleep(Duration::from_millis(300));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = outer.at("late/f");
+    let other = std::thread::spawn(move || tx.send(fs::read(p).ok()).unwrap());
+    let answered = rx.recv_timeout(Duration::from_secs(5));
+    stop(libc::SIGCONT);
+    other.join().unwrap();
+    assert!(entering.join().unwrap(), "the lookup into the FUSE filesystem failed once continued");
+    assert_eq!(
+        answered,
+        Ok(Some(b"late".to_vec())),
+        "a read in another filesystem under the source waited for the stopped one"
+    );
+    assert!(fs::read(outer.at("fuse/d/keep")).unwrap() == b"keep");
+    drop(outer);
+    drop(late);
+    drop(bind);
+    drop(inner);
+}
+
 /// Lookups and attribute reads racing with changes in the source: whatever
 /// a request read before a change and stored after the watcher applied it
 /// must not outlive the change (the change sequence, `fs/watched.rs`).
