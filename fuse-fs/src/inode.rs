@@ -562,8 +562,8 @@ impl Inode {
     }
 
     /// Directories: the count of forgotten listings, taken before a listing
-    /// is read from the source and handed to [`keep_listing_if`]
-    /// (Self::keep_listing_if) with it.
+    /// is read from the source and handed with it to
+    /// [`keep_listing_if`](Self::keep_listing_if).
     pub fn listing_epoch(&self) -> u64 {
         self.dir.lock().get_or_insert_default().forgets
     }

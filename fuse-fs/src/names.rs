@@ -301,8 +301,9 @@ impl Names {
     }
 
     /// Drops everything cached under `dir` (not `dir` itself) that `filter`
-    /// accepts; the filter sees every positive payload under it, and negative
-    /// entries under it are always dropped.
+    /// accepts; the filter sees every positive payload under it that is not
+    /// below an entry it accepted (those go with it), and negative entries
+    /// under it are always dropped.
     pub fn drop_subtree(&self, dir: &Inode, mut filter: impl FnMut(&Arc<Inode>) -> bool) -> SubtreeDrop {
         self.drop_subtree_under(dir, |p, _| if filter(p) { Verdict::Drop } else { Verdict::Keep })
     }
@@ -313,14 +314,26 @@ impl Names {
     pub fn drop_subtree_under(
         &self,
         dir: &Inode,
+        filter: impl FnMut(&Arc<Inode>, Option<&Arc<Inode>>) -> Verdict,
+    ) -> SubtreeDrop {
+        self.drop_subtree_visiting(dir, filter, |_| {})
+    }
+
+    /// [`drop_subtree_under`](Self::drop_subtree_under) that also shows
+    /// `gone` each inode whose entry it drops without asking the filter (one
+    /// below an entry the filter accepted).
+    pub fn drop_subtree_visiting(
+        &self,
+        dir: &Inode,
         mut filter: impl FnMut(&Arc<Inode>, Option<&Arc<Inode>>) -> Verdict,
+        gone: impl FnMut(&Arc<Inode>),
     ) -> SubtreeDrop {
         let Some(dd) = self.dentry_to_change(dir) else {
             return SubtreeDrop::default();
         };
         let s = self
             .cache
-            .drop_subtree_under(&dd, |p: &Arc<Inode>, parent| filter(p, parent));
+            .drop_subtree_visiting(&dd, |p: &Arc<Inode>, parent| filter(p, parent), gone);
         SubtreeDrop {
             dropped: s.dropped,
             busy: s.busy,

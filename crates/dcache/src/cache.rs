@@ -1465,7 +1465,23 @@ impl<T: Send + Sync + 'static> Dcache<T> {
     /// [`drop_subtree_with`](Self::drop_subtree_with) whose filter is also
     /// given the entry's parent's payload (`None` for a child of a `dir`
     /// that has none).
-    pub fn drop_subtree_under(&self, dir: &Dentry<T>, mut filter: impl FnMut(&T, Option<&T>) -> Verdict) -> DropStats {
+    pub fn drop_subtree_under(&self, dir: &Dentry<T>, filter: impl FnMut(&T, Option<&T>) -> Verdict) -> DropStats {
+        self.drop_subtree_visiting(dir, filter, |_| {})
+    }
+
+    /// [`drop_subtree_under`](Self::drop_subtree_under) that also shows
+    /// `gone` the payload of every entry it drops without asking the filter:
+    /// those below an entry the walk unhashed (and any found unhashed
+    /// already), so that a caller that keeps state for its payloads can
+    /// drop that too. The filter and `gone` together see every payload the
+    /// walk drops (a payload may be shown twice if a rename moves its
+    /// entry during the walk, which then makes another pass).
+    pub fn drop_subtree_visiting(
+        &self,
+        dir: &Dentry<T>,
+        mut filter: impl FnMut(&T, Option<&T>) -> Verdict,
+        mut gone: impl FnMut(&T),
+    ) -> DropStats {
         self.own(dir);
         let sh = self.sh();
         // Entries whose insertion happened before this call have smaller ids;
@@ -1484,6 +1500,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
                 seq,
                 locked.is_some(),
                 &mut filter,
+                &mut gone,
                 &mut stats,
                 &mut skipped,
             ) {
@@ -1507,6 +1524,7 @@ impl<T: Send + Sync + 'static> Dcache<T> {
         seq: usize,
         locked: bool,
         filter: &mut impl FnMut(&T, Option<&T>) -> Verdict,
+        gone: &mut impl FnMut(&T),
         stats: &mut DropStats,
         skipped: &mut u64,
     ) -> bool {
@@ -1627,6 +1645,9 @@ impl<T: Send + Sync + 'static> Dcache<T> {
             let parent = top.node.clone();
             for child in batch.drain(..).rev() {
                 let verdict = if parent_gone || !child.is_hashed() {
+                    if let Some(p) = child.payload() {
+                        gone(p);
+                    }
                     Verdict::Drop
                 } else {
                     child.payload().map_or(Verdict::Drop, |p| filter(p, parent.payload()))

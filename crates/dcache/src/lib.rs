@@ -73,7 +73,8 @@
 //!   unhashing as it goes, and restarts when a rename interferes; after two
 //!   restarts it holds the rename lock for a pass. Its filter may keep an
 //!   entry, or fence it off ([`Dcache::drop_subtree_with`]: kept with
-//!   everything below it, unwalked).
+//!   everything below it, unwalked); what goes unasked below a dropped
+//!   entry can be seen too ([`Dcache::drop_subtree_visiting`]).
 //! - **Statistics** (`stats.rs`) are per-thread sharded counters; a thread
 //!   that owns its shard adds with a plain load and store (no barrier on the
 //!   hit path).

@@ -363,6 +363,40 @@ fn drop_subtree_under_tells_the_filter_each_parent() {
     drop((s, p));
 }
 
+/// `drop_subtree_visiting` shows `gone` every payload it drops unasked
+/// (below an entry the filter dropped), and the filter every other one:
+/// together, each payload under the directory once.
+#[test]
+fn drop_subtree_visiting_shows_what_goes_unasked() {
+    use crate::Verdict;
+    let c = small_batches();
+    let root = c.root();
+    let d = c.insert(&root, b"d", Some(1));
+    let s = c.insert(&d, b"s", Some(2));
+    let p = c.insert(&s, b"p", Some(3));
+    c.insert(&p, b"x", Some(4));
+    c.insert(&p, b"neg", None);
+    c.insert(&s, b"y", Some(5));
+    c.insert(&d, b"z", Some(6));
+    let (mut asked, mut unasked) = (Vec::new(), Vec::new());
+    let stats = c.drop_subtree_visiting(
+        &d,
+        |&v, _| {
+            asked.push(v);
+            if v == 2 { Verdict::Drop } else { Verdict::Keep }
+        },
+        |&v| unasked.push(v),
+    );
+    asked.sort_unstable();
+    unasked.sort_unstable();
+    assert_eq!(asked, [2, 6]);
+    assert_eq!(unasked, [3, 4, 5]);
+    // s, p, x, y and the negative entry under p.
+    assert_eq!(stats.dropped + stats.busy, 5);
+    assert!(c.lookup_with(&d, b"s", |_| ()).is_none());
+    drop((s, p));
+}
+
 #[test]
 fn drop_subtree_counts_dropped_busy_and_skipped() {
     let c = small_batches();

@@ -214,39 +214,50 @@ impl Fs {
         // Whether a rename has begun since the first pass; once it has, the
         // count is not read again.
         let mut renamed = false;
-        let sub = self.names.drop_subtree_under(&dir, |inode, parent| {
-            found_in_dcache += 1;
-            let ok = owner(inode);
-            if !ok {
-                skipped_inos.insert(inode.ino);
-            }
-            found.entry(inode.ino).or_insert_with(|| (inode.clone(), 0));
-            if !ok && inode.is_dir() {
-                // Not entered (see above), as the kernel's view was not.
-                fences.push(inode.ino);
-                return Verdict::Fence;
-            }
-            if held.contains(&inode.ino) {
-                return Verdict::Keep;
-            }
-            // A directory the first pass did not see here (moved or made
-            // since) may hold a fence it could not keep: kept, and walked.
-            // So is every directory once any rename has begun since the
-            // first pass: one may have moved a fence under a directory the
-            // first pass found none under.
-            if fenced && inode.is_dir() {
-                renamed = renamed || self.names.renames() != renames_at_start;
-                if renamed || seen_under.get(&inode.ino) != parent.map(|p| &p.ino) {
+        // Directories whose entries go with one above them, unasked: their
+        // listings go too (below).
+        let mut gone_dirs = Vec::new();
+        let sub = self.names.drop_subtree_visiting(
+            &dir,
+            |inode, parent| {
+                found_in_dcache += 1;
+                let ok = owner(inode);
+                if !ok {
+                    skipped_inos.insert(inode.ino);
+                }
+                found.entry(inode.ino).or_insert_with(|| (inode.clone(), 0));
+                if !ok && inode.is_dir() {
+                    // Not entered (see above), as the kernel's view was not.
+                    fences.push(inode.ino);
+                    return Verdict::Fence;
+                }
+                if held.contains(&inode.ino) {
                     return Verdict::Keep;
                 }
-            }
-            if ok && mode.drops_dentries() {
-                counted.insert(inode.ino);
-                Verdict::Drop
-            } else {
-                Verdict::Keep
-            }
-        });
+                // A directory the first pass did not see here (moved or made
+                // since) may hold a fence it could not keep: kept, and walked.
+                // So is every directory once any rename has begun since the
+                // first pass: one may have moved a fence under a directory the
+                // first pass found none under.
+                if fenced && inode.is_dir() {
+                    renamed = renamed || self.names.renames() != renames_at_start;
+                    if renamed || seen_under.get(&inode.ino) != parent.map(|p| &p.ino) {
+                        return Verdict::Keep;
+                    }
+                }
+                if ok && mode.drops_dentries() {
+                    counted.insert(inode.ino);
+                    Verdict::Drop
+                } else {
+                    Verdict::Keep
+                }
+            },
+            |inode| {
+                if inode.is_dir() {
+                    gone_dirs.push(inode.clone());
+                }
+            },
+        );
         if fenced {
             // The kernel's entries above every fence stay too, up the links
             // as they are now (a directory moved since the first pass).
@@ -406,6 +417,14 @@ impl Fs {
             dcache::quiesce();
         }
         if !whole {
+            // Directories below one whose entry went, which the kernel does
+            // not know (a list-ahead read their listings): forgotten as the
+            // ones found above, or a listing read before the drop, or while
+            // it ran, would be served after it.
+            for d in gone_dirs.iter().filter(|d| owner(d)) {
+                self.listings.forget(d);
+                unlisted_dirs.insert(d.ino);
+            }
             self.listings.forget(&dir);
             unlisted_dirs.insert(dir.ino);
             self.unlisted.clear_under(&unlisted_dirs);

@@ -555,7 +555,10 @@ fn a_stopped_filesystem_under_the_source_holds_no_lookup_into_another() {
     let answered = rx.recv_timeout(Duration::from_secs(5));
     stop(libc::SIGCONT);
     other.join().unwrap();
-    assert!(entering.join().unwrap(), "the lookup into the FUSE filesystem failed once continued");
+    assert!(
+        entering.join().unwrap(),
+        "the lookup into the FUSE filesystem failed once continued"
+    );
     assert_eq!(
         answered,
         Ok(Some(b"late".to_vec())),

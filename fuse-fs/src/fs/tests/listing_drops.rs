@@ -106,3 +106,48 @@ fn a_listing_whose_read_overlaps_drops_elsewhere_is_kept() {
     assert!(d.listing().is_some(), "a drop of d/e forgot d's listing");
     assert!(e.listing().is_none(), "a drop of d/e kept its listing");
 }
+
+/// A directory the kernel does not know (a list-ahead looked it up and
+/// read its listing) under a dropped directory: its entry goes unasked with
+/// the one above it, and its listing must go too, kept before the drop or
+/// read while it ran.
+#[test]
+fn a_drop_forgets_the_listings_of_directories_the_kernel_does_not_know() {
+    let (t, d, e, _) = two_trees();
+    std::fs::create_dir(t.src.join("d/e/x")).expect("mkdir d/e/x");
+    std::fs::create_dir(t.src.join("d/e/y")).expect("mkdir d/e/y");
+    let unknown = |name: &[u8]| {
+        let i = t.fs.lookup_source(&e, name, false).expect("lookup").expect("found");
+        assert_eq!(i.nlookup(), 0, "the kernel was lent the entry");
+        i
+    };
+    let (x, y) = (unknown(b"x"), unknown(b"y"));
+    let read = |dir: &Arc<Inode>| {
+        let fd = t.fs.table.open(dir, libc::O_RDONLY | libc::O_DIRECTORY).expect("open");
+        assert!(matches!(
+            t.fs.read_listing(fd.as_fd(), dir),
+            Ok(crate::listing::Read::Whole(_))
+        ));
+    };
+    // Kept before the drop.
+    read(&x);
+    assert!(x.listing().is_some());
+    // Read while the drop runs, stored after it.
+    let dropper = Arc::new(t);
+    let t2 = dropper.clone();
+    let d_ino = d.ino;
+    crate::fault::on_next_listing_read(y.ino, move || {
+        let t = t2.clone();
+        std::thread::spawn(move || t.fs.drop_dir(d_ino, DropMode::All, ME).expect("drop d"))
+            .join()
+            .expect("the drop");
+    });
+    let t = dropper;
+    let fd = t.fs.table.open(&y, libc::O_RDONLY | libc::O_DIRECTORY).expect("open");
+    assert!(matches!(
+        t.fs.read_listing(fd.as_fd(), &y),
+        Ok(crate::listing::Read::Whole(_))
+    ));
+    assert!(x.listing().is_none(), "a listing kept before the drop of d survived it");
+    assert!(y.listing().is_none(), "a listing read while d was dropped was kept");
+}
