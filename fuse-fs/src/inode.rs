@@ -1041,13 +1041,16 @@ impl InodeTable {
                                 self.no_handles.write().insert(mount_id);
                                 return self.make_backing(new);
                             }
+                            // Read before the lock, which every new inode
+                            // takes: a call into a filesystem that stopped
+                            // answering must hold no lock others need.
+                            let unique_id = sys::mount_id_unique_at(fd.as_fd(), sys::EMPTY).unwrap_or(0);
                             let mut mounts = self.mounts.write();
                             // Another lookup may have opened it meanwhile.
                             match mounts.get(&mount_id).and_then(Weak::upgrade) {
                                 Some(m) => m,
                                 None => {
                                     mounts.retain(|_, m| m.strong_count() > 0);
-                                    let unique_id = sys::mount_id_unique_at(fd.as_fd(), sys::EMPTY).unwrap_or(0);
                                     let m = Arc::new(SourceMount { fd, fsid, unique_id });
                                     mounts.insert(mount_id, Arc::downgrade(&m));
                                     m
