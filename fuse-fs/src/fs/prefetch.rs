@@ -244,7 +244,11 @@ impl Fs {
             .map(|e| e.name.as_slice())
             .filter(|n| *n != b"." && *n != b"..")
             .filter(|n| match self.names.lookup(dir, n) {
-                Hit::Positive(inode) => !self.usable(&inode),
+                // Not a mount point (its inode on another filesystem): this
+                // LOOKUP waits for the refresh, and a filesystem mounted
+                // there that stopped answering would hold it, for a name
+                // it did not ask about.
+                Hit::Positive(inode) => !self.usable(&inode) && inode.key.0 == dir.key.0,
                 Hit::Negative | Hit::Miss => false,
             })
             .collect();

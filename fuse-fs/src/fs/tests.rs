@@ -542,6 +542,52 @@ fn readdirplus_over_a_slow_source_answers_names_first() {
     assert!(t.fs.name_queue().is_empty(), "a drop empties the queue");
 }
 
+/// Over a slow source, a LOOKUP that finds a stale entry refreshes the
+/// directory's other stale names in parallel and waits for them, but not a
+/// name that is a mount point: a filesystem mounted there that stopped
+/// answering would hold that unrelated LOOKUP (only a LOOKUP of the mount
+/// point itself enters it).
+#[test]
+fn a_refresh_of_stale_names_leaves_mount_points_out() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: mounting a tmpfs inside the source needs root");
+        return;
+    }
+    let t = setup(FsConfig {
+        source_kind: "network",
+        revalidate: Duration::from_millis(50),
+        ..default_cfg()
+    });
+    let m = t.src.join("m");
+    for d in ["a", "b", "c", "sub"] {
+        std::fs::create_dir_all(m.join(d)).expect("mkdir");
+    }
+    let sub = std::ffi::CString::new(m.join("sub").into_os_string().into_encoded_bytes()).expect("cstring");
+    let tmpfs = std::ffi::CString::new("tmpfs").expect("cstring");
+    // SAFETY: all strings are NUL-terminated; no data argument.
+    let rc = unsafe { libc::mount(tmpfs.as_ptr(), sub.as_ptr(), tmpfs.as_ptr(), 0, std::ptr::null()) };
+    assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+    let unmount = || {
+        // SAFETY: the path is NUL-terminated.
+        unsafe { libc::umount2(sub.as_ptr(), libc::MNT_DETACH) };
+    };
+    let mi = walk(&t.fs, "m").expect("m").ino;
+    for d in ["a", "b", "c", "sub"] {
+        t.fs.lookup(mi, d.as_bytes()).expect("lookup");
+    }
+    std::thread::sleep(Duration::from_millis(120));
+    let before = t.fs.prefetched.load(Ordering::Relaxed);
+    let looked_up = t.fs.lookup(mi, b"a");
+    let refreshed = t.fs.prefetched.load(Ordering::Relaxed) - before;
+    unmount();
+    looked_up.expect("lookup a");
+    assert_eq!(
+        refreshed, 3,
+        "the stale names refreshed at once: a, b and c, not the mount point"
+    );
+}
+
 /// Over a slow source, opening one subdirectory after another lists the
 /// next ones ahead (`fs/walk_ahead.rs`): the walk's later OPENDIRs are
 /// served from those listings, and their names are queued for the
