@@ -568,10 +568,15 @@ fn a_refresh_of_stale_names_leaves_mount_points_out() {
     // SAFETY: all strings are NUL-terminated; no data argument.
     let rc = unsafe { libc::mount(tmpfs.as_ptr(), sub.as_ptr(), tmpfs.as_ptr(), 0, std::ptr::null()) };
     assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
-    let unmount = || {
-        // SAFETY: the path is NUL-terminated.
-        unsafe { libc::umount2(sub.as_ptr(), libc::MNT_DETACH) };
-    };
+    /// Unmounts the tmpfs however the test ends.
+    struct Unmount(std::ffi::CString);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            // SAFETY: the path is NUL-terminated.
+            unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+    let mounted = Unmount(sub);
     let mi = walk(&t.fs, "m").expect("m").ino;
     for d in ["a", "b", "c", "sub"] {
         t.fs.lookup(mi, d.as_bytes()).expect("lookup");
@@ -580,7 +585,7 @@ fn a_refresh_of_stale_names_leaves_mount_points_out() {
     let before = t.fs.prefetched.load(Ordering::Relaxed);
     let looked_up = t.fs.lookup(mi, b"a");
     let refreshed = t.fs.prefetched.load(Ordering::Relaxed) - before;
-    unmount();
+    drop(mounted);
     looked_up.expect("lookup a");
     assert_eq!(
         refreshed, 3,

@@ -546,9 +546,13 @@ impl Fs {
     /// same mark twice changes nothing); the first to list the mount is
     /// kept. A stale entry that a mark listed after its mount left (the
     /// watcher forgot the mount meanwhile) names a mount id that is never
-    /// used again, so it matches nothing. Without the id, entries are
-    /// matched by device, which a later filesystem may reuse: the mark is
-    /// then made under the lock, as the watcher's forgetting needs.
+    /// used again, so no lookup that knows its mount's id matches it.
+    /// Without the id, entries are matched by device, which a later
+    /// filesystem may reuse: such a lookup matches only the entries the
+    /// watcher's forgetting is ordered with (those made at the start, and
+    /// those made, as its own mark is then, under the lock), and so may
+    /// mark a filesystem again, or list it as unwatched if its name went
+    /// meanwhile (a cost in caching only).
     pub(super) fn entered_filesystem(&self, dir: BorrowedFd<'_>, name: &CStr, dev: u64) -> bool {
         let Some((marker, devs)) = self.watched.marker.get() else {
             return false;
@@ -559,7 +563,10 @@ impl Fs {
         let mount_id = crate::sys::mount_id_unique_at(dir, name).ok();
         let known = |devs: &Marks| match mount_id {
             Some(id) => devs.get(&(dev, id)).copied(),
-            None => devs.iter().find(|((d, _), _)| *d == dev).map(|(_, m)| *m),
+            None => devs
+                .iter()
+                .find(|((d, id), m)| *d == dev && (*id == 0 || **m == Marked::AtStart))
+                .map(|(_, m)| *m),
         };
         let mark = || crate::fault::mark_fails().map_or_else(|| marker.mark(dir, name), Err);
         let (marked, mut devs) = if mount_id.is_some() {

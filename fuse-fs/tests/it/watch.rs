@@ -523,6 +523,17 @@ fn a_stopped_filesystem_under_the_source_holds_no_lookup_into_another() {
     // The FUSE filesystem: an rcufs mount whose root's attributes the
     // kernel keeps (`--kernel-cache`), so that the lookup's `stat` of the
     // mount point is answered and its mark's open is what waits.
+    // The mark is made unlocked only where the mount's unique id is known
+    // (`STATX_MNT_ID_UNIQUE`, Linux 6.8).
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut v = release.trim().split(['.', '-']).map(|p| p.parse::<u32>().unwrap_or(0));
+    if (v.next().unwrap_or(0), v.next().unwrap_or(0)) < (6, 8) {
+        eprintln!(
+            "SKIPPED: needs Linux 6.8 (unique mount ids), this is {}",
+            release.trim()
+        );
+        return;
+    }
     let Some(inner) = Mount::with(&["--kernel-cache"], tree) else {
         return;
     };
@@ -547,8 +558,20 @@ fn a_stopped_filesystem_under_the_source_holds_no_lookup_into_another() {
         let p = outer.at("fuse/d");
         std::thread::spawn(move || fs::metadata(p).is_ok())
     };
-    // Let that lookup reach the mark's open, where it waits.
-    std::thread::sleep(Duration::from_millis(300));
+    // Wait until that lookup waits in the mark's open (a daemon thread in
+    // `openat`: its `stat` of the mount point was answered from the
+    // kernel's cache), so that the read below meets the mark in flight.
+    let in_openat = || {
+        fs::read_dir(format!("/proc/{}/task", outer.pid())).unwrap().any(|t| {
+            let t = t.unwrap().path().join("syscall");
+            fs::read_to_string(t).is_ok_and(|s| s.split(' ').next() == Some(&libc::SYS_openat.to_string()))
+        })
+    };
+    let reached = eventually(Duration::from_secs(10), in_openat);
+    if !reached {
+        stop(libc::SIGCONT);
+        panic!("the lookup into the stopped filesystem never waited in the mark's open");
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     let p = outer.at("late/f");
     let other = std::thread::spawn(move || tx.send(fs::read(p).ok()).unwrap());
