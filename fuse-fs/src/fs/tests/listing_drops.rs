@@ -27,6 +27,23 @@ fn list(t: &T, dir: &Inode) {
     t.fs.releasedir(fh).expect("releasedir");
 }
 
+/// Makes the next listing read of `reading` (on this thread) drop
+/// `dropping` `times` times on another thread, as drop requests would run,
+/// between its read of the source and its store.
+fn drop_during_read(t: &Arc<T>, reading: u64, dropping: u64, times: usize) {
+    let t = t.clone();
+    crate::fault::on_next_listing_read(reading, move || {
+        let t = t.clone();
+        std::thread::spawn(move || {
+            for _ in 0..times {
+                t.fs.drop_dir(dropping, DropMode::All, ME).expect("drop");
+            }
+        })
+        .join()
+        .expect("the drops");
+    });
+}
+
 #[test]
 fn a_drop_forgets_the_listings_under_its_directory_only() {
     let (t, d, e, s) = two_trees();
@@ -57,15 +74,7 @@ fn a_drop_forgets_the_listings_under_its_directory_only() {
 fn a_listing_whose_read_overlaps_a_drop_is_not_kept() {
     let (t, d, _, s) = two_trees();
     let fs = Arc::new(t);
-    let dropper = fs.clone();
-    let d_ino = d.ino;
-    crate::fault::on_next_listing_read(d.ino, move || {
-        // On another thread, as a drop request would run.
-        let t = dropper.clone();
-        std::thread::spawn(move || t.fs.drop_dir(d_ino, DropMode::All, ME).expect("drop d"))
-            .join()
-            .expect("the drop");
-    });
+    drop_during_read(&fs, d.ino, d.ino, 1);
     list(&fs, &d);
     assert!(
         d.listing().is_none(),
@@ -83,18 +92,7 @@ fn a_listing_whose_read_overlaps_a_drop_is_not_kept() {
 fn a_listing_whose_read_overlaps_drops_elsewhere_is_kept() {
     let (t, d, e, s) = two_trees();
     let fs = Arc::new(t);
-    let dropper = fs.clone();
-    let s_ino = s.ino;
-    crate::fault::on_next_listing_read(d.ino, move || {
-        let t = dropper.clone();
-        std::thread::spawn(move || {
-            for _ in 0..3 {
-                t.fs.drop_dir(s_ino, DropMode::All, ME).expect("drop s");
-            }
-        })
-        .join()
-        .expect("the drops");
-    });
+    drop_during_read(&fs, d.ino, s.ino, 3);
     list(&fs, &d);
     assert!(
         d.listing().is_some(),
@@ -122,7 +120,7 @@ fn a_drop_forgets_the_listings_of_directories_the_kernel_does_not_know() {
         i
     };
     let (x, y) = (unknown(b"x"), unknown(b"y"));
-    let read = |dir: &Arc<Inode>| {
+    let read = |t: &T, dir: &Arc<Inode>| {
         let fd = t.fs.table.open(dir, libc::O_RDONLY | libc::O_DIRECTORY).expect("open");
         assert!(matches!(
             t.fs.read_listing(fd.as_fd(), dir),
@@ -130,24 +128,12 @@ fn a_drop_forgets_the_listings_of_directories_the_kernel_does_not_know() {
         ));
     };
     // Kept before the drop.
-    read(&x);
+    read(&t, &x);
     assert!(x.listing().is_some());
     // Read while the drop runs, stored after it.
-    let dropper = Arc::new(t);
-    let t2 = dropper.clone();
-    let d_ino = d.ino;
-    crate::fault::on_next_listing_read(y.ino, move || {
-        let t = t2.clone();
-        std::thread::spawn(move || t.fs.drop_dir(d_ino, DropMode::All, ME).expect("drop d"))
-            .join()
-            .expect("the drop");
-    });
-    let t = dropper;
-    let fd = t.fs.table.open(&y, libc::O_RDONLY | libc::O_DIRECTORY).expect("open");
-    assert!(matches!(
-        t.fs.read_listing(fd.as_fd(), &y),
-        Ok(crate::listing::Read::Whole(_))
-    ));
+    let t = Arc::new(t);
+    drop_during_read(&t, y.ino, d.ino, 1);
+    read(&t, &y);
     assert!(x.listing().is_none(), "a listing kept before the drop of d survived it");
     assert!(y.listing().is_none(), "a listing read while d was dropped was kept");
 }
