@@ -29,8 +29,18 @@ fn list(t: &T, dir: &Inode) {
 
 /// Makes the next listing read of `reading` (on this thread) drop
 /// `dropping` `times` times on another thread, as drop requests would run,
-/// between its read of the source and its store.
-fn drop_during_read(t: &Arc<T>, reading: u64, dropping: u64, times: usize) {
+/// between its read of the source and its store. Returns a check that the
+/// drops ran.
+fn drop_during_read(t: &Arc<T>, reading: u64, dropping: u64, times: usize) -> impl Fn() {
+    let requests = |t: &T| t.fs.drops.requests.load(Ordering::Relaxed);
+    let (before, check) = (requests(t), t.clone());
+    let ran = move || {
+        assert_eq!(
+            requests(&check) - before,
+            times as u64,
+            "the drops did not run during the read"
+        )
+    };
     let t = t.clone();
     crate::fault::on_next_listing_read(reading, move || {
         let t = t.clone();
@@ -42,6 +52,7 @@ fn drop_during_read(t: &Arc<T>, reading: u64, dropping: u64, times: usize) {
         .join()
         .expect("the drops");
     });
+    ran
 }
 
 #[test]
@@ -74,8 +85,9 @@ fn a_drop_forgets_the_listings_under_its_directory_only() {
 fn a_listing_whose_read_overlaps_a_drop_is_not_kept() {
     let (t, d, _, s) = two_trees();
     let fs = Arc::new(t);
-    drop_during_read(&fs, d.ino, d.ino, 1);
+    let ran = drop_during_read(&fs, d.ino, d.ino, 1);
     list(&fs, &d);
+    ran();
     assert!(
         d.listing().is_none(),
         "a listing read before d's drop was kept after it"
@@ -92,8 +104,9 @@ fn a_listing_whose_read_overlaps_a_drop_is_not_kept() {
 fn a_listing_whose_read_overlaps_drops_elsewhere_is_kept() {
     let (t, d, e, s) = two_trees();
     let fs = Arc::new(t);
-    drop_during_read(&fs, d.ino, s.ino, 3);
+    let ran = drop_during_read(&fs, d.ino, s.ino, 3);
     list(&fs, &d);
+    ran();
     assert!(
         d.listing().is_some(),
         "drops of a sibling during d's listing read kept d's listing out"
@@ -132,8 +145,9 @@ fn a_drop_forgets_the_listings_of_directories_the_kernel_does_not_know() {
     assert!(x.listing().is_some());
     // Read while the drop runs, stored after it.
     let t = Arc::new(t);
-    drop_during_read(&t, y.ino, d.ino, 1);
+    let ran = drop_during_read(&t, y.ino, d.ino, 1);
     read(&t, &y);
+    ran();
     assert!(x.listing().is_none(), "a listing kept before the drop of d survived it");
     assert!(y.listing().is_none(), "a listing read while d was dropped was kept");
 }
