@@ -937,11 +937,15 @@ impl Fs {
     /// update is write-through (`Data::wrote`): pages the write covers are
     /// cached with its bytes, so reading them back is a hit.
     ///
-    /// A write by another user than root, or marked `kill_suidgid` (the
-    /// kernel's `FUSE_WRITE_KILL_SUIDGID`: the writer lacks `CAP_FSETID`),
-    /// runs as that writer when the file has bits the write may clear
-    /// (checked with `fstat` just before), so that the source clears setuid
-    /// and setgid as it would for that writer. Otherwise a write by
+    /// A write marked `kill_suidgid` (the kernel's `FUSE_WRITE_KILL_SUIDGID`:
+    /// the writer lacks `CAP_FSETID`, by `capable`, in the initial user
+    /// namespace) runs as that writer when the file has bits the write may
+    /// clear (checked with `fstat` just before), so that the source clears
+    /// setuid and setgid as it would for that writer. A writer holding
+    /// `CAP_FSETID`, whoever it is, keeps them, as it would locally: its
+    /// write is not marked and runs as below (so does a write-back of a
+    /// shared mapping's pages, which the kernel sends without the writer's
+    /// identity and which locally clears nothing either). Otherwise a write by
     /// another user than root runs with that user's filesystem uid only
     /// ([`Creds::act_as_owner_of_write`]: the blocks a filesystem reserves
     /// for root are decided by it) when the filesystem is close to them
@@ -955,8 +959,7 @@ impl Fs {
         let _held = self.writes.lock(inode.ino, pages.first, pages.last);
         let old_size = inode.size();
         let seq = self.source_seq();
-        let as_writer =
-            (self.creds.takes_uid(caller) || kill_suidgid) && may_lose_suidgid(sys::fstat(file.fd.as_fd())?.st_mode);
+        let as_writer = kill_suidgid && may_lose_suidgid(sys::fstat(file.fd.as_fd())?.st_mode);
         let n = if as_writer {
             let _g = self.creds.act_as_writer(caller, kill_suidgid)?;
             sys::pwrite(file.fd.as_fd(), data, offset)?

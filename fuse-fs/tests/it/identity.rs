@@ -723,6 +723,52 @@ print("ok")
     }
 }
 
+/// A writer other than root that holds `CAP_FSETID` keeps setuid and
+/// setgid, as it would locally: the kernel marks its writes as not clearing
+/// them (no `FUSE_WRITE_KILL_SUIDGID`). Before, any write by another user
+/// than root ran as that user, which gives the capability up, and the bits
+/// went. Run natively on a twin first, as above.
+#[test]
+fn a_write_by_another_user_holding_cap_fsetid_keeps_setuid_and_setgid() {
+    for extra in [&[][..], &["--kernel-cache"]] {
+        let Some(m) = mount(extra, |src| {
+            for f in [src.join("c"), src.join("c.native")] {
+                fs::write(&f, b"#!/bin/sh\n").unwrap();
+                chmod(&f, 0o6777);
+            }
+        }) else {
+            return;
+        };
+        let write = |f: &Path| {
+            // nobody, with CAP_FSETID raised through the ambient set.
+            let mut cmd = Command::new("/usr/bin/setpriv");
+            cmd.args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=+fsetid",
+                "--ambient-caps=+fsetid",
+                "/usr/bin/python3",
+                "-c",
+                "import os, sys\nfd = os.open(sys.argv[1], os.O_WRONLY)\nos.pwrite(fd, b'x', 0)\nos.close(fd)\nprint('ok')",
+            ])
+            .arg(f)
+            .current_dir("/");
+            let d = watch(spawn(cmd), Duration::from_secs(20));
+            assert_eq!(d.code, Some(0), "stdout: {}\nstderr: {}", d.stdout, d.stderr);
+        };
+        write(&m.src_at("c.native"));
+        write(&m.at("c"));
+        assert_eq!(mode(&m.src_at("c.native")), 0o6777, "the kernel's rule changed");
+        assert_eq!(
+            mode(&m.src_at("c")),
+            0o6777,
+            "{extra:?}: a write by nobody holding CAP_FSETID cleared the bits through the mount"
+        );
+        assert_eq!(fs::read(m.src_at("c")).unwrap(), b"x!/bin/sh\n");
+    }
+}
+
 // Point 4: new objects in a setgid directory take the directory's group.
 #[test]
 fn new_objects_in_a_setgid_directory_take_its_group() {
