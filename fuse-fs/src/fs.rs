@@ -40,7 +40,7 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::creds::Creds;
@@ -160,6 +160,10 @@ pub struct Fs {
     shared: SharedFds,
     gate: Arc<FdGate>,
     drops: DropCounters,
+    /// The kernel marks every write by a writer without `CAP_FSETID`
+    /// (`FUSE_HANDLE_KILLPRIV_V2` was granted at INIT, Linux 5.11): see
+    /// [`Fs::write`].
+    kernel_marks_kills: AtomicBool,
     /// Filesystems under the source not served for their mount flags
     /// (`fs/submounts.rs`).
     refused_mounts: submounts::Refused,
@@ -227,6 +231,7 @@ impl Fs {
             listings,
             source_lookups: Default::default(),
             prefetched: AtomicU64::new(0),
+            kernel_marks_kills: AtomicBool::new(false),
             unlisted: prefetch::NameQueue::new([
                 "names_first",
                 "names_first_looked_up",
@@ -945,7 +950,10 @@ impl Fs {
     /// `CAP_FSETID`, whoever it is, keeps them, as it would locally: its
     /// write is not marked and runs as below (so does a write-back of a
     /// shared mapping's pages, which the kernel sends without the writer's
-    /// identity and which locally clears nothing either). Otherwise a write by
+    /// identity and which locally clears nothing either). Where the kernel
+    /// does not mark every such write (no `FUSE_HANDLE_KILLPRIV_V2`: a
+    /// buffered write is then unmarked whoever writes), any write by
+    /// another user than root runs as the writer too. Otherwise a write by
     /// another user than root runs with that user's filesystem uid only
     /// ([`Creds::act_as_owner_of_write`]: the blocks a filesystem reserves
     /// for root are decided by it) when the filesystem is close to them
@@ -959,7 +967,9 @@ impl Fs {
         let _held = self.writes.lock(inode.ino, pages.first, pages.last);
         let old_size = inode.size();
         let seq = self.source_seq();
-        let as_writer = kill_suidgid && may_lose_suidgid(sys::fstat(file.fd.as_fd())?.st_mode);
+        let marked = self.kernel_marks_kills.load(Ordering::Relaxed);
+        let as_writer = (kill_suidgid || (!marked && self.creds.takes_uid(caller)))
+            && may_lose_suidgid(sys::fstat(file.fd.as_fd())?.st_mode);
         let n = if as_writer {
             let _g = self.creds.act_as_writer(caller, kill_suidgid)?;
             sys::pwrite(file.fd.as_fd(), data, offset)?
@@ -993,6 +1003,13 @@ impl Fs {
         self.store_attr(inode, st, before);
         self.note_own_change(inode, &st);
         Ok(n as u32)
+    }
+
+    /// Says whether INIT granted `FUSE_HANDLE_KILLPRIV_V2`, so that the
+    /// kernel marks every write by a writer without `CAP_FSETID` (before
+    /// any request; see [`Fs::write`]).
+    pub fn set_kernel_marks_kills(&self, granted: bool) {
+        self.kernel_marks_kills.store(granted, Ordering::Relaxed);
     }
 
     /// RELEASE.

@@ -444,6 +444,8 @@ impl Filesystem for FuseAdapter {
         if missing.contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP) {
             tracing::warn!("the kernel lacks FUSE_DIRECT_IO_ALLOW_MMAP: mmap of files on the mount will fail");
         }
+        self.fs
+            .set_kernel_marks_kills(have.contains(InitFlags::FUSE_HANDLE_KILLPRIV_V2));
         let _ = config.add_capabilities(want & have);
         let _ = config.set_max_readahead(128 * 1024);
         Ok(())
