@@ -268,11 +268,35 @@ impl Creds {
     /// nothing of the writer's identity but `CAP_FSETID` and
     /// `CAP_SYS_RESOURCE` (the daemon does not hold the latter in effect,
     /// see `mount.rs`).
-    pub fn act_as_owner_of_write(&self, caller: Caller) -> FsResult<Guard<'_>> {
+    /// With `keep_fsetid` (the writer holds `CAP_FSETID`), the capability,
+    /// which the switch of the filesystem uid drops, is raised again, so
+    /// that the write keeps setuid and setgid as it would locally.
+    pub fn act_as_owner_of_write(&self, caller: Caller, keep_fsetid: bool) -> FsResult<Guard<'_>> {
         let mut g = Guard::unchanged(self);
         if self.takes_uid(caller) {
             sys::set_thread_fsuid(caller.uid)?;
             g.uid = true;
+            if keep_fsetid {
+                raise_fsetid();
+            }
+        }
+        Ok(g)
+    }
+
+    /// As [`Creds::act_as`] for a change of a file's contents that the
+    /// kernel sends without a kill flag (FALLOCATE, COPY_FILE_RANGE):
+    /// setuid and setgid go as they would for `caller` locally, by the
+    /// `CAP_FSETID` its `/proc` status shows in the daemon's user namespace
+    /// (none when it cannot be read). Without it the change runs without
+    /// the capability (a root caller as root without it); with it the
+    /// capability, which the switch of identity drops, is raised again.
+    pub fn act_as_modifier(&self, caller: Caller) -> FsResult<Guard<'_>> {
+        if !self.proc_creds(caller).has_cap(sys::CAP_FSETID) {
+            return self.act_as_writer(caller, true);
+        }
+        let g = self.act_as(caller)?;
+        if g.uid {
+            raise_fsetid();
         }
         Ok(g)
     }
@@ -287,6 +311,17 @@ impl Creds {
             g.fsetid = sys::set_thread_effective_cap(sys::CAP_FSETID, false)?;
         }
         Ok(g)
+    }
+}
+
+/// Raises `CAP_FSETID` in this thread's effective set after a switch of the
+/// filesystem uid dropped it (returning the uid to 0 raises it anyway, so
+/// the guard has nothing more to restore). If it cannot be raised the
+/// change clears setuid and setgid, as it did before: stricter, never
+/// looser.
+fn raise_fsetid() {
+    if let Err(e) = sys::set_thread_effective_cap(sys::CAP_FSETID, true) {
+        tracing::debug!("could not raise CAP_FSETID for a caller holding it: {e}");
     }
 }
 

@@ -974,7 +974,7 @@ impl Fs {
             let _g = self.creds.act_as_writer(caller, kill_suidgid)?;
             sys::pwrite(file.fd.as_fd(), data, offset)?
         } else if self.creds.takes_uid(caller) && self.space.low(inode.key.0, file.fd.as_fd()) {
-            let _g = self.creds.act_as_owner_of_write(caller)?;
+            let _g = self.creds.act_as_owner_of_write(caller, marked && !kill_suidgid)?;
             sys::pwrite(file.fd.as_fd(), data, offset)?
         } else {
             sys::pwrite(file.fd.as_fd(), data, offset)?
@@ -1178,7 +1178,9 @@ impl Fs {
         let file = self.files.get(fh)?;
         let _held = self.writes.lock_all(file.inode.ino);
         {
-            let _g = self.creds.act_as(caller)?;
+            // As the caller, with setuid and setgid kept or cleared by its
+            // CAP_FSETID (the kernel sends no kill flag with FALLOCATE).
+            let _g = self.creds.act_as_modifier(caller)?;
             sys::fallocate(file.fd.as_fd(), mode, offset, len)?;
         }
         let old = file.inode.size();
@@ -1234,8 +1236,9 @@ impl Fs {
         let _held_other = (hi != lo).then(|| range(hi));
         let seq = self.source_seq();
         let n = {
-            // A write into `dst`: as the caller, like WRITE.
-            let _g = self.creds.act_as(caller)?;
+            // A write into `dst`: as the caller, with setuid and setgid
+            // kept or cleared by its CAP_FSETID (no kill flag is sent).
+            let _g = self.creds.act_as_modifier(caller)?;
             sys::copy_file_range(src.fd.as_fd(), off_in, dst.fd.as_fd(), off_out, len, flags)?
         };
         let old = dst.inode.size();

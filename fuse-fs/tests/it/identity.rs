@@ -769,6 +769,82 @@ fn a_write_by_another_user_holding_cap_fsetid_keeps_setuid_and_setgid() {
     }
 }
 
+/// FALLOCATE and COPY_FILE_RANGE change a file's contents without a kill
+/// flag from the kernel: setuid and setgid go by the caller's `CAP_FSETID`,
+/// as locally. Nobody holding it keeps them; root without it loses them
+/// (before, both ran with their identity as it was, which gave nobody's
+/// capability up and kept root's). Each case runs natively on a twin first.
+#[test]
+fn fallocate_and_copy_file_range_clear_setuid_by_the_callers_cap_fsetid() {
+    let script = r#"
+import os, sys
+op, f, src = sys.argv[1:4]
+fd = os.open(f, os.O_WRONLY)
+if op == "fallocate":
+    os.posix_fallocate(fd, 0, 8192)
+else:
+    s = os.open(src, os.O_RDONLY)
+    assert os.copy_file_range(s, fd, 4, 0, 0) == 4
+    os.close(s)
+os.close(fd)
+print("ok")
+"#;
+    // (file, operation, setpriv arguments: nobody with CAP_FSETID, or root
+    // without it)
+    let nobody: &[&str] = &[
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=+fsetid",
+        "--ambient-caps=+fsetid",
+    ];
+    let root: &[&str] = &["--inh-caps=-all", "--bounding-set=-fsetid"];
+    let cases: [(&str, &str, &[&str], u32); 4] = [
+        ("nf", "fallocate", nobody, 0o6777),
+        ("nc", "copy", nobody, 0o6777),
+        ("rf", "fallocate", root, 0o777),
+        ("rc", "copy", root, 0o777),
+    ];
+    for extra in [&[][..], &["--kernel-cache"]] {
+        let Some(m) = mount(extra, |src| {
+            fs::write(src.join("from"), b"data").unwrap();
+            chmod(&src.join("from"), 0o644);
+            for (name, ..) in cases {
+                for f in [src.join(name), src.join(format!("{name}.native"))] {
+                    fs::write(&f, b"#!/bin/sh\n").unwrap();
+                    chmod(&f, 0o6777);
+                }
+            }
+        }) else {
+            return;
+        };
+        let run = |who: &[&str], op: &str, f: &Path, from: &Path| {
+            let mut cmd = Command::new("/usr/bin/setpriv");
+            cmd.args(who)
+                .args(["/usr/bin/python3", "-c", script, op])
+                .arg(f)
+                .arg(from)
+                .current_dir("/");
+            let d = watch(spawn(cmd), Duration::from_secs(20));
+            assert_eq!(d.code, Some(0), "{op} {}: {}\n{}", f.display(), d.stdout, d.stderr);
+        };
+        for (name, op, who, expected) in cases {
+            run(who, op, &m.src_at(&format!("{name}.native")), &m.src_at("from"));
+            run(who, op, &m.at(name), &m.at("from"));
+            assert_eq!(
+                mode(&m.src_at(&format!("{name}.native"))),
+                expected,
+                "{name}: the kernel's rule is not what this test expects"
+            );
+            assert_eq!(
+                mode(&m.src_at(name)),
+                expected,
+                "{extra:?}: {op} through the mount left other bits than natively"
+            );
+        }
+    }
+}
+
 // Point 4: new objects in a setgid directory take the directory's group.
 #[test]
 fn new_objects_in_a_setgid_directory_take_its_group() {
