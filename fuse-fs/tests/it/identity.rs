@@ -623,10 +623,18 @@ print(total)
 /// The daemon runs as root, and a write runs as the daemon: it must not
 /// let a user's writes into the blocks the source's filesystem reserves
 /// for root (nor past disk quotas, which the same capability overrides).
+/// There a write takes the writer's filesystem uid, which drops
+/// `CAP_FSETID`: a writer holding it must still keep setuid and setgid.
 #[test]
 fn another_users_writes_stop_where_the_filesystem_stops_theirs() {
     let mut ext4 = None;
-    let Some(m) = mount(&[], |src| ext4 = Some(Ext4::mount_on(src))) else {
+    let Some(m) = mount(&[], |src| {
+        ext4 = Some(Ext4::mount_on(src));
+        for f in [src.join("s"), src.join("s.native")] {
+            fs::write(&f, b"#!/bin/sh\n").unwrap();
+            chmod(&f, 0o6777);
+        }
+    }) else {
         return;
     };
     let native = bytes_nobody_can_write(&m.src_at("native"));
@@ -638,6 +646,30 @@ fn another_users_writes_stop_where_the_filesystem_stops_theirs() {
         through <= native + (1 << 20),
         "through the mount nobody wrote {through} bytes, natively {native}: the daemon's capability let the \
          writes into the blocks reserved for root"
+    );
+    // Full to the reserve now: nobody holding CAP_FSETID overwrites a byte.
+    for f in [m.src_at("s.native"), m.at("s")] {
+        let mut cmd = Command::new("/usr/bin/setpriv");
+        cmd.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=+fsetid",
+            "--ambient-caps=+fsetid",
+            "/usr/bin/python3",
+            "-c",
+            "import os, sys\nfd = os.open(sys.argv[1], os.O_WRONLY)\nos.pwrite(fd, b'x', 0)\nos.close(fd)",
+        ])
+        .arg(&f)
+        .current_dir("/");
+        let d = watch(spawn(cmd), Duration::from_secs(20));
+        assert_eq!(d.code, Some(0), "{}: {}", f.display(), d.stderr);
+    }
+    assert_eq!(mode(&m.src_at("s.native")), 0o6777, "the kernel's rule changed");
+    assert_eq!(
+        mode(&m.src_at("s")),
+        0o6777,
+        "near the reserve, a write by nobody holding CAP_FSETID cleared the bits through the mount"
     );
     drop(m);
     drop(ext4);
