@@ -290,8 +290,12 @@ impl Creds {
     /// (none when it cannot be read). Without it the change runs without
     /// the capability (a root caller as root without it); with it the
     /// capability, which the switch of identity drops, is raised again.
+    ///
+    /// The status is read afresh, not from the cache: a cached one may be a
+    /// process's that has exited since, whose thread id the caller got,
+    /// while the caller itself cannot exit during its request.
     pub fn act_as_modifier(&self, caller: Caller) -> FsResult<Guard<'_>> {
-        if !self.proc_creds(caller).has_cap(sys::CAP_FSETID) {
+        if !ProcCreds::read(caller.pid, caller.uid, caller.gid).has_cap(sys::CAP_FSETID) {
             return self.act_as_writer(caller, true);
         }
         let g = self.act_as(caller)?;
