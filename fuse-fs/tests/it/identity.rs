@@ -10,6 +10,7 @@
 //! Every child runs under a watchdog: it is killed after a deadline and the
 //! test fails, so a hung mount fails the test instead of hanging it.
 
+use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -112,6 +113,37 @@ fn py(script: &str, args: &[&Path]) -> String {
     );
     d.stdout.trim().to_string()
 }
+
+/// `setpriv` arguments for nobody holding `CAP_FSETID` (raised through the
+/// ambient set, so the Python it runs has it effective).
+const NOBODY_WITH_FSETID: &[&str] = &[
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+    "--inh-caps=+fsetid",
+    "--ambient-caps=+fsetid",
+];
+
+/// `setpriv` arguments for root without `CAP_FSETID`.
+const ROOT_WITHOUT_FSETID: &[&str] = &["--inh-caps=-all", "--bounding-set=-fsetid"];
+
+/// A Python script under `setpriv` with `who`'s identity and capabilities
+/// and `args` as `sys.argv[1:]`; fails the test if it hangs (20 s) or exits
+/// non-zero.
+#[track_caller]
+fn py_as(who: &[&str], script: &str, args: &[&OsStr]) {
+    let mut cmd = Command::new("/usr/bin/setpriv");
+    cmd.args(who)
+        .args(["/usr/bin/python3", "-c", script])
+        .args(args)
+        .current_dir("/");
+    let d = watch(spawn(cmd), Duration::from_secs(20));
+    assert_eq!(d.code, Some(0), "{args:?}\nstdout: {}\nstderr: {}", d.stdout, d.stderr);
+}
+
+/// Writes one byte at offset 0 of `sys.argv[1]`.
+const WRITE_A_BYTE: &str =
+    "import os, sys\nfd = os.open(sys.argv[1], os.O_WRONLY)\nos.pwrite(fd, b'x', 0)\nos.close(fd)";
 
 /// Whether the running kernel's release is at least `major.minor`.
 fn kernel_at_least(major: u32, minor: u32) -> bool {
@@ -649,21 +681,7 @@ fn another_users_writes_stop_where_the_filesystem_stops_theirs() {
     );
     // Full to the reserve now: nobody holding CAP_FSETID overwrites a byte.
     for f in [m.src_at("s.native"), m.at("s")] {
-        let mut cmd = Command::new("/usr/bin/setpriv");
-        cmd.args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=+fsetid",
-            "--ambient-caps=+fsetid",
-            "/usr/bin/python3",
-            "-c",
-            "import os, sys\nfd = os.open(sys.argv[1], os.O_WRONLY)\nos.pwrite(fd, b'x', 0)\nos.close(fd)",
-        ])
-        .arg(&f)
-        .current_dir("/");
-        let d = watch(spawn(cmd), Duration::from_secs(20));
-        assert_eq!(d.code, Some(0), "{}: {}", f.display(), d.stderr);
+        py_as(NOBODY_WITH_FSETID, WRITE_A_BYTE, &[f.as_os_str()]);
     }
     assert_eq!(mode(&m.src_at("s.native")), 0o6777, "the kernel's rule changed");
     assert_eq!(
@@ -771,26 +789,8 @@ fn a_write_by_another_user_holding_cap_fsetid_keeps_setuid_and_setgid() {
         }) else {
             return;
         };
-        let write = |f: &Path| {
-            // nobody, with CAP_FSETID raised through the ambient set.
-            let mut cmd = Command::new("/usr/bin/setpriv");
-            cmd.args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "--inh-caps=+fsetid",
-                "--ambient-caps=+fsetid",
-                "/usr/bin/python3",
-                "-c",
-                "import os, sys\nfd = os.open(sys.argv[1], os.O_WRONLY)\nos.pwrite(fd, b'x', 0)\nos.close(fd)\nprint('ok')",
-            ])
-            .arg(f)
-            .current_dir("/");
-            let d = watch(spawn(cmd), Duration::from_secs(20));
-            assert_eq!(d.code, Some(0), "stdout: {}\nstderr: {}", d.stdout, d.stderr);
-        };
-        write(&m.src_at("c.native"));
-        write(&m.at("c"));
+        py_as(NOBODY_WITH_FSETID, WRITE_A_BYTE, &[m.src_at("c.native").as_os_str()]);
+        py_as(NOBODY_WITH_FSETID, WRITE_A_BYTE, &[m.at("c").as_os_str()]);
         assert_eq!(mode(&m.src_at("c.native")), 0o6777, "the kernel's rule changed");
         assert_eq!(
             mode(&m.src_at("c")),
@@ -821,21 +821,12 @@ else:
 os.close(fd)
 print("ok")
 "#;
-    // (file, operation, setpriv arguments: nobody with CAP_FSETID, or root
-    // without it)
-    let nobody: &[&str] = &[
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        "--inh-caps=+fsetid",
-        "--ambient-caps=+fsetid",
-    ];
-    let root: &[&str] = &["--inh-caps=-all", "--bounding-set=-fsetid"];
+    // (file, operation, who, the mode after)
     let cases: [(&str, &str, &[&str], u32); 4] = [
-        ("nf", "fallocate", nobody, 0o6777),
-        ("nc", "copy", nobody, 0o6777),
-        ("rf", "fallocate", root, 0o777),
-        ("rc", "copy", root, 0o777),
+        ("nf", "fallocate", NOBODY_WITH_FSETID, 0o6777),
+        ("nc", "copy", NOBODY_WITH_FSETID, 0o6777),
+        ("rf", "fallocate", ROOT_WITHOUT_FSETID, 0o777),
+        ("rc", "copy", ROOT_WITHOUT_FSETID, 0o777),
     ];
     for extra in [&[][..], &["--kernel-cache"]] {
         let Some(m) = mount(extra, |src| {
@@ -851,14 +842,7 @@ print("ok")
             return;
         };
         let run = |who: &[&str], op: &str, f: &Path, from: &Path| {
-            let mut cmd = Command::new("/usr/bin/setpriv");
-            cmd.args(who)
-                .args(["/usr/bin/python3", "-c", script, op])
-                .arg(f)
-                .arg(from)
-                .current_dir("/");
-            let d = watch(spawn(cmd), Duration::from_secs(20));
-            assert_eq!(d.code, Some(0), "{op} {}: {}\n{}", f.display(), d.stdout, d.stderr);
+            py_as(who, script, &[op.as_ref(), f.as_os_str(), from.as_os_str()]);
         };
         for (name, op, who, expected) in cases {
             run(who, op, &m.src_at(&format!("{name}.native")), &m.src_at("from"));
