@@ -67,24 +67,25 @@ fn main() {
         Some(other) => panic!("unknown contender {other:?} (only quick_cache)"),
     };
     let (names, stream) = benches::churn::inputs();
-    let mut hits = 0u64;
-    if quick {
+    // One warm-up pass over the stream, then `ops` counted operations.
+    let run = |access: &dyn Fn(u32) -> bool| {
+        for &k in &stream {
+            access(k);
+        }
+        stream
+            .iter()
+            .cycle()
+            .take(ops)
+            .map(|&k| u64::from(access(k)))
+            .sum::<u64>()
+    };
+    let hits = if quick {
         let keys: Vec<Key> = names.iter().map(|n| (1, n.clone())).collect();
         let cache = quick_cache::sync::Cache::new(benches::churn::CAPACITY);
-        for &k in &stream {
-            access_quick(&cache, &keys, k);
-        }
-        for &k in stream.iter().cycle().take(ops) {
-            hits += u64::from(access_quick(&cache, &keys, k));
-        }
+        run(&|k| access_quick(&cache, &keys, k))
     } else {
         let (dc, dir) = benches::churn::dcache();
-        for &k in &stream {
-            access(&dc, &dir, &names, k);
-        }
-        for &k in stream.iter().cycle().take(ops) {
-            hits += u64::from(access(&dc, &dir, &names, k));
-        }
-    }
+        run(&|k| access(&dc, &dir, &names, k))
+    };
     println!("{ops} operations, hit ratio {:.4}", hits as f64 / ops.max(1) as f64);
 }

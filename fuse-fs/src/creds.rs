@@ -203,13 +203,20 @@ impl Creds {
     /// The caller's supplementary groups and capabilities (cached for [`TTL`]).
     pub fn proc_creds(&self, caller: Caller) -> Arc<ProcCreds> {
         let key = (caller.pid, caller.uid, caller.gid);
-        let now = Instant::now();
         if let Some((p, at)) = self.cache.lock().get(&key)
-            && now.duration_since(*at) < TTL
+            && at.elapsed() < TTL
         {
             return p.clone();
         }
+        self.proc_creds_fresh(caller)
+    }
+
+    /// [`proc_creds`](Self::proc_creds) read now, not from the cache (which
+    /// it refreshes, so that the identity switch after it reads the same).
+    fn proc_creds_fresh(&self, caller: Caller) -> Arc<ProcCreds> {
+        let key = (caller.pid, caller.uid, caller.gid);
         let p = Arc::new(ProcCreds::read(caller.pid, caller.uid, caller.gid));
+        let now = Instant::now();
         let mut cache = self.cache.lock();
         if cache.len() >= CAPACITY {
             cache.retain(|_, (_, at)| now.duration_since(*at) < TTL);
@@ -293,9 +300,10 @@ impl Creds {
     ///
     /// The status is read afresh, not from the cache: a cached one may be a
     /// process's that has exited since, whose thread id the caller got,
-    /// while the caller itself cannot exit during its request.
+    /// while the caller itself cannot exit during its request. (The read
+    /// refreshes the cache, where the switch finds the caller's groups.)
     pub fn act_as_modifier(&self, caller: Caller) -> FsResult<Guard<'_>> {
-        if !ProcCreds::read(caller.pid, caller.uid, caller.gid).has_cap(sys::CAP_FSETID) {
+        if !self.proc_creds_fresh(caller).has_cap(sys::CAP_FSETID) {
             return self.act_as_writer(caller, true);
         }
         let g = self.act_as(caller)?;

@@ -537,28 +537,7 @@ impl Inode {
     /// [`listing_epoch`](Self::listing_epoch)). A new listing starts a new
     /// walk (`fs/walk_ahead.rs`).
     pub fn set_listing(&self, listing: Option<Arc<crate::listing::Listing>>) {
-        let old = {
-            let mut guard = self.dir.lock();
-            match (guard.as_mut(), listing) {
-                (Some(d), l) => {
-                    if l.is_none() {
-                        d.forgets += 1;
-                    }
-                    d.walked_to = None;
-                    d.ahead_to = 0;
-                    d.listed_ahead = false;
-                    std::mem::replace(&mut d.listing, l)
-                }
-                // No state: no listing kept and no read begun (a read takes
-                // its epoch first, which makes the state).
-                (None, None) => None,
-                (None, Some(l)) => {
-                    guard.get_or_insert_default().listing = Some(l);
-                    None
-                }
-            }
-        };
-        drop(old); // Freed outside the lock.
+        self.store_listing(listing, None);
     }
 
     /// Directories: the count of forgotten listings, taken before a listing
@@ -573,16 +552,30 @@ impl Inode {
     /// drop of the directory, a change to it): what was read before that
     /// may be what the forget was for. Whether it was kept.
     pub fn keep_listing_if(&self, epoch: u64, listing: Arc<crate::listing::Listing>) -> bool {
+        self.store_listing(Some(listing), Some(epoch))
+    }
+
+    /// [`set_listing`](Self::set_listing), or with `epoch`
+    /// [`keep_listing_if`](Self::keep_listing_if).
+    fn store_listing(&self, listing: Option<Arc<crate::listing::Listing>>, epoch: Option<u64>) -> bool {
         let old = {
             let mut guard = self.dir.lock();
+            // No state: no listing kept and no read begun (a read takes its
+            // epoch first, which makes the state), so nothing to forget.
+            if guard.is_none() && listing.is_none() {
+                return true;
+            }
             let d = guard.get_or_insert_default();
-            if d.forgets != epoch {
+            if epoch.is_some_and(|e| e != d.forgets) {
                 return false;
+            }
+            if listing.is_none() {
+                d.forgets += 1;
             }
             d.walked_to = None;
             d.ahead_to = 0;
             d.listed_ahead = false;
-            d.listing.replace(listing)
+            std::mem::replace(&mut d.listing, listing)
         };
         drop(old); // Freed outside the lock.
         true

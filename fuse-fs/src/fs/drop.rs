@@ -180,18 +180,18 @@ impl Fs {
             },
             renames_at_start,
         ) = if fenced {
-            let (mut tries, mut earlier) = (1, SubtreeDrop::default());
+            // The negative entries every pass dropped are counted.
+            let mut mapped = SubtreeDrop::default();
+            let mut tries = 1;
             loop {
                 let before = self.names.renames();
                 let mut f = self.above_fences(&dir, &found, owner);
+                mapped.dropped += f.mapped.dropped;
+                mapped.busy += f.mapped.busy;
                 if self.names.renames() == before || tries == 3 {
-                    // The negative entries every pass dropped are counted.
-                    f.mapped.dropped += earlier.dropped;
-                    f.mapped.busy += earlier.busy;
+                    f.mapped = mapped;
                     break (f, before);
                 }
-                earlier.dropped += f.mapped.dropped;
-                earlier.busy += f.mapped.busy;
                 tries += 1;
             }
         } else {

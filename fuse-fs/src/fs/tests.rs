@@ -778,8 +778,9 @@ fn a_drop_makes_a_source_change_visible_at_once() {
 #[test]
 fn drop_skips_inodes_the_caller_does_not_own_and_enters_no_directory_of_another() {
     let t = setup(default_cfg());
-    if !sys::is_root() {
-        return; // chown needs root; the EPERM path is covered above.
+    // The EPERM path is covered above.
+    if !running_as_root() {
+        return;
     }
     // d and d/mine are the user's; d/e (private) and d/e/f are root's;
     // d/e/mine2, in root's directory, is the user's again.
@@ -828,8 +829,8 @@ fn a_drop_keeps_another_users_directory_two_levels_down_and_its_kernel_entries()
         kernel_cache: true,
         ..default_cfg()
     });
-    if !sys::is_root() {
-        return; // chown needs root.
+    if !running_as_root() {
+        return;
     }
     private_dir(&t, "d/s/p");
     std::fs::write(t.src.join("d/s/p/f"), b"theirs").expect("write");
@@ -875,6 +876,16 @@ fn a_drop_keeps_another_users_directory_two_levels_down_and_its_kernel_entries()
 }
 
 /// The user the drop tests below drop as.
+/// Whether the test runs as root, which it needs to give files to other
+/// users; says loudly that it is skipped otherwise.
+fn running_as_root() -> bool {
+    let root = sys::is_root();
+    if !root {
+        eprintln!("SKIPPED: needs root (chown to other users)");
+    }
+    root
+}
+
 const OWNER: Caller = Caller {
     uid: 4242,
     gid: 4242,
@@ -906,7 +917,7 @@ fn entry_invals(out: &DropOutcome) -> Vec<(u64, Vec<u8>)> {
 /// not emptied with the rest as a root drop by root does.
 #[test]
 fn a_users_drop_of_the_root_it_owns_is_fenced_too() {
-    if !sys::is_root() {
+    if !running_as_root() {
         return;
     }
     let t = setup(FsConfig {
@@ -948,7 +959,7 @@ fn a_users_drop_of_the_root_it_owns_is_fenced_too() {
 /// everything the kernel holds below it.
 #[test]
 fn a_users_drop_leaves_a_negative_name_that_became_another_users_directory() {
-    if !sys::is_root() {
+    if !running_as_root() {
         return;
     }
     let t = setup(FsConfig {
@@ -984,7 +995,7 @@ fn a_users_drop_leaves_a_negative_name_that_became_another_users_directory() {
 /// not invalidate that link's kernel entry.
 #[test]
 fn a_users_drop_does_not_invalidate_a_hard_link_in_another_users_directory() {
-    if !sys::is_root() {
+    if !running_as_root() {
         return;
     }
     let t = setup(FsConfig {
@@ -1013,7 +1024,7 @@ fn a_users_drop_does_not_invalidate_a_hard_link_in_another_users_directory() {
 /// released by the drop, whose count would show what its release freed.
 #[test]
 fn a_users_drop_counts_do_not_show_what_is_looked_up_inside_a_fence() {
-    if !sys::is_root() {
+    if !running_as_root() {
         return;
     }
     let mut counts = Vec::new();
@@ -1047,7 +1058,7 @@ fn a_users_drop_counts_do_not_show_what_is_looked_up_inside_a_fence() {
 /// it meets, so the fence is not dropped with its new parent.
 #[test]
 fn a_rename_between_a_users_drop_passes_does_not_carry_a_fence_away() {
-    if !sys::is_root() {
+    if !running_as_root() {
         return;
     }
     let t = setup(default_cfg());
@@ -1095,7 +1106,7 @@ fn a_rename_between_a_users_drop_passes_does_not_carry_a_fence_away() {
 /// would be: nothing stays pinned.
 #[test]
 fn a_users_drop_lets_go_of_another_users_file_in_its_own_directory() {
-    if !sys::is_root() {
+    if !running_as_root() {
         return;
     }
     let mut outcomes = Vec::new();
@@ -1125,7 +1136,7 @@ fn a_users_drop_lets_go_of_another_users_file_in_its_own_directory() {
 /// A user's drop counts the negative entries it dropped, as root's does.
 #[test]
 fn a_users_drop_counts_the_negative_entries_it_drops() {
-    if !sys::is_root() {
+    if !running_as_root() {
         return;
     }
     let t = setup(default_cfg());
@@ -1734,7 +1745,8 @@ fn set_append_only(path: &std::path::Path, on: bool) {
 #[test]
 fn a_shared_write_descriptor_is_not_lent_to_an_open_of_an_append_only_file() {
     if !sys::is_root() {
-        return; // chattr +a needs CAP_LINUX_IMMUTABLE.
+        eprintln!("SKIPPED: chattr +a needs CAP_LINUX_IMMUTABLE");
+        return;
     }
     let t = setup(default_cfg());
     let a = walk(&t.fs, "a.txt").expect("a");

@@ -554,7 +554,7 @@ impl Fs {
     /// mark a filesystem again, or list it as unwatched if its name went
     /// meanwhile (a cost in caching only).
     pub(super) fn entered_filesystem(&self, dir: BorrowedFd<'_>, name: &CStr, dev: u64) -> bool {
-        let Some((marker, devs)) = self.watched.marker.get() else {
+        let Some((marker, marks)) = self.watched.marker.get() else {
             return false;
         };
         // The mount the name leads to. Without its id (a kernel that gives
@@ -569,25 +569,24 @@ impl Fs {
                 .map(|(_, m)| *m),
         };
         let mark = || crate::fault::mark_fails().map_or_else(|| marker.mark(dir, name), Err);
-        let (marked, mut devs) = if mount_id.is_some() {
-            if let Some(m) = known(&devs.lock()) {
-                return m == Marked::Later;
-            }
+        let mut devs = marks.lock();
+        if let Some(m) = known(&devs) {
+            return m == Marked::Later;
+        }
+        let marked = if mount_id.is_some() {
+            // Unlocked (see above).
+            drop(devs);
             let marked = mark();
-            let devs = devs.lock();
+            devs = marks.lock();
             if let Some(m) = known(&devs) {
                 // Another lookup listed the mount meanwhile: its entry
                 // stands. Read again if either mark was made after the
                 // mount started (this one, perhaps after the caller's read).
                 return marked.is_ok() || m == Marked::Later;
             }
-            (marked, devs)
+            marked
         } else {
-            let devs = devs.lock();
-            if let Some(m) = known(&devs) {
-                return m == Marked::Later;
-            }
-            (mark(), devs)
+            mark()
         };
         let key = (dev, mount_id.unwrap_or(0));
         devs.insert(key, if marked.is_ok() { Marked::Later } else { Marked::Failed });
