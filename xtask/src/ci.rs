@@ -1,7 +1,8 @@
 //! `cargo xtask ci`, `cargo xtask loom`, `cargo xtask tidy`.
 //!
 //! `ci` runs fmt, clippy, the tests (installing Debian's `prometheus`
-//! package first, for promtool and a real scrape), a one-minute soak (30 s
+//! package first, for promtool and a real scrape; then the vendored
+//! fuser's unit tests), a one-minute soak (30 s
 //! of each mode), `netbench --ci` (rcufs over a latency-injected sshfs,
 //! small, with its checks, and a 25,000-entry walk over a source without
 //! file handles under a 512-descriptor limit; about a minute), the bench
@@ -96,7 +97,26 @@ fn test() -> Result<()> {
     run(cargo()
         .args(["test", "--workspace", "--locked"])
         .env("RCUFS_REQUIRE_MOUNT", "1")
-        .env("RCUFS_REQUIRE_PROMETHEUS", "1"))
+        .env("RCUFS_REQUIRE_PROMETHEUS", "1"))?;
+    fuser_unit_tests()
+}
+
+/// The vendored fuser's unit tests (its additions' among them,
+/// `vendor/fuser/PATCHES.md`). It is not a workspace member, so it is
+/// tested as a package of its own, resolved from a copy of the
+/// workspace's lock file (so that the versions it shares with rcufs are
+/// the ones rcufs builds with), in a target directory of its own.
+fn fuser_unit_tests() -> Result<()> {
+    let root = crate::util::root();
+    std::fs::copy(root.join("Cargo.lock"), root.join("vendor/fuser/Cargo.lock"))?;
+    run(cargo().args([
+        "test",
+        "--lib",
+        "--manifest-path",
+        "vendor/fuser/Cargo.toml",
+        "--target-dir",
+        "target/vendor-fuser",
+    ]))
 }
 
 /// One minute of `cargo xtask soak` on the debug binary: 30 seconds of each

@@ -88,6 +88,7 @@ mod dev_fuse;
 #[cfg(feature = "experimental")]
 pub mod experimental;
 mod forget_one;
+mod lanes;
 mod ll;
 mod mnt;
 mod notify;
@@ -410,6 +411,18 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Clean up filesystem.
     /// Called on filesystem exit.
     fn destroy(&mut self) {}
+
+    /// The lane of a request on `nodeid` (a LOOKUP also gives the name it
+    /// looks up), when `Config::lane_width` is set: at most that many
+    /// `/dev/fuse` workers run requests of one lane at once; the others
+    /// are queued (copied) and run in order by the lane's workers as they
+    /// finish. `None` (the default): the request runs at once, outside any
+    /// lane. Never asked for FORGET, BATCH_FORGET, INTERRUPT or DESTROY,
+    /// nor over io_uring. Called for every other request, before any
+    /// access check: keep it cheap. (An rcufs addition.)
+    fn lane(&self, _nodeid: INodeNo, _lookup_name: Option<&OsStr>) -> Option<u64> {
+        None
+    }
 
     /// Look up a directory entry by name and get its attributes.
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {

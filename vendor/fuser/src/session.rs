@@ -303,6 +303,12 @@ impl<FS: Filesystem> Session<FS> {
             .spin
             .filter(|s| !s.is_zero() && (config.clone_fd || n_threads == 1));
         let spinner = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Lanes need a worker left outside any one of them.
+        let lanes = Arc::new(crate::lanes::Lanes::new(if n_threads > 1 {
+            config.lane_width.min(n_threads - 1)
+        } else {
+            0
+        }));
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -314,6 +320,7 @@ impl<FS: Filesystem> Session<FS> {
                 session_owner,
                 spin,
                 spinner: spinner.clone(),
+                lanes: lanes.clone(),
             };
             threads.push(
                 thread::Builder::new()
@@ -337,6 +344,9 @@ impl<FS: Filesystem> Session<FS> {
                     session_owner,
                     spin: None,
                     spinner: spinner.clone(),
+                    // Requests over io_uring are answered through their
+                    // queue entry, which must not wait in a lane.
+                    lanes: Arc::new(crate::lanes::Lanes::new(0)),
                 };
                 ring_threads.push(
                     thread::Builder::new()
@@ -614,6 +624,9 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) spin: Option<std::time::Duration>,
     /// Held by the one worker polling at a time.
     pub(crate) spinner: Arc<std::sync::atomic::AtomicBool>,
+    /// The session's lanes (`lanes.rs`), shared by its `/dev/fuse` workers:
+    /// a queued request's bytes and the channel to answer it through.
+    pub(crate) lanes: Arc<crate::lanes::Lanes<(Vec<u8>, crate::channel::ChannelSender)>>,
 }
 
 impl<FS: Filesystem> crate::uring::Dispatch for SessionEventLoop<FS> {
@@ -634,6 +647,39 @@ impl<FS: Filesystem> crate::uring::Dispatch for SessionEventLoop<FS> {
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
+    /// The lane of a request read from `/dev/fuse` (`lanes.rs`), if lanes
+    /// are on.
+    fn lane_of(&self, req: &RequestWithSender<'_>) -> Option<u64> {
+        if !self.lanes.enabled() {
+            return None;
+        }
+        let fs = self.filesystem.fs.as_ref()?;
+        let name = match req.request.operation() {
+            Ok(
+                Operation::Forget(_)
+                | Operation::BatchForget(_)
+                | Operation::Interrupt(_)
+                | Operation::Destroy(_)
+                | Operation::Init(_),
+            )
+            | Err(_) => return None,
+            Ok(Operation::Lookup(x)) => Some(x.name()),
+            Ok(_) => None,
+        };
+        fs.lane(req.request.nodeid(), name.as_ref().map(AsRef::as_ref))
+    }
+
+    /// After running a request of `lane`: runs the lane's queued requests
+    /// until its queue is empty and this worker has left it.
+    fn run_lane(&self, lane: u64) {
+        while let Some((data, ch)) = self.lanes.next(lane) {
+            // Parsed once already, when it was read.
+            if let Some(req) = RequestWithSender::new(ch, &data) {
+                req.dispatch(self);
+            }
+        }
+    }
+
     fn event_loop(&self) -> io::Result<()> {
         let mut holding = false;
         let res = self.serve(&mut holding);
@@ -675,8 +721,19 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
-                        } else {
-                            req.dispatch(self)
+                        }
+                        match self.lane_of(&req) {
+                            None => req.dispatch(self),
+                            Some(lane) => match self.lanes.enter(lane, size, || {
+                                (buf[..size].to_vec(), self.ch.sender())
+                            }) {
+                                crate::lanes::Entry::Run => {
+                                    req.dispatch(self);
+                                    self.run_lane(lane);
+                                }
+                                crate::lanes::Entry::Queued => {}
+                                crate::lanes::Entry::Over => req.dispatch(self),
+                            },
                         }
                     }
                     // Quit loop on illegal request

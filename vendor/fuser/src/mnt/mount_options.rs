@@ -30,6 +30,9 @@ pub struct Config {
     /// their CPU as idle and wakes a caller there instead of on another
     /// CPU; they then run only when nothing else wants the CPU.
     pub uring_idle: bool,
+    /// The most `/dev/fuse` workers that run requests of one lane
+    /// (`Filesystem::lane`) at once; 0: no lanes. (An rcufs addition.)
+    pub lane_width: usize,
 }
 
 /// Mount options accepted by the FUSE filesystem type
