@@ -167,6 +167,9 @@ pub struct Fs {
     /// Filesystems under the source not served for their mount flags
     /// (`fs/submounts.rs`).
     refused_mounts: submounts::Refused,
+    /// Filesystems under the source that can stop answering
+    /// (`fs/lanes.rs`).
+    lanes: lanes::Lanes,
     stale_opens: AtomicU64,
     dir_changes: AtomicU64,
     inval: InvalQueue,
@@ -220,6 +223,7 @@ impl Fs {
             gate,
             drops: DropCounters::default(),
             refused_mounts: submounts::Refused::default(),
+            lanes: lanes::Lanes::default(),
             stale_opens: AtomicU64::new(0),
             dir_changes: AtomicU64::new(0),
             inval: InvalQueue::default(),
@@ -451,7 +455,7 @@ impl Fs {
             Ok(st) => {
                 if st.st_dev != parent.key.0 {
                     tracing::debug!(name = %String::from_utf8_lossy(name), "entering a mount point inside the source");
-                    self.may_enter(pfd.as_fd(), &cname, st.st_dev)?;
+                    self.may_enter(parent, pfd.as_fd(), &cname, st.st_dev)?;
                 }
                 let inode = self.table.intern(NewInode {
                     parent_ino: parent.ino,
@@ -1273,6 +1277,7 @@ impl Fs {
 mod drop;
 mod fences;
 mod flush;
+pub mod lanes;
 pub mod lease;
 pub mod prefetch;
 mod stats;

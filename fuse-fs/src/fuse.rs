@@ -451,6 +451,10 @@ impl Filesystem for FuseAdapter {
         Ok(())
     }
 
+    fn lane(&self, nodeid: INodeNo, lookup_name: Option<&OsStr>) -> Option<u64> {
+        self.fs.lane(nodeid.0, lookup_name.map(OsStrExt::as_bytes))
+    }
+
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         handler!("lookup", req, parent.0, {
             let lease = self.fs.lease();
@@ -1080,6 +1084,13 @@ pub mod session {
         // Each worker has a descriptor of its own (`clone_fd`), which the
         // polling needs: it switches its descriptor's `O_NONBLOCK`.
         cfg.spin = (!poll.is_zero()).then_some(poll);
+        // A filesystem under the source that can stop answering holds at
+        // most half the workers (`fs/lanes.rs`; fuser leaves one out in
+        // any case, and has no lanes with one worker). Over io_uring the
+        // requests do not go through the workers.
+        if io_uring == crate::mount::IoUring::Off {
+            cfg.lane_width = (threads / 2).max(1);
+        }
         let mut opts = vec![
             MountOption::FSName("rcufs".into()),
             MountOption::Subtype("rcufs".into()),

@@ -1087,14 +1087,19 @@ pub fn mount_flags(path: &std::ffi::CStr) -> FsResult<u64> {
     Ok(st.f_flag as u64)
 }
 
-/// The mount flags (`ST_NOEXEC`, `ST_NOSUID`, ...) of the filesystem that
-/// `name` under `dir` leads to (a mount point's name: the filesystem
-/// mounted there), without following a symbolic link.
-pub fn mount_flags_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> FsResult<u64> {
-    // `fstatvfs` works on an `O_PATH` descriptor (as `fstatfs` does since
-    // Linux 3.12).
+/// The mount flags (`ST_NOEXEC`, `ST_NOSUID`, ...) and the `statfs` type
+/// of the filesystem that `name` under `dir` leads to (a mount point's
+/// name: the filesystem mounted there), without following a symbolic link.
+pub fn mount_flags_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> FsResult<(u64, i64)> {
+    // `fstatfs` works on an `O_PATH` descriptor since Linux 3.12.
     let fd = openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
-    Ok(fstatvfs(fd.as_fd())?.f_flag as u64)
+    // SAFETY: `statfs` is plain old data; all-zero bytes are a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is writable and `fd` open.
+    check(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) })?;
+    // The flags through `fstatvfs` (libc's `statfs` does not show
+    // `f_flags`).
+    Ok((fstatvfs(fd.as_fd())?.f_flag as u64, st.f_type as i64))
 }
 
 /// The effective gid of the process.

@@ -167,6 +167,15 @@ impl Fs {
                         let mut attr = Attr::from_stat(ino, &sys::zero_stat());
                         attr.kind = Kind::Dir;
                         item.entry = Some(Entry { ino, attr, lend: true });
+                    } else if self.crossing(dir.inode.ino, &item.name).is_some() {
+                        // A mount point of a filesystem that can stop
+                        // answering (`fs/lanes.rs`): listed by name, so
+                        // that its attributes are asked for in its lane.
+                        if sink(&item) {
+                            return Ok(());
+                        }
+                        offset = raw.next_off;
+                        continue;
                     } else {
                         let found = if names_first {
                             let watch = self.table.watch_renames();

@@ -28,6 +28,7 @@ use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
 
 use crate::error::{FsError, FsResult};
+use crate::inode::Inode;
 use crate::sys;
 
 use super::Fs;
@@ -61,14 +62,16 @@ pub fn enforced_by(options: &[String]) -> u64 {
 pub(super) struct Refused(parking_lot::Mutex<HashSet<u64>>);
 
 impl Fs {
-    /// Whether the filesystem that `name` under `dir` leads to, on device
-    /// `dev` (not its directory's), may be served through the mirror:
-    /// `EACCES` if it enforces a flag of [`POLICY_FLAGS`] the mirror does
-    /// not (module docs).
-    pub(super) fn may_enter(&self, dir: BorrowedFd<'_>, name: &CStr, dev: u64) -> FsResult<()> {
-        let flags = sys::mount_flags_at(dir, name)?;
+    /// Whether the filesystem that `name` under `parent` (open as `dir`)
+    /// leads to, on device `dev` (not its directory's), may be served
+    /// through the mirror: `EACCES` if it enforces a flag of
+    /// [`POLICY_FLAGS`] the mirror does not (module docs). One that may is
+    /// given a lane if it can stop answering (`fs/lanes.rs`).
+    pub(super) fn may_enter(&self, parent: &Inode, dir: BorrowedFd<'_>, name: &CStr, dev: u64) -> FsResult<()> {
+        let (flags, f_type) = sys::mount_flags_at(dir, name)?;
         let lost = flags & POLICY_FLAGS & !self.cfg.mirror_flags;
         if lost == 0 {
+            self.note_crossing(parent, name.to_bytes(), dev, f_type);
             return Ok(());
         }
         if self.refused_mounts.0.lock().insert(dev) {

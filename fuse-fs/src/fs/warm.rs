@@ -305,7 +305,7 @@ impl Fs {
         match read {
             Ok(st) => {
                 if st.st_dev != parent.key.0 {
-                    self.may_enter(pfd, &cname, st.st_dev)?;
+                    self.may_enter(parent, pfd, &cname, st.st_dev)?;
                 }
                 let inode = self.table.intern(NewInode {
                     parent_ino: parent.ino,

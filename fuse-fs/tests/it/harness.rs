@@ -473,3 +473,61 @@ pub fn wait_warm(m: &Mount, n: u64) -> Value {
     assert!(done, "the warm did not finish: {last}\n{}", m.log_text());
     last
 }
+
+/// Unmounts (lazily) a filesystem a test mounted, when dropped.
+pub struct Submount(pub std::path::PathBuf);
+
+impl Submount {
+    /// Mounts a tmpfs on `dir` (inside a mount's source), unmounted when
+    /// dropped.
+    pub fn tmpfs(dir: &std::path::Path) -> Self {
+        let (what, c) = (std::ffi::CString::new("tmpfs").unwrap(), crate::sys::cpath(dir));
+        // SAFETY: all strings are NUL-terminated; no data argument.
+        let rc = unsafe { libc::mount(what.as_ptr(), c.as_ptr(), what.as_ptr(), 0, std::ptr::null()) };
+        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+        Self(dir.to_path_buf())
+    }
+
+    /// Binds the directory `from` on `dir`, unmounted when dropped.
+    pub fn bind(from: &std::path::Path, dir: &std::path::Path) -> Self {
+        let (f, c) = (crate::sys::cpath(from), crate::sys::cpath(dir));
+        // SAFETY: the paths are NUL-terminated; no type or data.
+        let rc = unsafe {
+            libc::mount(
+                f.as_ptr(),
+                c.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0, "mount --bind: {}", std::io::Error::last_os_error());
+        Self(dir.to_path_buf())
+    }
+}
+
+impl Drop for Submount {
+    fn drop(&mut self) {
+        let c = crate::sys::cpath(&self.0);
+        // SAFETY: the path is NUL-terminated.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// The fusectl directory of the FUSE connection behind `mnt`
+/// (`/sys/fs/fuse/connections/<minor>`: `waiting`, `abort`), with fusectl
+/// mounted first unless it is there already.
+pub fn fuse_connection(mnt: &Path) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let conns = Path::new("/sys/fs/fuse/connections");
+    if any_mount_at(conns).is_none() {
+        let status = Command::new("mount")
+            .args(["-t", "fusectl", "fusectl"])
+            .arg(conns)
+            .status()
+            .expect("run mount -t fusectl");
+        assert!(status.success(), "mounting fusectl failed: {status}");
+    }
+    let dev = std::fs::metadata(mnt).unwrap().dev();
+    conns.join(libc::minor(dev).to_string())
+}

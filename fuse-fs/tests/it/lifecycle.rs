@@ -175,23 +175,9 @@ fn a_panicking_request_answers_eio_and_the_daemon_goes_on() {
     assert!(any_mount_at(&m.mnt).is_none(), "the mount is still listed");
 }
 
-/// Mounts fusectl on /sys/fs/fuse/connections unless it is there already;
-/// returns the abort switch of the connection behind `mnt`.
+/// The abort switch of the connection behind `mnt`.
 fn abort_switch(mnt: &std::path::Path) -> std::path::PathBuf {
-    use std::os::unix::fs::MetadataExt;
-    let conns = std::path::Path::new("/sys/fs/fuse/connections");
-    if any_mount_at(conns).is_none() {
-        let status = std::process::Command::new("mount")
-            .args(["-t", "fusectl", "fusectl"])
-            .arg(conns)
-            .status()
-            .expect("run mount -t fusectl");
-        assert!(status.success(), "mounting fusectl failed: {status}");
-    }
-    let dev = fs::metadata(mnt).unwrap().dev();
-    // SAFETY: minor() is a pure function of its argument.
-    let minor = libc::minor(dev);
-    conns.join(minor.to_string()).join("abort")
+    crate::harness::fuse_connection(mnt).join("abort")
 }
 
 /// When the FUSE session ends without an unmount (here: the connection is

@@ -16,6 +16,7 @@ mod harness;
 mod identity;
 mod io_uring;
 mod kernel_cache;
+mod lanes;
 mod lifecycle;
 mod ops;
 mod ops_metrics;

@@ -8,7 +8,7 @@ use std::fs;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::time::{Duration, Instant};
 
-use crate::harness::{Mount, content, eventually, listed, wait_warm, write_tree};
+use crate::harness::{Mount, Submount, content, eventually, listed, wait_warm, write_tree};
 use crate::sys::errno;
 use fuse_fs::protocol::XATTR_DROP;
 
@@ -867,46 +867,6 @@ fn kernel_cache_drops_wait_only_for_their_own_invalidations() {
          the case in {drops} drops: {stats}"
     );
     assert_no_drop_waited_out_its_bound(&m, drops);
-}
-
-/// Unmounts (lazily) a filesystem a test mounted, when dropped.
-struct Submount(std::path::PathBuf);
-
-impl Submount {
-    /// Mounts a tmpfs on `dir` (inside a mount's source), unmounted when
-    /// dropped.
-    fn tmpfs(dir: &std::path::Path) -> Self {
-        let (what, c) = (std::ffi::CString::new("tmpfs").unwrap(), crate::sys::cpath(dir));
-        // SAFETY: all strings are NUL-terminated; no data argument.
-        let rc = unsafe { libc::mount(what.as_ptr(), c.as_ptr(), what.as_ptr(), 0, std::ptr::null()) };
-        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
-        Self(dir.to_path_buf())
-    }
-
-    /// Binds the directory `from` on `dir`, unmounted when dropped.
-    fn bind(from: &std::path::Path, dir: &std::path::Path) -> Self {
-        let (f, c) = (crate::sys::cpath(from), crate::sys::cpath(dir));
-        // SAFETY: the paths are NUL-terminated; no type or data.
-        let rc = unsafe {
-            libc::mount(
-                f.as_ptr(),
-                c.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            )
-        };
-        assert_eq!(rc, 0, "mount --bind: {}", std::io::Error::last_os_error());
-        Self(dir.to_path_buf())
-    }
-}
-
-impl Drop for Submount {
-    fn drop(&mut self) {
-        let c = crate::sys::cpath(&self.0);
-        // SAFETY: the path is NUL-terminated.
-        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-    }
 }
 
 #[test]
