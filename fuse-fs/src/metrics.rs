@@ -294,6 +294,16 @@ pub const TABLE: &[(&str, Kind, &str)] = &[
         Kind::Counter,
         "FLUSHes (closes that reach the source) answered",
     ),
+    (
+        "source.lane_filesystems",
+        Kind::Gauge,
+        "Filesystems under the source that can stop answering, given a lane of at most half the workers",
+    ),
+    (
+        "source.lane_mount_points",
+        Kind::Gauge,
+        "Mount-point names whose LOOKUPs go to such a filesystem's lane",
+    ),
 ];
 
 /// Last words of a key that make an unlisted leaf a counter.

@@ -127,6 +127,14 @@ impl Fs {
         l.any.store(true, Ordering::Relaxed);
     }
 
+    /// Filesystems given a lane, and mount-point names recorded (gauges of
+    /// the statistics' `source` section).
+    pub(super) fn lane_counts(&self) -> (u64, u64) {
+        let l = &self.lanes;
+        let names = l.crossings.read().values().map(Vec::len).sum::<usize>();
+        (l.devs.read().len() as u64, names as u64)
+    }
+
     /// The lane of a request on node `ino` (`name`: a LOOKUP's), if it
     /// belongs to one (module docs).
     pub fn lane(&self, ino: u64, name: Option<&[u8]>) -> Option<u64> {

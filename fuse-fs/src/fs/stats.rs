@@ -25,6 +25,9 @@ impl Fs {
             "dir_refreshes": self.refreshes.load(Ordering::Relaxed),
             "flushes": self.flushes(),
         });
+        let (lane_filesystems, lane_mount_points) = self.lane_counts();
+        source["lane_filesystems"] = lane_filesystems.into();
+        source["lane_mount_points"] = lane_mount_points.into();
         for (k, v) in self.unlisted.stats().into_iter().chain(self.lists_ahead.stats()) {
             source[k] = v.into();
         }

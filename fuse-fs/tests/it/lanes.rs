@@ -38,8 +38,11 @@ fn a_stopped_filesystem_under_the_source_holds_its_lane_not_the_mount() {
     let Some(outer) = Mount::over(top.path(), &["--threads", "2"]) else {
         return;
     };
+    assert_eq!(outer.stat("source", "lane_filesystems"), 0);
     // A first lookup crosses into it (and gives it its lane).
     assert_eq!(fs::read(outer.at("fuse/d/keep")).unwrap(), b"keep");
+    assert_eq!(outer.stat("source", "lane_filesystems"), 1);
+    assert_eq!(outer.stat("source", "lane_mount_points"), 1);
     assert_eq!(fs::read(outer.at("other/f")).unwrap(), b"other");
     let before = waiting(&outer.mnt);
     signal(&inner, libc::SIGSTOP);
