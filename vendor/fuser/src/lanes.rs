@@ -4,18 +4,23 @@
 //! A filesystem names a request's lane with [`Filesystem::lane`] (rcufs:
 //! the device of a filesystem mounted under its source that can stop
 //! answering, such as NFS or another FUSE filesystem). At most
-//! [`Config::lane_width`] workers run requests of one lane; a request that
-//! finds its lane full is copied out of the worker's buffer and queued, and
-//! the worker goes back to reading `/dev/fuse`. A worker that finishes a
-//! request of a lane runs that lane's queued requests, in arrival order,
-//! before it reads again. So a lane whose requests never return holds its
-//! width of workers, never all of them, and its queued callers wait as
+//! [`Config::lane_width`] workers run requests of one lane, and at most
+//! all workers but one run requests of any lane (the budget); a request
+//! that finds its lane full, or the budget spent, is copied out of the
+//! worker's buffer and queued, and the worker goes back to reading
+//! `/dev/fuse`. A worker that finishes a request of a lane runs that
+//! lane's queued requests, in arrival order, and then those of another
+//! lane that waited for the budget, before it reads again. So lanes whose
+//! requests never return hold their width of workers each, and all of
+//! them together never the last worker; their queued callers wait as
 //! they would natively.
 //!
 //! Invariant, under the mutex: a lane's queue is non-empty only while the
-//! lane runs `width` requests (a request is queued only then, and a worker
-//! leaves its lane only when its queue is empty); so a request that finds
-//! room overtakes no queued request of its lane. The queues hold at most
+//! lane runs `width` requests or the budget is spent (a request is queued
+//! only then; a worker leaves its lane only when its queue is empty, and
+//! then takes a request of any lane left waiting for the budget); so a
+//! request that finds room overtakes no queued request of its lane. The
+//! queues hold at most
 //! [`MAX_QUEUED_BYTES`]; past that a request runs at once, outside its
 //! lane's count and ahead of its queue ([`Entry::Over`]).
 //!
@@ -32,6 +37,7 @@ use std::sync::Mutex;
 #[derive(Debug)]
 pub(crate) struct Lanes<T> {
     width: usize,
+    budget: usize,
     lanes: Mutex<Inner<T>>,
 }
 
@@ -69,20 +75,23 @@ impl<T> Default for Lane<T> {
     }
 }
 
-/// The lanes and the bytes queued in them.
+/// The lanes, the requests they run and the bytes queued in them.
 #[derive(Debug)]
 struct Inner<T> {
     lanes: HashMap<u64, Lane<T>>,
+    running: usize,
     bytes: usize,
 }
 
 impl<T> Lanes<T> {
-    /// Lanes of `width` workers each (0: none).
-    pub(crate) fn new(width: usize) -> Self {
+    /// Lanes of `width` workers each (0: none), `budget` workers in all.
+    pub(crate) fn new(width: usize, budget: usize) -> Self {
         Self {
-            width,
+            width: width.min(budget),
+            budget,
             lanes: Mutex::new(Inner {
                 lanes: HashMap::new(),
+                running: 0,
                 bytes: 0,
             }),
         }
@@ -97,13 +106,17 @@ impl<T> Lanes<T> {
     /// `copy()` is queued in its place.
     pub(crate) fn enter(&self, lane: u64, size: usize, copy: impl FnOnce() -> T) -> Entry {
         let mut inner = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
-        let bytes = inner.bytes;
+        let (bytes, room) = (inner.bytes, inner.running < self.budget);
         let l = inner.lanes.entry(lane).or_default();
-        if l.running < self.width {
+        if l.running < self.width && room {
             l.running += 1;
+            inner.running += 1;
             return Entry::Run;
         }
         if bytes + size > MAX_QUEUED_BYTES {
+            if l.running == 0 && l.queued.is_empty() {
+                inner.lanes.remove(&lane);
+            }
             return Entry::Over;
         }
         l.queued.push_back((copy(), size));
@@ -111,21 +124,34 @@ impl<T> Lanes<T> {
         Entry::Queued
     }
 
-    /// After running a request of `lane` (entered with [`Entry::Run`]):
-    /// the next queued one to run, or `None` once the caller has left the
-    /// lane.
-    pub(crate) fn next(&self, lane: u64) -> Option<T> {
+    /// After running a request of `lane` (entered with [`Entry::Run`], or
+    /// returned by this): the next queued request to run and its lane (this
+    /// lane's, else one of a lane that waited for the budget), or `None`
+    /// once the caller has left every lane.
+    pub(crate) fn next(&self, lane: u64) -> Option<(u64, T)> {
         let mut inner = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
         let l = inner.lanes.get_mut(&lane).expect("a running lane is listed");
         if let Some((req, size)) = l.queued.pop_front() {
             inner.bytes -= size;
-            return Some(req);
+            return Some((lane, req));
         }
         l.running -= 1;
         if l.running == 0 {
             inner.lanes.remove(&lane);
         }
-        None
+        inner.running -= 1;
+        // A lane that waited for the budget (its queue is non-empty with
+        // room in its width).
+        let width = self.width;
+        let (&other, l) = inner
+            .lanes
+            .iter_mut()
+            .find(|(_, l)| l.running < width && !l.queued.is_empty())?;
+        let (req, size) = l.queued.pop_front().expect("a non-empty queue");
+        l.running += 1;
+        inner.running += 1;
+        inner.bytes -= size;
+        Some((other, req))
     }
 
     /// Requests queued now, over all lanes.
@@ -141,15 +167,15 @@ mod test {
 
     #[test]
     fn a_full_lane_queues_in_order_and_its_last_worker_runs_the_queue() {
-        let lanes = Lanes::<Vec<u8>>::new(1);
+        let lanes = Lanes::<Vec<u8>>::new(1, 8);
         assert_eq!(lanes.enter(7, 1, || unreachable!()), Entry::Run);
         // The lane is full: the next two are queued, another lane is not.
         assert_eq!(lanes.enter(7, 1, || vec![1]), Entry::Queued);
         assert_eq!(lanes.enter(7, 1, || vec![2]), Entry::Queued);
         assert_eq!(lanes.enter(8, 1, || unreachable!()), Entry::Run);
         assert_eq!(lanes.queued(), 2);
-        assert_eq!(lanes.next(7), Some(vec![1]));
-        assert_eq!(lanes.next(7), Some(vec![2]));
+        assert_eq!(lanes.next(7), Some((7, vec![1])));
+        assert_eq!(lanes.next(7), Some((7, vec![2])));
         assert_eq!(lanes.next(7), None);
         // Left: the next request of the lane runs at once.
         assert_eq!(lanes.enter(7, 1, || unreachable!()), Entry::Run);
@@ -160,12 +186,12 @@ mod test {
 
     #[test]
     fn a_lane_runs_its_width_at_once() {
-        let lanes = Lanes::<Vec<u8>>::new(2);
+        let lanes = Lanes::<Vec<u8>>::new(2, 8);
         assert_eq!(lanes.enter(1, 1, || unreachable!()), Entry::Run);
         assert_eq!(lanes.enter(1, 1, || unreachable!()), Entry::Run);
         assert_eq!(lanes.enter(1, 1, || vec![3]), Entry::Queued);
         // One of the two leaves only after the queue is run.
-        assert_eq!(lanes.next(1), Some(vec![3]));
+        assert_eq!(lanes.next(1), Some((1, vec![3])));
         assert_eq!(lanes.next(1), None);
         assert_eq!(lanes.enter(1, 1, || unreachable!()), Entry::Run);
         assert_eq!(lanes.next(1), None);
@@ -175,20 +201,40 @@ mod test {
 
     #[test]
     fn past_the_byte_bound_a_request_runs_outside_its_lane() {
-        let lanes = Lanes::<Vec<u8>>::new(1);
+        let lanes = Lanes::<Vec<u8>>::new(1, 8);
         assert_eq!(lanes.enter(1, 10, || unreachable!()), Entry::Run);
         assert_eq!(lanes.enter(1, MAX_QUEUED_BYTES - 10, || vec![1]), Entry::Queued);
         assert_eq!(lanes.enter(1, 11, || unreachable!()), Entry::Over);
         assert_eq!(lanes.enter(2, 11, || unreachable!()), Entry::Run);
         assert_eq!(lanes.enter(2, 11, || unreachable!()), Entry::Over);
         assert_eq!(lanes.enter(1, 10, || vec![2]), Entry::Queued);
-        assert_eq!(lanes.next(1), Some(vec![1]));
+        assert_eq!(lanes.next(1), Some((1, vec![1])));
         // Room again.
         assert_eq!(lanes.enter(2, 11, || vec![3]), Entry::Queued);
-        assert_eq!(lanes.next(1), Some(vec![2]));
+        assert_eq!(lanes.next(1), Some((1, vec![2])));
         assert_eq!(lanes.next(1), None);
-        assert_eq!(lanes.next(2), Some(vec![3]));
+        assert_eq!(lanes.next(2), Some((2, vec![3])));
         assert_eq!(lanes.next(2), None);
         assert_eq!(lanes.lanes.lock().unwrap().bytes, 0);
+    }
+
+    #[test]
+    fn lanes_together_leave_a_worker_and_a_leaving_worker_runs_another_lanes_queue() {
+        // Three workers: lanes may hold two, each one.
+        let lanes = Lanes::<Vec<u8>>::new(1, 2);
+        assert_eq!(lanes.enter(1, 1, || unreachable!()), Entry::Run);
+        assert_eq!(lanes.enter(2, 1, || unreachable!()), Entry::Run);
+        // The budget is spent: a third lane queues, though its width has room.
+        assert_eq!(lanes.enter(3, 1, || vec![3]), Entry::Queued);
+        assert_eq!(lanes.enter(3, 1, || vec![4]), Entry::Queued);
+        // Lane 1's worker leaves it and takes lane 3's first request.
+        assert_eq!(lanes.next(1), Some((3, vec![3])));
+        // Lane 3 is at its width: its next request waits for it.
+        assert_eq!(lanes.next(2), None);
+        assert_eq!(lanes.next(3), Some((3, vec![4])));
+        assert_eq!(lanes.next(3), None);
+        let inner = lanes.lanes.lock().unwrap();
+        assert!(inner.lanes.is_empty());
+        assert_eq!((inner.running, inner.bytes), (0, 0));
     }
 }

@@ -303,12 +303,8 @@ impl<FS: Filesystem> Session<FS> {
             .spin
             .filter(|s| !s.is_zero() && (config.clone_fd || n_threads == 1));
         let spinner = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        // Lanes need a worker left outside any one of them.
-        let lanes = Arc::new(crate::lanes::Lanes::new(if n_threads > 1 {
-            config.lane_width.min(n_threads - 1)
-        } else {
-            0
-        }));
+        // Lanes leave a worker outside all of them.
+        let lanes = Arc::new(crate::lanes::Lanes::new(config.lane_width, n_threads - 1));
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -346,7 +342,7 @@ impl<FS: Filesystem> Session<FS> {
                     spinner: spinner.clone(),
                     // Requests over io_uring are answered through their
                     // queue entry, which must not wait in a lane.
-                    lanes: Arc::new(crate::lanes::Lanes::new(0)),
+                    lanes: Arc::new(crate::lanes::Lanes::new(0, 0)),
                 };
                 ring_threads.push(
                     thread::Builder::new()
@@ -669,10 +665,12 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         fs.lane(req.request.nodeid(), name.as_ref().map(AsRef::as_ref))
     }
 
-    /// After running a request of `lane`: runs the lane's queued requests
-    /// until its queue is empty and this worker has left it.
-    fn run_lane(&self, lane: u64) {
-        while let Some((data, ch)) = self.lanes.next(lane) {
+    /// After running a request of `lane`: runs the queued requests
+    /// [`Lanes::next`](crate::lanes::Lanes::next) hands out until this
+    /// worker has left every lane.
+    fn run_lane(&self, mut lane: u64) {
+        while let Some((now, (data, ch))) = self.lanes.next(lane) {
+            lane = now;
             // Parsed once already, when it was read.
             if let Some(req) = RequestWithSender::new(ch, &data) {
                 req.dispatch(self);
