@@ -250,7 +250,8 @@ impl Fs {
             ]),
             refreshes: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
-        })
+        }
+        .with_lanes_from_mount_table(source))
     }
 
     /// Closes the queues the daemon's background threads wait on
@@ -716,6 +717,11 @@ impl Fs {
         let inode = self.inode(ino)?;
         let parent = self.dir(new_parent)?;
         name_ok(new_name)?;
+        if inode.key.0 != parent.key.0 {
+            // Across filesystems, as the source would answer, without a
+            // look into the other one (which may not answer: `fs/lanes.rs`).
+            return Err(FsError::new(libc::EXDEV));
+        }
         let fd = self.table.path_fd(&inode)?;
         let pfd = self.table.path_fd(&parent)?;
         let cname = cstr(new_name)?;
@@ -742,6 +748,11 @@ impl Fs {
 
     fn remove_entry(&self, parent: u64, name: &[u8], flags: i32, caller: Caller) -> FsResult<()> {
         let parent = self.dir(parent)?;
+        if self.crossing(&parent, name).is_some() {
+            // A mount point, as the source would answer, without a look
+            // into the filesystem mounted there (`fs/lanes.rs`).
+            return Err(FsError::new(libc::EBUSY));
+        }
         let pfd = self.table.path_fd(&parent)?;
         let cname = cstr(name)?;
         let key = sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW)
@@ -783,6 +794,14 @@ impl Fs {
         let op = self.dir(parent)?;
         let np = self.dir(new_parent)?;
         name_ok(new_name)?;
+        // As the source would answer, without a look into a filesystem
+        // that may not answer (`fs/lanes.rs`).
+        if op.key.0 != np.key.0 {
+            return Err(FsError::new(libc::EXDEV));
+        }
+        if self.crossing(&op, name).is_some() || self.crossing(&np, new_name).is_some() {
+            return Err(FsError::new(libc::EBUSY));
+        }
         let ofd = self.table.path_fd(&op)?;
         let nfd = self.table.path_fd(&np)?;
         let (oname, nname) = (cstr(name)?, cstr(new_name)?);

@@ -448,6 +448,14 @@ impl Filesystem for FuseAdapter {
             .set_kernel_marks_kills(have.contains(InitFlags::FUSE_HANDLE_KILLPRIV_V2));
         let _ = config.add_capabilities(want & have);
         let _ = config.set_max_readahead(128 * 1024);
+        // Background requests (readahead, async RELEASE, async direct I/O)
+        // waiting in a lane (`fs/lanes.rs`) count against the kernel's
+        // limit, past which it holds every new background request of the
+        // mount: 64 rather than fuser's 16, so that one stopped filesystem
+        // under the source takes longer to reach it (the kernel caps it
+        // for a non-root mounter at `max_user_bgreq`).
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
         Ok(())
     }
 

@@ -167,7 +167,7 @@ impl Fs {
                         let mut attr = Attr::from_stat(ino, &sys::zero_stat());
                         attr.kind = Kind::Dir;
                         item.entry = Some(Entry { ino, attr, lend: true });
-                    } else if self.crossing(dir.inode.ino, &item.name).is_some() {
+                    } else if self.crossing(&dir.inode, &item.name).is_some() {
                         // A mount point of a filesystem that can stop
                         // answering (`fs/lanes.rs`): listed by name, so
                         // that its attributes are asked for in its lane.

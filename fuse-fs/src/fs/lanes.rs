@@ -16,24 +16,31 @@
 //! the remaining workers serve everything else. A stopped filesystem then
 //! holds its own callers, as natively, and its lane's workers.
 //!
-//! Which filesystems: those whose `statfs` type is a network or cluster
-//! filesystem, FUSE, or autofs ([`may_stop`]), mounted under the source
-//! (the source's own filesystem is never one: every request is on it).
-//! They are learned when a lookup first crosses into one
-//! ([`Fs::note_crossing`], where the mount flags are read,
-//! `fs/submounts.rs`). A request belongs to a lane when:
+//! Which filesystems: network and cluster filesystems, FUSE, and autofs
+//! ([`may_stop`] by `statfs` type, [`may_stop_fstype`] by the mount
+//! table's name), mounted under the source (the source's own filesystem is
+//! never one: every request is on it). They are learned twice:
+//! - at the start, from the mount table (`/proc/self/mountinfo`, which
+//!   asks no filesystem anything): each such mount under the source, its
+//!   device and its mount point's name under its directory (that
+//!   directory's `stat`: [`Fs::with_lanes_from_mount_table`]);
+//! - when a lookup crosses into one ([`Fs::note_crossing`], where the
+//!   mount flags are read, `fs/submounts.rs`): those mounted since.
+//!
+//! A request belongs to a lane when:
 //! - its node is an inode on such a filesystem (LOOKUP: its parent); or
-//! - it is a LOOKUP of a name that led into such a filesystem when it was
-//!   looked up from the source (the mount point's name under its
-//!   directory, recorded at the crossing, [`MAX_CROSSINGS`] at most).
+//! - it is a LOOKUP of a mount point's name under its directory (by the
+//!   directory's device and inode number; [`MAX_CROSSINGS`] at most).
 //!
 //! READDIRPLUS lists such a mount point's name without attributes (the
 //! kernel asks a LOOKUP when the name is used, which goes to the lane).
 //!
 //! What this does not cover:
-//! - the first crossing into a filesystem that has already stopped (its
-//!   type is not known before it answers); that request waits in a worker
-//!   outside any lane;
+//! - the first crossing into a filesystem mounted after the start that
+//!   has already stopped (its type is not known before it answers), and
+//!   one mounted at the start under such a filesystem's own mount point
+//!   (its directory is not `stat`ed at the start, so as not to wait on
+//!   it); that request waits in a worker outside any lane;
 //! - requests served over io_uring (their replies go through their queue
 //!   entry: `--io-uring` mounts have no lanes);
 //! - the kernel's own locks on the mirror's directories, held by a request
@@ -42,10 +49,14 @@
 //! - with `--threads 1` there is no worker to spare: no lanes.
 
 use std::collections::{HashMap, HashSet};
-
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::error::FsResult;
 use crate::inode::Inode;
+use crate::sys;
 
 use super::Fs;
 
@@ -83,6 +94,33 @@ pub fn may_stop(f_type: i64) -> bool {
 /// Mount points under one directory: each name and the device it leads to.
 type Crossings = Vec<(Box<[u8]>, u64)>;
 
+/// Whether a filesystem whose mount-table type is `fstype` can stop
+/// answering (as [`may_stop`]).
+pub fn may_stop_fstype(fstype: &str) -> bool {
+    const TYPES: &[&str] = &[
+        "nfs",
+        "nfs4",
+        "smbfs",
+        "cifs",
+        "smb3",
+        "9p",
+        "ceph",
+        "afs",
+        "coda",
+        "ncpfs",
+        "lustre",
+        "orangefs",
+        "pvfs2",
+        "gfs2",
+        "ocfs2",
+        "glusterfs",
+        "fuse",
+        "fuseblk",
+        "autofs",
+    ];
+    TYPES.contains(&fstype) || fstype.starts_with("fuse.") || fstype.starts_with("fuseblk.")
+}
+
 /// The filesystems under the source that can stop answering, and the
 /// names that led into them.
 #[derive(Debug, Default)]
@@ -91,15 +129,89 @@ pub(super) struct Lanes {
     any: AtomicBool,
     /// Their devices.
     devs: parking_lot::RwLock<HashSet<u64>>,
-    /// Mount points by the node id of their directory: (name, device).
-    crossings: parking_lot::RwLock<HashMap<u64, Crossings>>,
+    /// Mount points by their directory's `(st_dev, st_ino)`.
+    crossings: parking_lot::RwLock<HashMap<(u64, u64), Crossings>>,
+    /// When the mount table was last read to forget filesystems no longer
+    /// mounted ([`Fs::forget_unmounted`]).
+    checked: parking_lot::Mutex<Option<std::time::Instant>>,
 }
 
+/// How often a lookup of a recorded mount point re-reads the mount table.
+const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Fs {
+    /// Learns the filesystems under `source` that can stop answering from
+    /// the mount table (module docs); logs and goes on without them if it
+    /// cannot be read.
+    pub(super) fn with_lanes_from_mount_table(self, source: &Path) -> Self {
+        let mounts = match crate::mountinfo::mounts() {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot read the mount table ({e:#}): filesystems under the source get lanes only once entered"
+                );
+                return self;
+            }
+        };
+        let Ok(source) = std::fs::canonicalize(source) else {
+            return self;
+        };
+        let under: Vec<_> = mounts
+            .iter()
+            .filter(|m| may_stop_fstype(&m.fstype))
+            .filter_map(|m| {
+                let rel = m.mount_point.strip_prefix(&source).ok()?;
+                (!rel.as_os_str().is_empty()).then(|| (rel.to_path_buf(), m))
+            })
+            .collect();
+        for (rel, m) in &under {
+            let dev = libc::makedev(m.dev.0, m.dev.1);
+            let (Some(dir), Some(name)) = (rel.parent(), rel.file_name()) else {
+                continue;
+            };
+            // Not the directory of one mounted under another such mount:
+            // its `stat` could wait on that one.
+            if under.iter().any(|(other, _)| dir.starts_with(other)) {
+                continue;
+            }
+            let Ok(st) = self.stat_under_source(dir) else {
+                continue;
+            };
+            self.note_lane(
+                (st.st_dev, st.st_ino),
+                name.as_bytes(),
+                dev,
+                format_args!("{} from the mount table", m.fstype),
+            );
+        }
+        self
+    }
+
+    /// `fstatat` of `rel` (relative, a directory) under the source root.
+    fn stat_under_source(&self, rel: &Path) -> FsResult<libc::stat> {
+        let root = self.table.path_fd(&self.root)?;
+        if rel.as_os_str().is_empty() {
+            return sys::fstatat(root.as_fd(), c".", libc::AT_SYMLINK_NOFOLLOW);
+        }
+        sys::fstatat(
+            root.as_fd(),
+            &sys::cstr(rel.as_os_str().as_bytes())?,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    }
+
     /// A lookup of `name` under `parent` crossed into the filesystem on
     /// `dev`, of `statfs` type `f_type` (module docs).
     pub(super) fn note_crossing(&self, parent: &Inode, name: &[u8], dev: u64, f_type: i64) {
-        if !may_stop(f_type) || dev == self.root.key.0 {
+        if may_stop(f_type) {
+            self.note_lane(parent.key, name, dev, format_args!("statfs type {f_type:#x}"));
+        }
+    }
+
+    /// Gives the filesystem on `dev`, mounted on `name` in the directory
+    /// `dir` (`(st_dev, st_ino)`), a lane.
+    fn note_lane(&self, dir: (u64, u64), name: &[u8], dev: u64, what: std::fmt::Arguments<'_>) {
+        if dev == self.root.key.0 {
             return;
         }
         let l = &self.lanes;
@@ -107,19 +219,20 @@ impl Fs {
             tracing::info!(
                 name = %String::from_utf8_lossy(name),
                 dev,
-                f_type = format_args!("{f_type:#x}"),
-                "a filesystem under the source that can stop answering: its requests get a lane of their own"
+                "a filesystem under the source that can stop answering ({what}): its requests get a lane of their own"
             );
         }
         let mut crossings = l.crossings.write();
-        let known = crossings
-            .get(&parent.ino)
-            .is_some_and(|v| v.iter().any(|(n, _)| &**n == name));
-        if !known {
-            let recorded: usize = crossings.values().map(Vec::len).sum();
-            if recorded < MAX_CROSSINGS {
-                crossings.entry(parent.ino).or_default().push((name.into(), dev));
-            }
+        let recorded: usize = crossings.values().map(Vec::len).sum();
+        let names = crossings.entry(dir).or_default();
+        match names.iter_mut().find(|(n, _)| &**n == name) {
+            // Mounted over since: the one on top.
+            Some(known) => known.1 = dev,
+            None if recorded < MAX_CROSSINGS => names.push((name.into(), dev)),
+            None => {}
+        }
+        if names.is_empty() {
+            crossings.remove(&dir);
         }
         drop(crossings);
         // Relaxed: the sets are read under their locks; this flag only
@@ -142,25 +255,85 @@ impl Fs {
         if !l.any.load(Ordering::Relaxed) {
             return None;
         }
-        if let Some(dev) = name.and_then(|n| self.crossing(ino, n)) {
+        let inode = self.table.get(ino).ok()?;
+        if let Some(dev) = name.and_then(|n| self.crossing(&inode, n)) {
             return Some(dev);
         }
-        let dev = self.table.get(ino).ok()?.key.0;
+        let dev = inode.key.0;
         l.devs.read().contains(&dev).then_some(dev)
     }
 
-    /// The device a lookup of `name` under node `dir` crossed into, if it
-    /// is a filesystem that can stop answering.
-    pub(super) fn crossing(&self, dir: u64, name: &[u8]) -> Option<u64> {
+    /// The device `name` under `dir` leads to, if it is the mount point of
+    /// a filesystem that can stop answering, still mounted (by the mount
+    /// table read at most [`RECHECK`] ago).
+    pub(super) fn crossing(&self, dir: &Inode, name: &[u8]) -> Option<u64> {
         let l = &self.lanes;
         if !l.any.load(Ordering::Relaxed) {
             return None;
         }
-        l.crossings
+        let find = || {
+            l.crossings
+                .read()
+                .get(&dir.key)?
+                .iter()
+                .find(|(n, _)| &**n == name)
+                .map(|&(_, dev)| dev)
+        };
+        find()?;
+        self.forget_unmounted();
+        find()
+    }
+
+    /// Forgets the filesystems and the mount points' names no longer in
+    /// the mount table, at most every [`RECHECK`]: after an unmount
+    /// (a lazy one of a dead NFS mount, say) the name leads to what is
+    /// under it, and its requests must not wait in the lane of the
+    /// filesystem gone. Reading the table asks no filesystem anything.
+    fn forget_unmounted(&self) {
+        let l = &self.lanes;
+        {
+            let mut checked = l.checked.lock();
+            if checked.is_some_and(|t| t.elapsed() < RECHECK) {
+                return;
+            }
+            *checked = Some(std::time::Instant::now());
+        }
+        let Ok(mounts) = crate::mountinfo::mounts() else {
+            return;
+        };
+        // Each device mounted, and the last names of its mount points (a
+        // record names the mount point by its directory's inode, which the
+        // table does not show: a record is kept while its device is
+        // mounted on a directory of its name).
+        let mut mounted: HashMap<u64, HashSet<&[u8]>> = HashMap::new();
+        for m in &mounts {
+            let names = mounted.entry(libc::makedev(m.dev.0, m.dev.1)).or_default();
+            if let Some(n) = m.mount_point.file_name() {
+                names.insert(n.as_bytes());
+            }
+        }
+        let stale = |name: &[u8], dev: u64| !mounted.get(&dev).is_some_and(|names| names.contains(name));
+        let any_stale = l.crossings.read().values().flatten().any(|(n, d)| stale(n, *d));
+        let gone: Vec<u64> = l
+            .devs
             .read()
-            .get(&dir)?
             .iter()
-            .find(|(n, _)| &**n == name)
-            .map(|&(_, dev)| dev)
+            .copied()
+            .filter(|d| !mounted.contains_key(d))
+            .collect();
+        if !any_stale && gone.is_empty() {
+            return;
+        }
+        l.devs.write().retain(|d| !gone.contains(d));
+        let mut crossings = l.crossings.write();
+        for names in crossings.values_mut() {
+            names.retain(|(n, dev)| !stale(n, *dev));
+        }
+        crossings.retain(|_, names| !names.is_empty());
+        drop(crossings);
+        tracing::info!(
+            ?gone,
+            "mount points under the source no longer mounted: their names leave the lanes"
+        );
     }
 }

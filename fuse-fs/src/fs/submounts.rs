@@ -65,13 +65,14 @@ impl Fs {
     /// Whether the filesystem that `name` under `parent` (open as `dir`)
     /// leads to, on device `dev` (not its directory's), may be served
     /// through the mirror: `EACCES` if it enforces a flag of
-    /// [`POLICY_FLAGS`] the mirror does not (module docs). One that may is
+    /// [`POLICY_FLAGS`] the mirror does not (module docs). Either way it is
     /// given a lane if it can stop answering (`fs/lanes.rs`).
     pub(super) fn may_enter(&self, parent: &Inode, dir: BorrowedFd<'_>, name: &CStr, dev: u64) -> FsResult<()> {
         let (flags, f_type) = sys::mount_flags_at(dir, name)?;
+        // Refused or not, lookups of the name reach it.
+        self.note_crossing(parent, name.to_bytes(), dev, f_type);
         let lost = flags & POLICY_FLAGS & !self.cfg.mirror_flags;
         if lost == 0 {
-            self.note_crossing(parent, name.to_bytes(), dev, f_type);
             return Ok(());
         }
         if self.refused_mounts.0.lock().insert(dev) {

@@ -8,11 +8,14 @@ use std::time::Duration;
 
 use crate::harness::{Mount, Submount, eventually, fuse_connection, write_tree};
 
-/// Requests the kernel has sent on the connection behind `mnt` and not yet
-/// had answered.
-fn waiting(mnt: &Path) -> u64 {
-    let p = fuse_connection(mnt).join("waiting");
-    fs::read_to_string(&p).unwrap().trim().parse().unwrap()
+/// Requests the kernel has sent on the connection `conn` (fusectl's
+/// directory) and not yet had answered.
+fn waiting(conn: &Path) -> u64 {
+    fs::read_to_string(conn.join("waiting"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 /// Stops (or continues) the daemon of `m`.
@@ -22,8 +25,36 @@ fn signal(m: &Mount, sig: i32) {
     assert_eq!(unsafe { libc::kill(m.pid(), sig) }, 0);
 }
 
+/// Continues a stopped daemon when dropped, so that a failing test does not
+/// leave the suite waiting on it.
+struct Continue(i32);
+
+impl Drop for Continue {
+    fn drop(&mut self) {
+        // SAFETY: as in `signal`.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
 #[test]
 fn a_stopped_filesystem_under_the_source_holds_its_lane_not_the_mount() {
+    stopped_filesystem_holds_its_lane(true);
+}
+
+/// The filesystem stops before anything went into it through the mount: its
+/// lane comes from the mount table at the start.
+#[test]
+fn a_filesystem_stopped_before_its_first_lookup_holds_its_lane_not_the_mount() {
+    stopped_filesystem_holds_its_lane(false);
+}
+
+/// An rcufs mount with `--threads 2` over a source with another rcufs mount
+/// bound under it at `fuse` and `fuse2`, which is stopped (after a first
+/// read through the mount if `entered`); a lookup under each mount point
+/// waits (two: the kernel sends one LOOKUP of a name at a time, so two
+/// lookups through one uncached mount point would be one request), and a
+/// read and a listing elsewhere in the mount are answered.
+fn stopped_filesystem_holds_its_lane(entered: bool) {
     // The filesystem that stops: another rcufs mount, bound under the
     // source (a FUSE filesystem, so one that can stop answering).
     let Some(inner) = Mount::with(&[], |src| write_tree(src, &[("d/keep", b"keep")])) else {
@@ -31,37 +62,50 @@ fn a_stopped_filesystem_under_the_source_holds_its_lane_not_the_mount() {
     };
     let top = tempfile::tempdir().unwrap();
     fs::create_dir(top.path().join("fuse")).unwrap();
+    fs::create_dir(top.path().join("fuse2")).unwrap();
     write_tree(top.path(), &[("other/f", b"other")]);
     let bind = Submount::bind(&inner.mnt, &top.path().join("fuse"));
+    let bind2 = Submount::bind(&inner.mnt, &top.path().join("fuse2"));
     // Two workers: without lanes, two requests waiting in the stopped
     // filesystem take both.
-    let Some(outer) = Mount::over(top.path(), &["--threads", "2"]) else {
+    let Some(outer) = Mount::over(top.path(), &["--threads", "2", "--revalidate", "1"]) else {
         return;
     };
-    assert_eq!(outer.stat("source", "lane_filesystems"), 0);
-    // A first lookup crosses into it (and gives it its lane).
-    assert_eq!(fs::read(outer.at("fuse/d/keep")).unwrap(), b"keep");
+    // Found now: finding it later asks the mount for its root's attributes,
+    // which without lanes no worker would answer.
+    let conn = fuse_connection(&outer.mnt);
+    // Known from the mount table: one filesystem, two mount points.
     assert_eq!(outer.stat("source", "lane_filesystems"), 1);
-    assert_eq!(outer.stat("source", "lane_mount_points"), 1);
+    assert_eq!(outer.stat("source", "lane_mount_points"), 2);
+    if entered {
+        assert_eq!(fs::read(outer.at("fuse/d/keep")).unwrap(), b"keep");
+        // The crossing finds the same filesystem and name.
+        assert_eq!(outer.stat("source", "lane_filesystems"), 1);
+        assert_eq!(outer.stat("source", "lane_mount_points"), 2);
+    }
     assert_eq!(fs::read(outer.at("other/f")).unwrap(), b"other");
-    let before = waiting(&outer.mnt);
+    // Nothing in flight (the RELEASEs of the reads above are sent
+    // asynchronously), so that what waits below is the two lookups.
+    assert!(
+        eventually(Duration::from_secs(10), || waiting(&conn) == 0),
+        "requests still in flight on a quiet mount"
+    );
+    let before = 0;
+    let _continue = Continue(inner.pid());
     signal(&inner, libc::SIGSTOP);
     // Two lookups of names not cached, in the stopped filesystem: each
     // waits.
     let stats: Vec<_> = (0..2)
         .map(|i| {
-            let p = outer.at(&format!("fuse/d/new{i}"));
+            let p = outer.at(["fuse/d/new0", "fuse2/d/new1"][i]);
             std::thread::spawn(move || fs::symlink_metadata(p).map_err(|e| e.raw_os_error()))
         })
         .collect();
     // Both reached the daemon: the kernel waits for two more answers.
-    let sent = eventually(Duration::from_secs(10), || waiting(&outer.mnt) >= before + 2);
+    let sent = eventually(Duration::from_secs(10), || waiting(&conn) >= before + 2);
     if !sent {
         signal(&inner, libc::SIGCONT);
-        panic!(
-            "the two lookups never reached the daemon ({} waiting)",
-            waiting(&outer.mnt)
-        );
+        panic!("the two lookups never reached the daemon ({} waiting)", waiting(&conn));
     }
     // A read elsewhere in the mount is still served.
     let (tx, rx) = mpsc::channel();
@@ -81,7 +125,7 @@ fn a_stopped_filesystem_under_the_source_holds_its_lane_not_the_mount() {
     lister.join().unwrap();
     assert_eq!(
         listed,
-        Ok(vec!["fuse".to_string(), "other".to_string()]),
+        Ok(vec!["fuse".to_string(), "fuse2".to_string(), "other".to_string()]),
         "a listing of the mount point's directory waited for the stopped filesystem"
     );
     for s in stats {
@@ -99,6 +143,23 @@ fn a_stopped_filesystem_under_the_source_holds_its_lane_not_the_mount() {
     // The lane's queued request ran once the filesystem answered again, and
     // the lane serves as before.
     assert_eq!(fs::read(outer.at("fuse/d/keep")).unwrap(), b"keep");
+    // A mount point cannot be removed, and nothing moves across: answered
+    // without a look into the filesystem.
+    assert_eq!(
+        fs::remove_dir(outer.at("fuse2")).unwrap_err().raw_os_error(),
+        Some(libc::EBUSY)
+    );
+    let across = fs::rename(outer.at("other/f"), outer.at("fuse/d/f"));
+    assert_eq!(across.unwrap_err().raw_os_error(), Some(libc::EXDEV));
+    let across = fs::hard_link(outer.at("other/f"), outer.at("fuse/d/f"));
+    assert_eq!(across.unwrap_err().raw_os_error(), Some(libc::EXDEV));
+    // Unmounted, the second mount point is a directory again: its name
+    // leaves the lane once the mount table is read again (1 s).
+    drop(bind2);
+    std::thread::sleep(Duration::from_millis(1100));
+    fs::remove_dir(outer.at("fuse2")).unwrap();
+    assert_eq!(outer.stat("source", "lane_mount_points"), 1);
+    assert_eq!(outer.stat("source", "lane_filesystems"), 1);
     drop(outer);
     drop(bind);
     drop(inner);
