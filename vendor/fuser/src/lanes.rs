@@ -154,6 +154,19 @@ impl<T> Lanes<T> {
         Some((other, req))
     }
 
+    /// The session is over (the connection was unmounted or aborted):
+    /// drops every queued request unrun, so that none is applied after its
+    /// caller was told the connection was gone; workers still running a
+    /// lane's request then find its queue empty and leave.
+    pub(crate) fn close(&self) {
+        let mut inner = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        for l in inner.lanes.values_mut() {
+            l.queued.clear();
+        }
+        inner.lanes.retain(|_, l| l.running > 0);
+        inner.bytes = 0;
+    }
+
     /// Requests queued now, over all lanes.
     #[cfg(test)]
     fn queued(&self) -> usize {
@@ -233,6 +246,21 @@ mod test {
         assert_eq!(lanes.next(2), None);
         assert_eq!(lanes.next(3), Some((3, vec![4])));
         assert_eq!(lanes.next(3), None);
+        let inner = lanes.lanes.lock().unwrap();
+        assert!(inner.lanes.is_empty());
+        assert_eq!((inner.running, inner.bytes), (0, 0));
+    }
+
+    #[test]
+    fn a_closed_session_runs_nothing_queued() {
+        let lanes = Lanes::<Vec<u8>>::new(1, 2);
+        assert_eq!(lanes.enter(1, 1, || unreachable!()), Entry::Run);
+        assert_eq!(lanes.enter(1, 1, || vec![1]), Entry::Queued);
+        assert_eq!(lanes.enter(2, 1, || unreachable!()), Entry::Run);
+        assert_eq!(lanes.enter(3, 1, || vec![3]), Entry::Queued);
+        lanes.close();
+        assert_eq!(lanes.next(1), None);
+        assert_eq!(lanes.next(2), None);
         let inner = lanes.lanes.lock().unwrap();
         assert!(inner.lanes.is_empty());
         assert_eq!((inner.running, inner.bytes), (0, 0));

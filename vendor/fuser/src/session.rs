@@ -665,6 +665,19 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         fs.lane(req.request.nodeid(), name.as_ref().map(AsRef::as_ref))
     }
 
+    /// Before a request of a lane, which may not return for long: gives
+    /// the polling token back (`Config::spin`), so that another worker
+    /// polls meanwhile. This worker's descriptor stays non-blocking until
+    /// its next read, which switches it back (`receive_spinning`).
+    fn give_back_polling(&self, holding: &mut bool) {
+        if *holding {
+            // Release pairs with the Acquire exchange in `receive_spinning`.
+            self.spinner
+                .store(false, std::sync::atomic::Ordering::Release);
+            *holding = false;
+        }
+    }
+
     /// After running a request of `lane`: runs the queued requests
     /// [`Lanes::next`](crate::lanes::Lanes::next) hands out until this
     /// worker has left every lane.
@@ -726,11 +739,15 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                                 (buf[..size].to_vec(), self.ch.sender())
                             }) {
                                 crate::lanes::Entry::Run => {
+                                    self.give_back_polling(holding);
                                     req.dispatch(self);
                                     self.run_lane(lane);
                                 }
                                 crate::lanes::Entry::Queued => {}
-                                crate::lanes::Entry::Over => req.dispatch(self),
+                                crate::lanes::Entry::Over => {
+                                    self.give_back_polling(holding);
+                                    req.dispatch(self);
+                                }
                             },
                         }
                     }
@@ -742,12 +759,19 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                         ));
                     }
                 },
-                Err(nix::errno::Errno::ENODEV) => return Ok(()),
+                // The session is over: nothing queued in a lane runs.
+                Err(nix::errno::Errno::ENODEV) => {
+                    self.lanes.close();
+                    return Ok(());
+                }
                 // The connection was torn down while this read was taking a
                 // request off the queue (`fuse_dev_do_read` finds its
                 // processing queue disconnected): the same end as ENODEV,
                 // seen by a worker that raced the unmount.
-                Err(nix::errno::Errno::ECONNABORTED) => return Ok(()),
+                Err(nix::errno::Errno::ECONNABORTED) => {
+                    self.lanes.close();
+                    return Ok(());
+                }
                 Err(err) => return Err(err.into()),
             }
         }
