@@ -10,11 +10,15 @@
 //!
 //! So the filesystems that can stop answering are given lanes (the
 //! vendored fuser's `Filesystem::lane`, `Config::lane_width`; PATCHES.md):
-//! at most half the workers (at least one, and always one fewer than all)
-//! run requests of one such filesystem at a time; the lane's other
-//! requests are queued and run in order by its workers as they finish, and
-//! the remaining workers serve everything else. A stopped filesystem then
-//! holds its own callers, as natively, and its lane's workers.
+//! at most half the workers (at least one) run requests of one such
+//! filesystem at a time, and all lanes together never the last worker;
+//! a lane's other requests are queued and run in order as workers of the
+//! lanes finish, and the remaining workers serve everything else. A
+//! stopped filesystem then holds its own callers, as natively, and its
+//! lane's workers. LOOKUP of a mount point's name goes to its lane;
+//! UNLINK, RMDIR and RENAME of it answer `EBUSY`, and RENAME and LINK
+//! across devices `EXDEV`, without a look into the filesystem
+//! (`fs.rs`).
 //!
 //! Which filesystems: network and cluster filesystems, FUSE, and autofs
 //! ([`may_stop`] by `statfs` type, [`may_stop_fstype`] by the mount
@@ -44,9 +48,13 @@
 //! - requests served over io_uring (their replies go through their queue
 //!   entry: `--io-uring` mounts have no lanes);
 //! - the kernel's own locks on the mirror's directories, held by a request
-//!   waiting in the filesystem (an UNLINK or RENAME of the mount point's
-//!   name waits for the LOOKUP holding its directory);
+//!   waiting in the filesystem (a change of any name in the mount point's
+//!   directory waits for the LOOKUP holding it);
 //! - with `--threads 1` there is no worker to spare: no lanes.
+//!
+//! A lookup of a recorded mount point's name re-reads the mount table at
+//! most once a second ([`Fs::forget_unmounted`]), so an unmounted one
+//! leaves its lane.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::AsFd;

@@ -38,14 +38,22 @@ impl Drop for Continue {
 
 #[test]
 fn a_stopped_filesystem_under_the_source_holds_its_lane_not_the_mount() {
-    stopped_filesystem_holds_its_lane(true);
+    stopped_filesystem_holds_its_lane(true, &[]);
+}
+
+/// With a polling worker (`--poll-us`), whose token a worker gives back
+/// before it runs a request of a lane: the lanes work the same (this does
+/// not show which worker polls).
+#[test]
+fn a_stopped_filesystem_holds_its_lane_with_a_polling_worker() {
+    stopped_filesystem_holds_its_lane(true, &["--poll-us", "200"]);
 }
 
 /// The filesystem stops before anything went into it through the mount: its
 /// lane comes from the mount table at the start.
 #[test]
 fn a_filesystem_stopped_before_its_first_lookup_holds_its_lane_not_the_mount() {
-    stopped_filesystem_holds_its_lane(false);
+    stopped_filesystem_holds_its_lane(false, &[]);
 }
 
 /// An rcufs mount with `--threads 2` over a source with another rcufs mount
@@ -53,8 +61,9 @@ fn a_filesystem_stopped_before_its_first_lookup_holds_its_lane_not_the_mount() {
 /// read through the mount if `entered`); a lookup under each mount point
 /// waits (two: the kernel sends one LOOKUP of a name at a time, so two
 /// lookups through one uncached mount point would be one request), and a
-/// read and a listing elsewhere in the mount are answered.
-fn stopped_filesystem_holds_its_lane(entered: bool) {
+/// read and a listing elsewhere in the mount are answered. `args`: more
+/// options for the mount.
+fn stopped_filesystem_holds_its_lane(entered: bool, args: &[&str]) {
     // The filesystem that stops: another rcufs mount, bound under the
     // source (a FUSE filesystem, so one that can stop answering).
     let Some(inner) = Mount::with(&[], |src| write_tree(src, &[("d/keep", b"keep")])) else {
@@ -68,7 +77,8 @@ fn stopped_filesystem_holds_its_lane(entered: bool) {
     let bind2 = Submount::bind(&inner.mnt, &top.path().join("fuse2"));
     // Two workers: without lanes, two requests waiting in the stopped
     // filesystem take both.
-    let Some(outer) = Mount::over(top.path(), &["--threads", "2", "--revalidate", "1"]) else {
+    let args = [&["--threads", "2", "--revalidate", "1"], args].concat();
+    let Some(outer) = Mount::over(top.path(), &args) else {
         return;
     };
     // Found now: finding it later asks the mount for its root's attributes,
