@@ -717,9 +717,9 @@ impl Fs {
         let inode = self.inode(ino)?;
         let parent = self.dir(new_parent)?;
         name_ok(new_name)?;
-        if inode.key.0 != parent.key.0 {
-            // Across filesystems, as the source would answer, without a
-            // look into the other one (which may not answer: `fs/lanes.rs`).
+        if self.across_lanes(inode.key.0, parent.key.0) {
+            // Into or out of a filesystem that may not answer, as the
+            // source would answer, without a look into it (`fs/lanes.rs`).
             return Err(FsError::new(libc::EXDEV));
         }
         let fd = self.table.path_fd(&inode)?;
@@ -796,7 +796,7 @@ impl Fs {
         name_ok(new_name)?;
         // As the source would answer, without a look into a filesystem
         // that may not answer (`fs/lanes.rs`).
-        if op.key.0 != np.key.0 {
+        if self.across_lanes(op.key.0, np.key.0) {
             return Err(FsError::new(libc::EXDEV));
         }
         if self.crossing(&op, name).is_some() || self.crossing(&np, new_name).is_some() {

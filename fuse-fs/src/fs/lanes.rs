@@ -17,8 +17,8 @@
 //! stopped filesystem then holds its own callers, as natively, and its
 //! lane's workers. LOOKUP of a mount point's name goes to its lane;
 //! UNLINK, RMDIR and RENAME of it answer `EBUSY`, and RENAME and LINK
-//! across devices `EXDEV`, without a look into the filesystem
-//! (`fs.rs`).
+//! into or out of such a filesystem `EXDEV`, without a look into it
+//! (`fs.rs`, [`Fs::across_lanes`]).
 //!
 //! Which filesystems: network and cluster filesystems, FUSE, and autofs
 //! ([`may_stop`] by `statfs` type, [`may_stop_fstype`] by the mount
@@ -269,6 +269,19 @@ impl Fs {
         }
         let dev = inode.key.0;
         l.devs.read().contains(&dev).then_some(dev)
+    }
+
+    /// Whether an object on device `a` and a directory on device `b` are
+    /// on two filesystems one of which has a lane: a LINK or RENAME
+    /// between them fails with `EXDEV` in the source, and is answered so
+    /// without a look into the one that may not answer. Only then: on an
+    /// overlayfs source a file's `st_dev` may differ from its directory's
+    /// while both are on the one filesystem.
+    pub(super) fn across_lanes(&self, a: u64, b: u64) -> bool {
+        a != b && self.lanes.any.load(Ordering::Relaxed) && {
+            let devs = self.lanes.devs.read();
+            devs.contains(&a) || devs.contains(&b)
+        }
     }
 
     /// The device `name` under `dir` leads to, if it is the mount point of
