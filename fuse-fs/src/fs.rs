@@ -748,7 +748,7 @@ impl Fs {
 
     fn remove_entry(&self, parent: u64, name: &[u8], flags: i32, caller: Caller) -> FsResult<()> {
         let parent = self.dir(parent)?;
-        if self.crossing(&parent, name).is_some() {
+        if self.mount_point_now(&parent, name) {
             // A mount point, as the source would answer, without a look
             // into the filesystem mounted there (`fs/lanes.rs`).
             return Err(FsError::new(libc::EBUSY));
@@ -799,7 +799,7 @@ impl Fs {
         if self.across_lanes(op.key.0, np.key.0) {
             return Err(FsError::new(libc::EXDEV));
         }
-        if self.crossing(&op, name).is_some() || self.crossing(&np, new_name).is_some() {
+        if self.mount_point_now(&op, name) || self.mount_point_now(&np, new_name) {
             return Err(FsError::new(libc::EBUSY));
         }
         let ofd = self.table.path_fd(&op)?;

@@ -86,8 +86,11 @@ fn unescape(s: &str) -> PathBuf {
 
 /// Reads and parses this process's mount table.
 pub fn mounts() -> Result<Vec<MountEntry>> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").context("cannot read /proc/self/mountinfo")?;
-    Ok(parse_mountinfo(&text))
+    // Read as bytes: a mount point that is not UTF-8 anywhere in the
+    // namespace must not make the whole table unreadable (its own line is
+    // then unescaped from the lossy text, and matches no path).
+    let bytes = std::fs::read("/proc/self/mountinfo").context("cannot read /proc/self/mountinfo")?;
+    Ok(parse_mountinfo(&String::from_utf8_lossy(&bytes)))
 }
 
 #[cfg(test)]

@@ -39,12 +39,14 @@
 //! READDIRPLUS lists such a mount point's name without attributes (the
 //! kernel asks a LOOKUP when the name is used, which goes to the lane).
 //!
-//! What this does not cover:
+//! What this does not cover (SEMANTICS.md lists it all):
 //! - the first crossing into a filesystem mounted after the start that
-//!   has already stopped (its type is not known before it answers), and
-//!   one mounted at the start under such a filesystem's own mount point
-//!   (its directory is not `stat`ed at the start, so as not to wait on
-//!   it); that request waits in a worker outside any lane;
+//!   has already stopped (its type is not known before it answers): that
+//!   request waits in a worker outside any lane (one mounted at the start
+//!   under another such filesystem's mount point is not recorded then, so
+//!   as not to `stat` its directory, and its crossing waits in the outer
+//!   one's lane);
+//! - records matched to the mount table by device and last name only;
 //! - requests served over io_uring (their replies go through their queue
 //!   entry: `--io-uring` mounts have no lanes);
 //! - the kernel's own locks on the mirror's directories, held by a request
@@ -53,8 +55,10 @@
 //! - with `--threads 1` there is no worker to spare: no lanes.
 //!
 //! A lookup of a recorded mount point's name re-reads the mount table at
-//! most once a second ([`Fs::forget_unmounted`]), so an unmounted one
-//! leaves its lane.
+//! most once a second, and a request about to answer `EBUSY` afresh
+//! ([`Fs::forget_unmounted`]), so an unmounted one's name leaves its lane
+//! (the filesystem's inodes do not: unmounted lazily, it still serves
+//! what the kernel holds under it).
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::AsFd;
@@ -95,6 +99,8 @@ pub fn may_stop(f_type: i64) -> bool {
         0x0116_1970,            // GFS2
         0x7461_636F,            // OCFS2
         0x0187,                 // autofs
+        0x4750_4653,            // GPFS
+        0x1983_0326,            // BeeGFS
     ];
     TYPES.contains(&f_type)
 }
@@ -125,6 +131,9 @@ pub fn may_stop_fstype(fstype: &str) -> bool {
         "fuse",
         "fuseblk",
         "autofs",
+        "virtiofs",
+        "gpfs",
+        "beegfs",
     ];
     TYPES.contains(&fstype) || fstype.starts_with("fuse.") || fstype.starts_with("fuseblk.")
 }
@@ -213,6 +222,15 @@ impl Fs {
     pub(super) fn note_crossing(&self, parent: &Inode, name: &[u8], dev: u64, f_type: i64) {
         if may_stop(f_type) {
             self.note_lane(parent.key, name, dev, format_args!("statfs type {f_type:#x}"));
+        } else if self.crossing(parent, name).is_some() {
+            // Mounted over by one that answers: the name leaves the lane.
+            let mut crossings = self.lanes.crossings.write();
+            if let Some(names) = crossings.get_mut(&parent.key) {
+                names.retain(|(n, _)| &**n != name);
+                if names.is_empty() {
+                    crossings.remove(&parent.key);
+                }
+            }
         }
     }
 
@@ -301,20 +319,32 @@ impl Fs {
                 .map(|&(_, dev)| dev)
         };
         find()?;
-        self.forget_unmounted();
+        self.forget_unmounted(false);
         find()
     }
 
-    /// Forgets the filesystems and the mount points' names no longer in
-    /// the mount table, at most every [`RECHECK`]: after an unmount
+    /// [`crossing`](Self::crossing) for a request that answers `EBUSY` if
+    /// the name is a mount point: the mount table is read again first,
+    /// whenever it was read last (these requests are rare, and the answer
+    /// must not come from a table a second old).
+    pub(super) fn mount_point_now(&self, dir: &Inode, name: &[u8]) -> bool {
+        if self.crossing(dir, name).is_none() {
+            return false;
+        }
+        self.forget_unmounted(true);
+        self.crossing(dir, name).is_some()
+    }
+
+    /// Forgets the mount points' names no longer in the mount table, at
+    /// most every [`RECHECK`] unless `now`: after an unmount
     /// (a lazy one of a dead NFS mount, say) the name leads to what is
     /// under it, and its requests must not wait in the lane of the
     /// filesystem gone. Reading the table asks no filesystem anything.
-    fn forget_unmounted(&self) {
+    fn forget_unmounted(&self, now: bool) {
         let l = &self.lanes;
         {
             let mut checked = l.checked.lock();
-            if checked.is_some_and(|t| t.elapsed() < RECHECK) {
+            if !now && checked.is_some_and(|t| t.elapsed() < RECHECK) {
                 return;
             }
             *checked = Some(std::time::Instant::now());
@@ -334,21 +364,22 @@ impl Fs {
             }
         }
         let stale = |name: &[u8], dev: u64| !mounted.get(&dev).is_some_and(|names| names.contains(name));
-        let any_stale = l.crossings.read().values().flatten().any(|(n, d)| stale(n, *d));
-        let gone: Vec<u64> = l
-            .devs
-            .read()
-            .iter()
-            .copied()
-            .filter(|d| !mounted.contains_key(d))
-            .collect();
-        if !any_stale && gone.is_empty() {
+        if !l.crossings.read().values().flatten().any(|(n, d)| stale(n, *d)) {
             return;
         }
-        l.devs.write().retain(|d| !gone.contains(d));
+        // Only the names: a filesystem unmounted lazily keeps serving the
+        // inodes the kernel holds under it (a process's working directory,
+        // an open file), whose requests stay in its lane.
         let mut crossings = l.crossings.write();
+        let mut gone = Vec::new();
         for names in crossings.values_mut() {
-            names.retain(|(n, dev)| !stale(n, *dev));
+            names.retain(|(n, dev)| {
+                let keep = !stale(n, *dev);
+                if !keep {
+                    gone.push(String::from_utf8_lossy(n).into_owned());
+                }
+                keep
+            });
         }
         crossings.retain(|_, names| !names.is_empty());
         drop(crossings);

@@ -12,8 +12,9 @@
 //! lane's queued requests, in arrival order, and then those of another
 //! lane that waited for the budget, before it reads again. So lanes whose
 //! requests never return hold their width of workers each, and all of
-//! them together never the last worker; their queued callers wait as
-//! they would natively.
+//! them together never the last worker (but for [`Entry::Over`]); their
+//! queued callers wait, and cannot be interrupted, since the kernel waits
+//! for a request the daemon has read.
 //!
 //! Invariant, under the mutex: a lane's queue is non-empty only while the
 //! lane runs `width` requests or the budget is spent (a request is queued

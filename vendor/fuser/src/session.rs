@@ -731,6 +731,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                     Some(req) => {
                         if let Ok(Operation::Destroy(_)) = req.request.operation() {
                             req.reply::<ReplyEmpty>().ok();
+                            self.lanes.close();
                             return Ok(());
                         }
                         match self.lane_of(&req) {
