@@ -18,9 +18,14 @@
 //!
 //! Invariant, under the mutex: a lane's queue is non-empty only while the
 //! lane runs `width` requests or the budget is spent (a request is queued
-//! only then; a worker leaves its lane only when its queue is empty, and
-//! then takes a request of any lane left waiting for the budget); so a
-//! request that finds room overtakes no queued request of its lane. The
+//! only then; a worker leaves a lane with a queue only for another while
+//! the budget stays spent, and leaving one frees the budget only with its
+//! queue empty, then takes a request of a lane left waiting for the
+//! budget); so a request that finds room overtakes no queued request of
+//! its lane. While the budget is spent, a worker finishing a lane's request
+//! takes the first arrived of the requests that may run (its own lane's
+//! or a waiting lane's), so one busy lane does not keep the others out.
+//! The
 //! queues hold at most
 //! [`MAX_QUEUED_BYTES`]; past that a request runs at once, outside its
 //! lane's count and ahead of its queue ([`Entry::Over`]).
@@ -63,8 +68,8 @@ pub(crate) enum Entry {
 #[derive(Debug)]
 struct Lane<T> {
     running: usize,
-    /// Queued requests and their sizes.
-    queued: VecDeque<(T, usize)>,
+    /// Queued requests, their sizes and arrival numbers.
+    queued: VecDeque<(T, usize, u64)>,
 }
 
 impl<T> Default for Lane<T> {
@@ -82,6 +87,21 @@ struct Inner<T> {
     lanes: HashMap<u64, Lane<T>>,
     running: usize,
     bytes: usize,
+    /// The next arrival number.
+    arrivals: u64,
+}
+
+impl<T> Inner<T> {
+    /// The lane whose queue's head arrived first among the lanes that
+    /// `may` run it.
+    fn oldest(&self, may: impl Fn(u64, &Lane<T>) -> bool) -> Option<u64> {
+        self.lanes
+            .iter()
+            .filter(|&(&k, l)| may(k, l))
+            .filter_map(|(&k, l)| Some((l.queued.front()?.2, k)))
+            .min()
+            .map(|(_, k)| k)
+    }
 }
 
 impl<T> Lanes<T> {
@@ -94,6 +114,7 @@ impl<T> Lanes<T> {
                 lanes: HashMap::new(),
                 running: 0,
                 bytes: 0,
+                arrivals: 0,
             }),
         }
     }
@@ -120,39 +141,56 @@ impl<T> Lanes<T> {
             }
             return Entry::Over;
         }
-        l.queued.push_back((copy(), size));
+        let arrival = inner.arrivals;
+        let l = inner.lanes.get_mut(&lane).expect("listed above");
+        l.queued.push_back((copy(), size, arrival));
+        inner.arrivals += 1;
         inner.bytes += size;
         Entry::Queued
     }
 
     /// After running a request of `lane` (entered with [`Entry::Run`], or
-    /// returned by this): the next queued request to run and its lane (this
-    /// lane's, else one of a lane that waited for the budget), or `None`
-    /// once the caller has left every lane.
+    /// returned by this): the next queued request to run and its lane, or
+    /// `None` once the caller has left every lane. While the budget is
+    /// spent, that is the request that arrived first among this lane's
+    /// and those of lanes with room in their width that wait for the
+    /// budget (so that a busy lane does not keep the budget from the
+    /// others); otherwise this lane's next, then the first arrived of
+    /// any lane's that waited.
     pub(crate) fn next(&self, lane: u64) -> Option<(u64, T)> {
         let mut inner = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
-        let l = inner.lanes.get_mut(&lane).expect("a running lane is listed");
-        if let Some((req, size)) = l.queued.pop_front() {
-            inner.bytes -= size;
-            return Some((lane, req));
-        }
-        l.running -= 1;
-        if l.running == 0 {
-            inner.lanes.remove(&lane);
-        }
-        inner.running -= 1;
-        // A lane that waited for the budget (its queue is non-empty with
-        // room in its width).
         let width = self.width;
-        let (&other, l) = inner
-            .lanes
-            .iter_mut()
-            .find(|(_, l)| l.running < width && !l.queued.is_empty())?;
-        let (req, size) = l.queued.pop_front().expect("a non-empty queue");
-        l.running += 1;
-        inner.running += 1;
+        let to = if inner.running == self.budget {
+            inner.oldest(|k, l| k == lane || l.running < width)
+        } else if inner.lanes[&lane].queued.is_empty() {
+            None
+        } else {
+            Some(lane)
+        };
+        if to != Some(lane) {
+            // Leaves this lane (the budget stays spent if it moves to
+            // another, so this lane's queue may stay non-empty).
+            let l = inner.lanes.get_mut(&lane).expect("a running lane is listed");
+            l.running -= 1;
+            if l.running == 0 && l.queued.is_empty() {
+                inner.lanes.remove(&lane);
+            }
+            inner.running -= 1;
+        }
+        let to = match to {
+            Some(k) => k,
+            // A lane that waited for the budget (its queue is non-empty
+            // with room in its width).
+            None => inner.oldest(|_, l| l.running < width)?,
+        };
+        let l = inner.lanes.get_mut(&to).expect("a lane with a queue is listed");
+        let (req, size, _) = l.queued.pop_front().expect("a non-empty queue");
+        if to != lane {
+            l.running += 1;
+            inner.running += 1;
+        }
         inner.bytes -= size;
-        Some((other, req))
+        Some((to, req))
     }
 
     /// The session is over (the connection was unmounted or aborted):
@@ -262,6 +300,25 @@ mod test {
         lanes.close();
         assert_eq!(lanes.next(1), None);
         assert_eq!(lanes.next(2), None);
+        let inner = lanes.lanes.lock().unwrap();
+        assert!(inner.lanes.is_empty());
+        assert_eq!((inner.running, inner.bytes), (0, 0));
+    }
+
+    #[test]
+    fn with_the_budget_spent_the_first_arrived_runs_next_whatever_its_lane() {
+        // Two workers: the lanes may hold one.
+        let lanes = Lanes::<Vec<u8>>::new(1, 1);
+        assert_eq!(lanes.enter(1, 1, || unreachable!()), Entry::Run);
+        assert_eq!(lanes.enter(2, 1, || vec![20]), Entry::Queued);
+        assert_eq!(lanes.enter(1, 1, || vec![10]), Entry::Queued);
+        assert_eq!(lanes.enter(1, 1, || vec![11]), Entry::Queued);
+        // Lane 2's request came first: lane 1's worker moves to it.
+        assert_eq!(lanes.next(1), Some((2, vec![20])));
+        // Then lane 1's, in their order.
+        assert_eq!(lanes.next(2), Some((1, vec![10])));
+        assert_eq!(lanes.next(1), Some((1, vec![11])));
+        assert_eq!(lanes.next(1), None);
         let inner = lanes.lanes.lock().unwrap();
         assert!(inner.lanes.is_empty());
         assert_eq!((inner.running, inner.bytes), (0, 0));
