@@ -59,14 +59,16 @@ fn a_filesystem_stopped_before_its_first_lookup_holds_its_lane_not_the_mount() {
 /// An rcufs mount with `--threads 2` over a source with another rcufs mount
 /// bound under it at `fuse` and `fuse2`, which is stopped (after a first
 /// read through the mount if `entered`); a lookup under each mount point
-/// waits (two: the kernel sends one LOOKUP of a name at a time, so two
-/// lookups through one uncached mount point would be one request), and a
-/// read and a listing elsewhere in the mount are answered. `args`: more
-/// options for the mount.
+/// waits, and a read and a listing elsewhere in the mount are answered.
+/// The two lookups go through different names at every step (`fuse/d`,
+/// `fuse2/e`): the kernel sends one LOOKUP of a name in a directory at a
+/// time, and `fuse` and `fuse2` are the same directory in the mirror, so
+/// two lookups that share a step whose entry must be looked up again
+/// would be one request. `args`: more options for the mount.
 fn stopped_filesystem_holds_its_lane(entered: bool, args: &[&str]) {
     // The filesystem that stops: another rcufs mount, bound under the
     // source (a FUSE filesystem, so one that can stop answering).
-    let Some(inner) = Mount::with(&[], |src| write_tree(src, &[("d/keep", b"keep")])) else {
+    let Some(inner) = Mount::with(&[], |src| write_tree(src, &[("d/keep", b"keep"), ("e/keep", b"keep")])) else {
         return;
     };
     let top = tempfile::tempdir().unwrap();
@@ -106,7 +108,7 @@ fn stopped_filesystem_holds_its_lane(entered: bool, args: &[&str]) {
     // waits.
     let stats: Vec<_> = (0..2)
         .map(|i| {
-            let p = outer.at(["fuse/d/new0", "fuse2/d/new1"][i]);
+            let p = outer.at(["fuse/d/new0", "fuse2/e/new1"][i]);
             std::thread::spawn(move || fs::symlink_metadata(p).map_err(|e| e.raw_os_error()))
         })
         .collect();
