@@ -33,6 +33,13 @@ pub struct MountEntry {
     pub source: String,
 }
 
+impl MountEntry {
+    /// The device number as `stat` gives it (`st_dev`).
+    pub fn st_dev(&self) -> u64 {
+        libc::makedev(self.dev.0, self.dev.1)
+    }
+}
+
 /// Parses mountinfo text (see proc(5)); malformed lines are skipped.
 pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
     text.lines().filter_map(parse_mountinfo_line).collect()

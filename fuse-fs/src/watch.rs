@@ -547,7 +547,7 @@ impl Marker {
         let text = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("mountinfo: {e}"))?;
         let fstype = mountinfo::parse_mountinfo(&text)
             .into_iter()
-            .find(|m| libc::makedev(m.dev.0, m.dev.1) == dev)
+            .find(|m| m.st_dev() == dev)
             .map(|m| m.fstype)
             .ok_or("not in /proc/self/mountinfo")?;
         if unwatchable(&fstype) {

@@ -182,7 +182,7 @@ impl Fs {
             })
             .collect();
         for (rel, m) in &under {
-            let dev = libc::makedev(m.dev.0, m.dev.1);
+            let dev = m.st_dev();
             let (Some(dir), Some(name)) = (rel.parent(), rel.file_name()) else {
                 continue;
             };
@@ -222,7 +222,7 @@ impl Fs {
     pub(super) fn note_crossing(&self, parent: &Inode, name: &[u8], dev: u64, f_type: i64) {
         if may_stop(f_type) {
             self.note_lane(parent.key, name, dev, format_args!("statfs type {f_type:#x}"));
-        } else if self.crossing(parent, name).is_some() {
+        } else if self.recorded(parent, name).is_some() {
             // Mounted over by one that answers: the name leaves the lane.
             let mut crossings = self.lanes.crossings.write();
             if let Some(names) = crossings.get_mut(&parent.key) {
@@ -306,21 +306,9 @@ impl Fs {
     /// a filesystem that can stop answering, still mounted (by the mount
     /// table read at most [`RECHECK`] ago).
     pub(super) fn crossing(&self, dir: &Inode, name: &[u8]) -> Option<u64> {
-        let l = &self.lanes;
-        if !l.any.load(Ordering::Relaxed) {
-            return None;
-        }
-        let find = || {
-            l.crossings
-                .read()
-                .get(&dir.key)?
-                .iter()
-                .find(|(n, _)| &**n == name)
-                .map(|&(_, dev)| dev)
-        };
-        find()?;
+        self.recorded(dir, name)?;
         self.forget_unmounted(false);
-        find()
+        self.recorded(dir, name)
     }
 
     /// [`crossing`](Self::crossing) for a request that answers `EBUSY` if
@@ -328,11 +316,26 @@ impl Fs {
     /// whenever it was read last (these requests are rare, and the answer
     /// must not come from a table a second old).
     pub(super) fn mount_point_now(&self, dir: &Inode, name: &[u8]) -> bool {
-        if self.crossing(dir, name).is_none() {
+        if self.recorded(dir, name).is_none() {
             return false;
         }
         self.forget_unmounted(true);
-        self.crossing(dir, name).is_some()
+        self.recorded(dir, name).is_some()
+    }
+
+    /// The device recorded for the mount point `name` under `dir`, as
+    /// recorded (the mount table not read).
+    fn recorded(&self, dir: &Inode, name: &[u8]) -> Option<u64> {
+        let l = &self.lanes;
+        if !l.any.load(Ordering::Relaxed) {
+            return None;
+        }
+        l.crossings
+            .read()
+            .get(&dir.key)?
+            .iter()
+            .find(|(n, _)| &**n == name)
+            .map(|&(_, dev)| dev)
     }
 
     /// Forgets the mount points' names no longer in the mount table, at
@@ -358,7 +361,7 @@ impl Fs {
         // mounted on a directory of its name).
         let mut mounted: HashMap<u64, HashSet<&[u8]>> = HashMap::new();
         for m in &mounts {
-            let names = mounted.entry(libc::makedev(m.dev.0, m.dev.1)).or_default();
+            let names = mounted.entry(m.st_dev()).or_default();
             if let Some(n) = m.mount_point.file_name() {
                 names.insert(n.as_bytes());
             }

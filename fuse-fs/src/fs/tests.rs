@@ -875,7 +875,6 @@ fn a_drop_keeps_another_users_directory_two_levels_down_and_its_kernel_entries()
     assert_eq!(pc(&t.fs, "fills"), fills + 1, "mine's page stayed");
 }
 
-/// The user the drop tests below drop as.
 /// Whether the test runs as root, which it needs to give files to other
 /// users; says loudly that it is skipped otherwise.
 fn running_as_root() -> bool {
@@ -886,6 +885,7 @@ fn running_as_root() -> bool {
     root
 }
 
+/// The user the drop tests below drop as.
 const OWNER: Caller = Caller {
     uid: 4242,
     gid: 4242,

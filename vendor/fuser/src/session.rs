@@ -644,25 +644,32 @@ impl<FS: Filesystem> crate::uring::Dispatch for SessionEventLoop<FS> {
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
     /// The lane of a request read from `/dev/fuse` (`lanes.rs`), if lanes
-    /// are on.
+    /// are on. Told by the header's opcode: only a LOOKUP is parsed here
+    /// (for its name), every request is parsed again by its dispatch.
     fn lane_of(&self, req: &RequestWithSender<'_>) -> Option<u64> {
+        use crate::ll::fuse_abi::fuse_opcode as op;
         if !self.lanes.enabled() {
             return None;
         }
         let fs = self.filesystem.fs.as_ref()?;
-        let name = match req.request.operation() {
-            Ok(
-                Operation::Forget(_)
-                | Operation::BatchForget(_)
-                | Operation::Interrupt(_)
-                | Operation::Destroy(_)
-                | Operation::Init(_),
-            )
-            | Err(_) => return None,
-            Ok(Operation::Lookup(x)) => Some(x.name()),
-            Ok(_) => None,
-        };
-        fs.lane(req.request.nodeid(), name.as_ref().map(AsRef::as_ref))
+        let opcode = req.request.header().opcode;
+        let never = [
+            op::FUSE_FORGET as u32,
+            op::FUSE_BATCH_FORGET as u32,
+            op::FUSE_INTERRUPT as u32,
+            op::FUSE_DESTROY as u32,
+            op::FUSE_INIT as u32,
+        ];
+        if never.contains(&opcode) {
+            return None;
+        }
+        if opcode != op::FUSE_LOOKUP as u32 {
+            return fs.lane(req.request.nodeid(), None);
+        }
+        match req.request.operation() {
+            Ok(Operation::Lookup(x)) => fs.lane(req.request.nodeid(), Some(x.name().as_ref())),
+            _ => None,
+        }
     }
 
     /// Before a request of a lane, which may not return for long: gives
