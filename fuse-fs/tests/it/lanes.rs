@@ -2,7 +2,7 @@
 //! of workers, not the whole mount (`fs/lanes.rs`).
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -23,6 +23,24 @@ fn signal(m: &Mount, sig: i32) {
     // SAFETY: kill has no memory preconditions; the pid is the mount's live
     // daemon.
     assert_eq!(unsafe { libc::kill(m.pid(), sig) }, 0);
+}
+
+/// Stops the daemon of `m` and waits until every one of its threads has
+/// stopped: `kill` only queues the signal, and a worker not yet stopped
+/// would still answer a request sent meanwhile (on a loaded machine, well
+/// after the `kill`).
+fn stop(m: &Mount) {
+    signal(m, libc::SIGSTOP);
+    let task = PathBuf::from(format!("/proc/{}/task", m.pid()));
+    let stopped = || {
+        fs::read_dir(&task).unwrap().all(|t| {
+            // The state follows the command name's closing parenthesis.
+            let stat = fs::read_to_string(t.unwrap().path().join("stat")).unwrap_or_default();
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+    };
+    assert!(eventually(Duration::from_secs(10), stopped), "the daemon did not stop");
 }
 
 /// Continues a stopped daemon when dropped, so that a failing test does not
@@ -103,7 +121,7 @@ fn stopped_filesystem_holds_its_lane(entered: bool, args: &[&str]) {
         "requests still in flight on a quiet mount"
     );
     let _continue = Continue(inner.pid());
-    signal(&inner, libc::SIGSTOP);
+    stop(&inner);
     // Two lookups of names not cached, in the stopped filesystem: each
     // waits.
     let stats: Vec<_> = (0..2)
@@ -171,6 +189,132 @@ fn stopped_filesystem_holds_its_lane(entered: bool, args: &[&str]) {
     fs::remove_dir(outer.at("fuse2")).unwrap();
     assert_eq!(outer.stat("source", "lane_mount_points"), 1);
     assert_eq!(outer.stat("source", "lane_filesystems"), 1);
+    drop(outer);
+    drop(bind);
+    drop(inner);
+}
+
+/// Whether the child `c` has exited, waiting at most `timeout`.
+fn exits_within(c: &mut std::process::Child, timeout: Duration) -> bool {
+    eventually(timeout, || c.try_wait().unwrap().is_some())
+}
+
+/// A caller whose request waits queued in the lane of a stopped filesystem
+/// can be killed, as a caller waiting in a network filesystem can: at once
+/// for a kill, and within the watch's pass for a kill after a first signal
+/// it handles (the kernel sends one INTERRUPT per request, at the first
+/// signal). A signal it handles does not answer its request (natively a
+/// network filesystem's waits are killable, not interruptible), and the
+/// request running in the stopped filesystem is not answered either.
+#[test]
+fn a_killed_caller_of_a_request_queued_in_a_lane_goes_at_once() {
+    let tree: &[(&str, &[u8])] = &[("d/keep", b"keep"), ("e/keep", b"keep"), ("f/keep", b"keep")];
+    let Some(inner) = Mount::with(&[], |src| write_tree(src, tree)) else {
+        return;
+    };
+    let top = tempfile::tempdir().unwrap();
+    fs::create_dir(top.path().join("fuse")).unwrap();
+    let bind = Submount::bind(&inner.mnt, &top.path().join("fuse"));
+    // Two workers: the lane runs one request, the rest queue. Entries kept
+    // long, so that no step of the paths below is looked up again.
+    let Some(outer) = Mount::over(top.path(), &["--threads", "2", "--revalidate", "60"]) else {
+        return;
+    };
+    let conn = fuse_connection(&outer.mnt);
+    for dir in ["d", "e", "f"] {
+        assert_eq!(fs::read(outer.at(&format!("fuse/{dir}/keep"))).unwrap(), b"keep");
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || waiting(&conn) == 0),
+        "requests still in flight on a quiet mount"
+    );
+    let _continue = Continue(inner.pid());
+    stop(&inner);
+    // The lane's one running request: a lookup in the stopped filesystem.
+    let p = outer.at("fuse/d/new0");
+    let running = std::thread::spawn(move || fs::symlink_metadata(p).map_err(|e| e.raw_os_error()));
+    let sent = eventually(Duration::from_secs(10), || waiting(&conn) == 1);
+    if !sent {
+        let w = waiting(&conn);
+        signal(&inner, libc::SIGCONT);
+        panic!(
+            "the first lookup: {w} waiting, not 1; it returned: {:?}",
+            running.join().unwrap().map(|_| ())
+        );
+    }
+    // Two callers whose lookups queue behind it (each in a directory of
+    // its own: lookups of one directory may be sent one at a time).
+    let mut plain = std::process::Command::new("stat")
+        .arg(outer.at("fuse/e/new1"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sent = eventually(Duration::from_secs(10), || waiting(&conn) == 2);
+    assert!(sent, "the second lookup: {} waiting, not 2", waiting(&conn));
+    // This one handles SIGUSR1 (printing when it does) and looks up with
+    // the handler installed.
+    let script = "import os, signal, sys\n\
+                  signal.signal(signal.SIGUSR1, lambda *a: print('handled', flush=True))\n\
+                  print('ready', flush=True)\n\
+                  os.lstat(sys.argv[1])\n";
+    let mut handling = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .arg(outer.at("fuse/f/new2"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(handling.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let queued = eventually(Duration::from_secs(10), || waiting(&conn) == 3);
+    if !queued {
+        signal(&inner, libc::SIGCONT);
+        panic!(
+            "the three lookups never reached the daemon ({} waiting)",
+            waiting(&conn)
+        );
+    }
+    // A handled signal: its INTERRUPT leaves the request queued.
+    // SAFETY: kill has no memory preconditions; the pid is our live child.
+    assert_eq!(unsafe { libc::kill(handling.id() as i32, libc::SIGUSR1) }, 0);
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        handling.try_wait().unwrap().is_none(),
+        "a handled signal ended the caller"
+    );
+    assert_eq!(waiting(&conn), 3, "a handled signal answered the queued request");
+    // Killed: both go, the one killed after its INTERRUPT at the watch's
+    // next pass.
+    plain.kill().unwrap();
+    let plain_gone = exits_within(&mut plain, Duration::from_secs(5));
+    handling.kill().unwrap();
+    let handling_gone = exits_within(&mut handling, Duration::from_secs(5));
+    let left = waiting(&conn);
+    signal(&inner, libc::SIGCONT);
+    assert!(
+        plain_gone,
+        "a killed caller of a queued request stayed until the filesystem answered"
+    );
+    assert!(
+        handling_gone,
+        "a caller killed after a handled signal stayed until the filesystem answered"
+    );
+    assert_eq!(left, 1, "only the running request waits");
+    // The handler never ran: its lookup was not answered EINTR.
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "", "the handled signal interrupted the lookup");
+    assert_eq!(running.join().unwrap().map(|_| ()), Err(Some(libc::ENOENT)));
+    // The lane serves as before.
+    assert_eq!(fs::read(outer.at("fuse/e/keep")).unwrap(), b"keep");
+    assert_eq!(
+        fs::symlink_metadata(outer.at("fuse/f/new2"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::ENOENT)
+    );
     drop(outer);
     drop(bind);
     drop(inner);

@@ -13,8 +13,10 @@
 //! lane that waited for the budget, before it reads again. So lanes whose
 //! requests never return hold their width of workers each, and all of
 //! them together never the last worker (but for [`Entry::Over`]); their
-//! queued callers wait, and cannot be interrupted, since the kernel waits
-//! for a request the daemon has read.
+//! queued callers wait, as the kernel waits for a request the daemon has
+//! read, until they are killed: an INTERRUPT for a queued request whose
+//! caller has a fatal signal pending takes it out of its queue
+//! ([`Lanes::interrupt`], [`killed`]) and the session answers it `EINTR`.
 //!
 //! Invariant, under the mutex: a lane's queue is non-empty only while the
 //! lane runs `width` requests or the budget is spent (a request is queued
@@ -45,6 +47,7 @@ pub(crate) struct Lanes<T> {
     width: usize,
     budget: usize,
     lanes: Mutex<Inner<T>>,
+    watched: Mutex<Watched>,
 }
 
 /// The most bytes of requests queued in all lanes together. Past it a
@@ -53,6 +56,28 @@ pub(crate) struct Lanes<T> {
 /// daemon's memory without bound; they then hold workers, as without
 /// lanes.
 pub(crate) const MAX_QUEUED_BYTES: usize = 64 << 20;
+
+/// The most interrupted requests watched at once ([`Lanes::watch`]).
+pub(crate) const MAX_WATCHED: usize = 4096;
+
+/// What an INTERRUPT found among the queued requests ([`Lanes::interrupt`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Found<T> {
+    /// The request, taken out of its queue.
+    Taken(T),
+    /// Queued, and left there.
+    Left,
+    /// Not queued: running, answered, or not queued yet.
+    Absent,
+}
+
+/// Interrupted requests left queued ([`Lanes::watch`]).
+#[derive(Debug, Default)]
+struct Watched {
+    uniques: Vec<u64>,
+    /// Whether a watch runs.
+    running: bool,
+}
 
 /// What a request arriving in a lane does.
 #[derive(Debug, PartialEq, Eq)]
@@ -116,6 +141,7 @@ impl<T> Lanes<T> {
                 bytes: 0,
                 arrivals: 0,
             }),
+            watched: Mutex::default(),
         }
     }
 
@@ -206,11 +232,92 @@ impl<T> Lanes<T> {
         inner.bytes = 0;
     }
 
+    /// An INTERRUPT came for a request: if the queued request `is_it`
+    /// picks is one `cancel` says may go, it leaves its queue unrun and is
+    /// returned (its caller is to be answered `EINTR`).
+    pub(crate) fn interrupt(&self, is_it: impl Fn(&T) -> bool, cancel: impl FnOnce(&T) -> bool) -> Found<T> {
+        let mut inner = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        let hit = inner
+            .lanes
+            .iter()
+            .find_map(|(&k, l)| Some((k, l.queued.iter().position(|(t, _, _)| is_it(t))?)));
+        let Some((k, i)) = hit else {
+            return Found::Absent;
+        };
+        let l = inner.lanes.get_mut(&k).expect("found above");
+        if !cancel(&l.queued[i].0) {
+            return Found::Left;
+        }
+        let (t, size, _) = l.queued.remove(i).expect("found above");
+        // A lane that waited for the budget with nothing running leaves
+        // with its last queued request.
+        if l.running == 0 && l.queued.is_empty() {
+            inner.lanes.remove(&k);
+        }
+        inner.bytes -= size;
+        Found::Taken(t)
+    }
+
+    /// Watches an interrupted request for [`Lanes::watched`]: one whose
+    /// caller may be killed later, or that was not queued yet when its
+    /// INTERRUPT was read. Returns true if no watch was running (the
+    /// caller starts one). At most [`MAX_WATCHED`] are kept, the oldest
+    /// dropped first.
+    pub(crate) fn watch(&self, unique: u64) -> bool {
+        let mut w = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        if w.uniques.len() == MAX_WATCHED {
+            w.uniques.remove(0);
+        }
+        w.uniques.push(unique);
+        !std::mem::replace(&mut w.running, true)
+    }
+
+    /// The watched requests, for one pass of the watch; `keep` says which
+    /// stay watched (those still queued). Returns false, and ends the
+    /// watch, once none is left.
+    pub(crate) fn watched(&self, mut keep: impl FnMut(u64) -> bool) -> bool {
+        let now = std::mem::take(&mut self.watched.lock().unwrap_or_else(|e| e.into_inner()).uniques);
+        let kept: Vec<u64> = now.into_iter().filter(|&u| keep(u)).collect();
+        let mut w = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        // Watched meanwhile, after these.
+        let added = std::mem::take(&mut w.uniques);
+        w.uniques = kept;
+        w.uniques.extend(added);
+        w.uniques.truncate(MAX_WATCHED);
+        w.running = !w.uniques.is_empty();
+        w.running
+    }
+
     /// Requests queued now, over all lanes.
     #[cfg(test)]
     fn queued(&self) -> usize {
         self.lanes.lock().unwrap().lanes.values().map(|l| l.queued.len()).sum()
     }
+}
+
+/// Whether the thread `pid` (a request's caller, as the kernel names it
+/// in the daemon's pid namespace; 0 if it has no pid there) has a fatal
+/// signal pending: the kernel adds `SIGKILL` to each thread's own pending
+/// set when a signal kills the process (`complete_signal`), and a killed
+/// thread waiting for a request the daemon has read stays until it is
+/// answered.
+pub(crate) fn killed(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| fatal_pending(&s))
+}
+
+/// Whether a `/proc/PID/status` text shows `SIGKILL` pending, for the
+/// thread (`SigPnd`) or its process (`ShdPnd`). (`SigBlk` does not
+/// matter: `SIGKILL` cannot be blocked.)
+fn fatal_pending(status: &str) -> bool {
+    let kill = 1u64 << (libc::SIGKILL - 1);
+    status
+        .lines()
+        .filter_map(|l| l.strip_prefix("SigPnd:").or_else(|| l.strip_prefix("ShdPnd:")))
+        .filter_map(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .any(|mask| mask & kill != 0)
 }
 
 #[cfg(test)]
@@ -303,6 +410,79 @@ mod test {
         let inner = lanes.lanes.lock().unwrap();
         assert!(inner.lanes.is_empty());
         assert_eq!((inner.running, inner.bytes), (0, 0));
+    }
+
+    #[test]
+    fn an_interrupt_takes_a_queued_request_only_if_told_and_never_a_running_one() {
+        let lanes = Lanes::<Vec<u8>>::new(1, 1);
+        assert_eq!(lanes.enter(1, 1, || unreachable!()), Entry::Run);
+        assert_eq!(lanes.enter(1, 2, || vec![10]), Entry::Queued);
+        assert_eq!(lanes.enter(2, 3, || vec![20]), Entry::Queued);
+        assert_eq!(lanes.enter(1, 4, || vec![11]), Entry::Queued);
+        // Not queued (the running request is not in any queue).
+        assert_eq!(lanes.interrupt(|r| r == &[99], |_| true), Found::Absent);
+        // Queued, and not to be cancelled: it stays.
+        assert_eq!(lanes.interrupt(|r| r == &[10], |_| false), Found::Left);
+        assert_eq!(lanes.queued(), 3);
+        assert_eq!(lanes.interrupt(|r| r == &[10], |_| true), Found::Taken(vec![10]));
+        // Lane 2 waited for the budget with nothing running: it goes with
+        // its one request.
+        assert_eq!(lanes.interrupt(|r| r == &[20], |r| r == &[20]), Found::Taken(vec![20]));
+        assert!(!lanes.lanes.lock().unwrap().lanes.contains_key(&2));
+        assert_eq!(lanes.lanes.lock().unwrap().bytes, 4);
+        assert_eq!(lanes.next(1), Some((1, vec![11])));
+        assert_eq!(lanes.next(1), None);
+        let inner = lanes.lanes.lock().unwrap();
+        assert!(inner.lanes.is_empty());
+        assert_eq!((inner.running, inner.bytes), (0, 0));
+    }
+
+    #[test]
+    fn a_watch_keeps_what_its_pass_keeps_and_ends_when_none_is_left() {
+        let lanes = Lanes::<Vec<u8>>::new(1, 1);
+        // The first watched request starts the watch; the next does not.
+        assert!(lanes.watch(1));
+        assert!(!lanes.watch(2));
+        assert!(!lanes.watch(3));
+        let mut seen = Vec::new();
+        assert!(lanes.watched(|u| {
+            seen.push(u);
+            u == 2
+        }));
+        assert_eq!(seen, [1, 2, 3]);
+        assert!(!lanes.watch(4));
+        let mut seen = Vec::new();
+        assert!(!lanes.watched(|u| {
+            seen.push(u);
+            false
+        }));
+        assert_eq!(seen, [2, 4]);
+        // Ended: the next one starts a watch again.
+        assert!(lanes.watch(5));
+        for u in 6..(6 + MAX_WATCHED as u64) {
+            assert!(!lanes.watch(u));
+        }
+        let mut first = None;
+        lanes.watched(|u| {
+            first.get_or_insert(u);
+            false
+        });
+        assert_eq!(first, Some(6), "the oldest is dropped past the bound");
+    }
+
+    #[test]
+    fn a_thread_with_a_fatal_signal_pending_is_told_from_one_without() {
+        assert!(!killed(0));
+        assert!(!killed(std::process::id()));
+        // The mount tests kill a real caller; here the reading of the two
+        // masks.
+        let status =
+            |sig, shd| format!("Name:\tx\nSigQ:\t0/1\nSigPnd:\t{sig}\nShdPnd:\t{shd}\nSigBlk:\tffffffffffffffff\n");
+        assert!(!fatal_pending(&status("0000000000000000", "0000000000000000")));
+        // SIGTERM (15) and SIGINT (2) pending: not SIGKILL.
+        assert!(!fatal_pending(&status("0000000000004002", "0000000000004002")));
+        assert!(fatal_pending(&status("0000000000000100", "0000000000000000")));
+        assert!(fatal_pending(&status("0000000000000000", "0000000000000102")));
     }
 
     #[test]

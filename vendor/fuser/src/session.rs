@@ -622,7 +622,7 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) spinner: Arc<std::sync::atomic::AtomicBool>,
     /// The session's lanes (`lanes.rs`), shared by its `/dev/fuse` workers:
     /// a queued request's bytes and the channel to answer it through.
-    pub(crate) lanes: Arc<crate::lanes::Lanes<(Vec<u8>, crate::channel::ChannelSender)>>,
+    pub(crate) lanes: Arc<crate::lanes::Lanes<Queued>>,
 }
 
 impl<FS: Filesystem> crate::uring::Dispatch for SessionEventLoop<FS> {
@@ -669,6 +669,43 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         match req.request.operation() {
             Ok(Operation::Lookup(x)) => fs.lane(req.request.nodeid(), Some(x.name().as_ref())),
             _ => None,
+        }
+    }
+
+    /// An INTERRUPT for request `unique`, read while lanes are on. A
+    /// request still queued in a lane has not run, so it can be answered
+    /// `EINTR` without harm; that is done only when its caller has been
+    /// killed (a fatal signal pending), as a network filesystem's waits
+    /// are killable and not interruptible: answering every signal would
+    /// hand `EINTR` from `stat` and `open` to programs that never see it
+    /// natively. An interrupted request left queued, or not queued yet
+    /// (its INTERRUPT read by another worker before it was), is watched:
+    /// looked at again every [`INTERRUPT_WATCH`] while it stays queued, for
+    /// a caller killed after a first, non-fatal signal (which is when the
+    /// kernel sends the one INTERRUPT a request gets).
+    fn interrupt(&self, unique: u64) {
+        if cancel_if_killed(&self.lanes, unique) == crate::lanes::Found::Taken(()) {
+            return;
+        }
+        if !self.lanes.watch(unique) {
+            return;
+        }
+        let lanes = self.lanes.clone();
+        let watch = thread::Builder::new()
+            .name("fuser-interrupts".to_string())
+            .spawn(move || {
+                loop {
+                    thread::sleep(INTERRUPT_WATCH);
+                    let left = |u| cancel_if_killed(&lanes, u) == crate::lanes::Found::Left;
+                    if !lanes.watched(left) {
+                        break;
+                    }
+                }
+            });
+        if let Err(err) = watch {
+            warn!("no thread to watch interrupted requests: {err}");
+            // Ends the watch, so that the next INTERRUPT tries again.
+            self.lanes.watched(|_| false);
         }
     }
 
@@ -741,6 +778,17 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                             self.lanes.close();
                             return Ok(());
                         }
+                        if self.lanes.enabled()
+                            && req.request.header().opcode
+                                == crate::ll::fuse_abi::fuse_opcode::FUSE_INTERRUPT as u32
+                        {
+                            // Never answered: an answer of ENOSYS (fuser's)
+                            // would end the kernel's INTERRUPTs for good.
+                            if let Ok(Operation::Interrupt(x)) = req.request.operation() {
+                                self.interrupt(x.unique().0);
+                            }
+                            continue;
+                        }
                         match self.lane_of(&req) {
                             None => req.dispatch(self),
                             Some(lane) => match self.lanes.enter(lane, size, || {
@@ -783,6 +831,39 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 Err(err) => return Err(err.into()),
             }
         }
+    }
+}
+
+/// How often the requests whose INTERRUPT found them queued in a lane
+/// are looked at again ([`SessionEventLoop::interrupt`]).
+const INTERRUPT_WATCH: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A request queued in a lane: its bytes, and the channel to answer it
+/// through.
+type Queued = (Vec<u8>, ChannelSender);
+
+/// If the request `unique` is queued in a lane and its caller has been
+/// killed: takes it out of its queue and answers it `EINTR` (its caller
+/// is gone, nothing ran).
+fn cancel_if_killed(lanes: &crate::lanes::Lanes<Queued>, unique: u64) -> crate::lanes::Found<()> {
+    use crate::lanes::Found;
+    let header = |data: &[u8]| {
+        let req = ll::AnyRequest::try_from(data).ok()?;
+        Some((req.unique().0, req.header().pid))
+    };
+    let found = lanes.interrupt(
+        |(data, _)| header(data).is_some_and(|(u, _)| u == unique),
+        |(data, _)| header(data).is_some_and(|(_, pid)| crate::lanes::killed(pid)),
+    );
+    match found {
+        Found::Taken((data, ch)) => {
+            if let Some(req) = RequestWithSender::new(ch, &data) {
+                req.reply::<ReplyRaw>().send_ll(&ResponseErrno(Errno::EINTR));
+            }
+            Found::Taken(())
+        }
+        Found::Left => Found::Left,
+        Found::Absent => Found::Absent,
     }
 }
 
