@@ -59,6 +59,33 @@ mod imp {
 
     pub(crate) mod epoch {
         pub(crate) use crossbeam_epoch::*;
+
+        std::thread_local! {
+            /// The calling thread's participant in the default collector,
+            /// the page cache's own (crossbeam-epoch's `pin` keeps one
+            /// too): so that the common case of [`pin`] is inlined.
+            static HANDLE: LocalHandle = default_collector().register();
+        }
+
+        /// Pins the current thread, as `crossbeam_epoch::pin`, in the
+        /// default collector, with the common case inlined: crossbeam-epoch's
+        /// own `pin` runs through a function the compiler keeps out of line
+        /// (its slow path registers a participant). As the dcache's
+        /// (`dcache::sync::epoch::pin`).
+        #[inline]
+        pub(crate) fn pin() -> Guard {
+            match HANDLE.try_with(LocalHandle::pin) {
+                Ok(guard) => guard,
+                Err(_) => pin_late(),
+            }
+        }
+
+        /// A pin while the thread's thread-locals are dropped.
+        #[cold]
+        #[inline(never)]
+        fn pin_late() -> Guard {
+            crossbeam_epoch::pin()
+        }
     }
 
     pub(crate) fn spin_loop() {
@@ -110,6 +137,7 @@ mod imp {
             Self
         }
 
+        #[inline]
         pub(crate) fn pin(&self) -> epoch::Guard {
             epoch::pin()
         }
@@ -130,13 +158,44 @@ mod imp {
     /// those, and threads that count while their thread-locals are torn
     /// down, share shard `OWNED_SHARDS` and count with `fetch_add`. (The
     /// same scheme as the dcache's statistics.)
+    ///
+    /// Inlined: the common case is one thread-local load and a test, where
+    /// a thread-local with a destructor is checked for being made or
+    /// dropped on every access (as the dcache's).
+    #[inline]
     pub(crate) fn stats_shard() -> (usize, bool) {
+        let i = match SHARD_NUMBER.with(std::cell::Cell::get) {
+            0 => claim_shard(),
+            n => n - 1,
+        };
+        (i, i < OWNED_SHARDS)
+    }
+
+    std::thread_local! {
+        /// The calling thread's shard number plus one once it has one (0
+        /// before), and `OWNED_SHARDS + 1` once it gave it back: read on
+        /// every count, and without a destructor, so that reading it is one
+        /// thread-local load (a thread-local with one, as the owner of the
+        /// number in `claim_shard` is, is checked for being made or dropped
+        /// on every access).
+        static SHARD_NUMBER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// The first count of a thread (or one made while its thread-locals
+    /// are dropped): claims a shard number for it, and records it in
+    /// `SHARD_NUMBER`.
+    #[cold]
+    #[inline(never)]
+    fn claim_shard() -> usize {
         use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
         /// Bit `i` set: shard number `i` is free.
         static FREE: StdAtomicU64 = StdAtomicU64::new(u64::MAX);
         struct Owned(usize);
         impl Drop for Owned {
             fn drop(&mut self) {
+                // Counts made while the thread's other thread-locals are
+                // dropped go to the shared shard.
+                SHARD_NUMBER.with(|n| n.set(OWNED_SHARDS + 1));
                 if self.0 < OWNED_SHARDS {
                     // Release: the exiting owner's counts happen before the
                     // next owner's; pairs with the Acquire CAS below.
@@ -161,8 +220,13 @@ mod imp {
         std::thread_local! {
             static SHARD: Owned = Owned(claim());
         }
-        let i = SHARD.try_with(|s| s.0).unwrap_or(OWNED_SHARDS);
-        (i, i < OWNED_SHARDS)
+        match SHARD.try_with(|s| s.0) {
+            Ok(i) => {
+                SHARD_NUMBER.with(|n| n.set(i + 1));
+                i
+            }
+            Err(_) => OWNED_SHARDS,
+        }
     }
 }
 

@@ -3,4 +3,5 @@
 
 mod drop;
 mod model;
+mod stats;
 mod stress;
