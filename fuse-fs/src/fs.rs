@@ -748,15 +748,15 @@ impl Fs {
 
     fn remove_entry(&self, parent: u64, name: &[u8], flags: i32, caller: Caller) -> FsResult<()> {
         let parent = self.dir(parent)?;
-        if self.mount_point_now(&parent, name) {
-            // A mount point, as the source would answer, without a look
-            // into the filesystem mounted there (`fs/lanes.rs`).
-            return Err(FsError::new(libc::EBUSY));
-        }
         let pfd = self.table.path_fd(&parent)?;
         let cname = cstr(name)?;
-        let key = sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW)
-            .ok()
+        // Not for the mount point of a filesystem that may not answer
+        // (`fs/lanes.rs`): the `stat` would look into it. The removal
+        // itself does not, and the source answers it as it would natively:
+        // `EBUSY`, after its own checks (`EROFS`, `EPERM`, `EACCES`).
+        let key = (!self.mount_point_now(&parent, name))
+            .then(|| sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW).ok())
+            .flatten()
             .map(|st| key_of(&st));
         let result = {
             let _g = self.creds.act_as(caller)?;
@@ -799,14 +799,16 @@ impl Fs {
         if self.across_lanes(op.key.0, np.key.0) {
             return Err(FsError::new(libc::EXDEV));
         }
-        if self.mount_point_now(&op, name) || self.mount_point_now(&np, new_name) {
-            return Err(FsError::new(libc::EBUSY));
-        }
         let ofd = self.table.path_fd(&op)?;
         let nfd = self.table.path_fd(&np)?;
         let (oname, nname) = (cstr(name)?, cstr(new_name)?);
-        let replaced = sys::fstatat(nfd.as_fd(), &nname, libc::AT_SYMLINK_NOFOLLOW)
-            .ok()
+        // A mount point's name on either side: no `stat` of the new name,
+        // and the source answers the rename `EBUSY` after its own checks,
+        // as for an UNLINK (`remove_entry`).
+        let mount_point = self.mount_point_now(&op, name) || self.mount_point_now(&np, new_name);
+        let replaced = (!mount_point)
+            .then(|| sys::fstatat(nfd.as_fd(), &nname, libc::AT_SYMLINK_NOFOLLOW).ok())
+            .flatten()
             .map(|st| key_of(&st));
         let reads = (op.reading_names(), np.reading_names());
         // Until the moved inode's link is updated below, a reopen by name

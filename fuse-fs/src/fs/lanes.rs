@@ -16,9 +16,11 @@
 //! lanes finish, and the remaining workers serve everything else. A
 //! stopped filesystem then holds its own callers, as natively, and its
 //! lane's workers. LOOKUP of a mount point's name goes to its lane;
-//! UNLINK, RMDIR and RENAME of it answer `EBUSY`, and RENAME and LINK
-//! into or out of such a filesystem `EXDEV`, without a look into it
-//! (`fs.rs`, [`Fs::across_lanes`]).
+//! UNLINK, RMDIR and RENAME of it go to the source without the `stat` of
+//! the name that would look into the filesystem (the source answers them
+//! `EBUSY` after its own checks, as natively), and RENAME and LINK into
+//! or out of such a filesystem are answered `EXDEV` without a look into
+//! it (`fs.rs`, [`Fs::across_lanes`]).
 //!
 //! Which filesystems: network and cluster filesystems, FUSE, and autofs
 //! ([`may_stop`] by `statfs` type, [`may_stop_fstype`] by the mount
@@ -55,7 +57,7 @@
 //! - with `--threads 1` there is no worker to spare: no lanes.
 //!
 //! A lookup of a recorded mount point's name re-reads the mount table at
-//! most once a second, and a request about to answer `EBUSY` afresh
+//! most once a second, and an UNLINK, RMDIR or RENAME of one afresh
 //! ([`Fs::forget_unmounted`]), so an unmounted one's name leaves its lane
 //! (the filesystem's inodes do not: unmounted lazily, it still serves
 //! what the kernel holds under it).
@@ -311,10 +313,10 @@ impl Fs {
         self.recorded(dir, name)
     }
 
-    /// [`crossing`](Self::crossing) for a request that answers `EBUSY` if
-    /// the name is a mount point: the mount table is read again first,
-    /// whenever it was read last (these requests are rare, and the answer
-    /// must not come from a table a second old).
+    /// [`crossing`](Self::crossing) for an UNLINK, RMDIR or RENAME, which
+    /// must not `stat` the name if it is a mount point: the mount table is
+    /// read again first, whenever it was read last (these requests are
+    /// rare, and a name unmounted a moment ago is a plain entry again).
     pub(super) fn mount_point_now(&self, dir: &Inode, name: &[u8]) -> bool {
         if self.recorded(dir, name).is_none() {
             return false;

@@ -194,6 +194,27 @@ fn stopped_filesystem_holds_its_lane(entered: bool, args: &[&str]) {
     drop(inner);
 }
 
+/// A directory made immutable (`chattr +i`) until dropped.
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn set(dir: &Path) -> Self {
+        let ok = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "chattr +i {}", dir.display());
+        Immutable(dir.to_path_buf())
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr").arg("-i").arg(&self.0).status();
+    }
+}
+
 /// Whether the child `c` has exited, waiting at most `timeout`.
 fn exits_within(c: &mut std::process::Child, timeout: Duration) -> bool {
     eventually(timeout, || c.try_wait().unwrap().is_some())
@@ -206,6 +227,8 @@ fn exits_within(c: &mut std::process::Child, timeout: Duration) -> bool {
 /// signal). A signal it handles does not answer its request (natively a
 /// network filesystem's waits are killable, not interruptible), and the
 /// request running in the stopped filesystem is not answered either.
+/// Then a removal or rename of the mount point is answered as the source
+/// answers it.
 #[test]
 fn a_killed_caller_of_a_request_queued_in_a_lane_goes_at_once() {
     let tree: &[(&str, &[u8])] = &[("d/keep", b"keep"), ("e/keep", b"keep"), ("f/keep", b"keep")];
@@ -293,6 +316,26 @@ fn a_killed_caller_of_a_request_queued_in_a_lane_goes_at_once() {
     let handling_gone = exits_within(&mut handling, Duration::from_secs(5));
     let left = waiting(&conn);
     signal(&inner, libc::SIGCONT);
+    // Removing or renaming the mount point goes to the source, which
+    // answers `EBUSY` after its own checks (here `EPERM` in an immutable
+    // directory). (Not while the filesystem is stopped: the kernel first
+    // revalidates the name with a LOOKUP, which waits in the lane.)
+    let busy = [
+        fs::remove_dir(outer.at("fuse")).map_err(|e| e.raw_os_error()),
+        fs::rename(outer.at("fuse"), outer.at("moved")).map_err(|e| e.raw_os_error()),
+    ];
+    let immutable = Immutable::set(top.path());
+    let denied = [
+        fs::remove_dir(outer.at("fuse")).map_err(|e| e.raw_os_error()),
+        fs::rename(outer.at("fuse"), outer.at("moved")).map_err(|e| e.raw_os_error()),
+    ];
+    drop(immutable);
+    assert_eq!(busy, [Err(Some(libc::EBUSY)); 2], "removing or renaming a mount point");
+    assert_eq!(
+        denied,
+        [Err(Some(libc::EPERM)); 2],
+        "removing or renaming a mount point in an immutable directory"
+    );
     assert!(
         plain_gone,
         "a killed caller of a queued request stayed until the filesystem answered"
