@@ -21,6 +21,9 @@ pub fn is_rcufs(m: &MountEntry) -> bool {
 /// One line of `/proc/self/mountinfo`, the fields rcufs needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountEntry {
+    /// The mount's id (the kernel may give it to a later mount once this
+    /// one is gone).
+    pub id: u64,
     /// The device number, `(major, minor)`.
     pub dev: (u32, u32),
     /// The directory of the mounted filesystem that is mounted (`/` unless a bind mount).
@@ -49,7 +52,7 @@ fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
     // 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
     let (left, right) = line.split_once(" - ")?;
     let mut l = left.split(' ');
-    let _id = l.next()?;
+    let id = l.next()?.parse().ok()?;
     let _parent = l.next()?;
     let (major, minor) = l.next()?.split_once(':')?;
     let root = unescape(l.next()?);
@@ -58,6 +61,7 @@ fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
     let fstype = r.next()?.to_string();
     let source = String::from_utf8_lossy(&unescape_bytes(r.next().unwrap_or(""))).into_owned();
     Some(MountEntry {
+        id,
         dev: (major.parse().ok()?, minor.parse().ok()?),
         root,
         mount_point,

@@ -80,6 +80,14 @@ pub fn mount_id_unique_at(dir: BorrowedFd<'_>, name: &CStr) -> FsResult<u64> {
 }
 
 fn statx_mount_id(dirfd: libc::c_int, name: &CStr) -> FsResult<u64> {
+    statx_mount_id_of(dirfd, name, libc::STATX_MNT_ID_UNIQUE)
+}
+
+/// `statx` for the mount id alone (`mask`: `STATX_MNT_ID_UNIQUE`, or
+/// `STATX_MNT_ID`, the id `/proc/self/mountinfo` shows, which the kernel
+/// may give a later mount once this one is gone). Asks the filesystem
+/// nothing (`AT_STATX_DONT_SYNC`, no attribute asked for).
+fn statx_mount_id_of(dirfd: libc::c_int, name: &CStr, mask: u32) -> FsResult<u64> {
     // SAFETY: `statx` is plain old data; all-zero bytes are a valid value.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
     let mut flags = libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT | libc::AT_STATX_DONT_SYNC;
@@ -87,8 +95,8 @@ fn statx_mount_id(dirfd: libc::c_int, name: &CStr) -> FsResult<u64> {
         flags |= libc::AT_EMPTY_PATH;
     }
     // SAFETY: `name` is NUL-terminated and `stx` is a valid, writable `struct statx`.
-    check(unsafe { libc::statx(dirfd, name.as_ptr(), flags, libc::STATX_MNT_ID_UNIQUE, &mut stx) })?;
-    if stx.stx_mask & libc::STATX_MNT_ID_UNIQUE == 0 {
+    check(unsafe { libc::statx(dirfd, name.as_ptr(), flags, mask, &mut stx) })?;
+    if stx.stx_mask & mask == 0 {
         return Err(FsError::new(libc::ENOSYS));
     }
     Ok(stx.stx_mnt_id)
@@ -1090,16 +1098,31 @@ pub fn mount_flags(path: &std::ffi::CStr) -> FsResult<u64> {
 /// The mount flags (`ST_NOEXEC`, `ST_NOSUID`, ...) and the `statfs` type
 /// of the filesystem that `name` under `dir` leads to (a mount point's
 /// name: the filesystem mounted there), without following a symbolic link.
-pub fn mount_flags_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> FsResult<(u64, i64)> {
+pub fn mount_flags_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> FsResult<MountOf> {
     // `fstatfs` works on an `O_PATH` descriptor since Linux 3.12.
     let fd = openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
     // SAFETY: `statfs` is plain old data; all-zero bytes are a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is writable and `fd` open.
     check(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) })?;
-    // The flags through `fstatvfs` (libc's `statfs` does not show
-    // `f_flags`).
-    Ok((fstatvfs(fd.as_fd())?.f_flag as u64, st.f_type as i64))
+    Ok(MountOf {
+        // The flags through `fstatvfs` (libc's `statfs` does not show
+        // `f_flags`).
+        flags: fstatvfs(fd.as_fd())?.f_flag as u64,
+        f_type: st.f_type as i64,
+        mount_id: statx_mount_id_of(fd.as_raw_fd(), EMPTY, libc::STATX_MNT_ID)?,
+    })
+}
+
+/// What [`mount_flags_at`] tells of the mount a name is on.
+#[derive(Clone, Copy, Debug)]
+pub struct MountOf {
+    /// `statvfs` flags (`ST_NOEXEC`, ...).
+    pub flags: u64,
+    /// The `statfs` type.
+    pub f_type: i64,
+    /// The mount's id as `/proc/self/mountinfo` shows it.
+    pub mount_id: u64,
 }
 
 /// The effective gid of the process.

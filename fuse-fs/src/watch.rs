@@ -844,6 +844,7 @@ mod tests {
     #[test]
     fn the_filesystems_under_a_source_are_its_own_and_the_mounts_below() {
         let m = |dev: (u32, u32), point: &str, fstype: &str| MountEntry {
+            id: 0,
             dev,
             root: "/".into(),
             mount_point: point.into(),

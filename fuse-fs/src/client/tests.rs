@@ -47,6 +47,7 @@ fn stats_table_shows_every_counter() {
         "pagecache": {"bytes_cached": 8192, "hits": 0, "misses": 0},
         "future": {"thing": 5}, "kernel_cache": true}"#;
     let mount = MountEntry {
+        id: 0,
         dev: (0, 52),
         root: PathBuf::from("/"),
         mount_point: PathBuf::from("/tmp/my mount"),

@@ -27,9 +27,10 @@
 //! table's name), mounted under the source (the source's own filesystem is
 //! never one: every request is on it). They are learned twice:
 //! - at the start, from the mount table (`/proc/self/mountinfo`, which
-//!   asks no filesystem anything): each such mount under the source, its
-//!   device and its mount point's name under its directory (that
-//!   directory's `stat`: [`Fs::with_lanes_from_mount_table`]);
+//!   asks no filesystem anything): each such mount under the source that
+//!   is not mounted over, its device, its id and its mount point's name
+//!   under its directory (that directory's `stat`:
+//!   [`Fs::with_lanes_from_mount_table`]);
 //! - when a lookup crosses into one ([`Fs::note_crossing`], where the
 //!   mount flags are read, `fs/submounts.rs`): those mounted since.
 //!
@@ -48,7 +49,8 @@
 //!   under another such filesystem's mount point is not recorded then, so
 //!   as not to `stat` its directory, and its crossing waits in the outer
 //!   one's lane);
-//! - records matched to the mount table by device and last name only;
+//! - a mount moved (`mount --move`) onto a directory of the same name
+//!   keeps the record of its old mount point;
 //! - requests served over io_uring (their replies go through their queue
 //!   entry: `--io-uring` mounts have no lanes);
 //! - the kernel's own locks on the mirror's directories, held by a request
@@ -107,8 +109,9 @@ pub fn may_stop(f_type: i64) -> bool {
     TYPES.contains(&f_type)
 }
 
-/// Mount points under one directory: each name and the device it leads to.
-type Crossings = Vec<(Box<[u8]>, u64)>;
+/// Mount points under one directory: each name, the device it leads to
+/// and the mount's id (as the mount table shows it).
+type Crossings = Vec<(Box<[u8]>, u64, u64)>;
 
 /// Whether a filesystem whose mount-table type is `fstype` can stop
 /// answering (as [`may_stop`]).
@@ -175,10 +178,16 @@ impl Fs {
         let Ok(source) = std::fs::canonicalize(source) else {
             return self;
         };
+        // The mounts a lookup reaches: of several on one mount point, the
+        // last listed (the one on top).
+        let on_top = |i: usize, m: &crate::mountinfo::MountEntry| {
+            !mounts[i + 1..].iter().any(|later| later.mount_point == m.mount_point)
+        };
         let under: Vec<_> = mounts
             .iter()
-            .filter(|m| may_stop_fstype(&m.fstype))
-            .filter_map(|m| {
+            .enumerate()
+            .filter(|&(i, m)| may_stop_fstype(&m.fstype) && on_top(i, m))
+            .filter_map(|(_, m)| {
                 let rel = m.mount_point.strip_prefix(&source).ok()?;
                 (!rel.as_os_str().is_empty()).then(|| (rel.to_path_buf(), m))
             })
@@ -199,7 +208,7 @@ impl Fs {
             self.note_lane(
                 (st.st_dev, st.st_ino),
                 name.as_bytes(),
-                dev,
+                (dev, m.id),
                 format_args!("{} from the mount table", m.fstype),
             );
         }
@@ -220,15 +229,16 @@ impl Fs {
     }
 
     /// A lookup of `name` under `parent` crossed into the filesystem on
-    /// `dev`, of `statfs` type `f_type` (module docs).
-    pub(super) fn note_crossing(&self, parent: &Inode, name: &[u8], dev: u64, f_type: i64) {
-        if may_stop(f_type) {
-            self.note_lane(parent.key, name, dev, format_args!("statfs type {f_type:#x}"));
+    /// `dev`, mounted as `mount` says (module docs).
+    pub(super) fn note_crossing(&self, parent: &Inode, name: &[u8], dev: u64, mount: sys::MountOf) {
+        if may_stop(mount.f_type) {
+            let what = format_args!("statfs type {:#x}", mount.f_type);
+            self.note_lane(parent.key, name, (dev, mount.mount_id), what);
         } else if self.recorded(parent, name).is_some() {
             // Mounted over by one that answers: the name leaves the lane.
             let mut crossings = self.lanes.crossings.write();
             if let Some(names) = crossings.get_mut(&parent.key) {
-                names.retain(|(n, _)| &**n != name);
+                names.retain(|(n, _, _)| &**n != name);
                 if names.is_empty() {
                     crossings.remove(&parent.key);
                 }
@@ -236,9 +246,9 @@ impl Fs {
         }
     }
 
-    /// Gives the filesystem on `dev`, mounted on `name` in the directory
-    /// `dir` (`(st_dev, st_ino)`), a lane.
-    fn note_lane(&self, dir: (u64, u64), name: &[u8], dev: u64, what: std::fmt::Arguments<'_>) {
+    /// Gives the filesystem on `dev`, mounted (mount id `id`) on `name` in
+    /// the directory `dir` (`(st_dev, st_ino)`), a lane.
+    fn note_lane(&self, dir: (u64, u64), name: &[u8], (dev, id): (u64, u64), what: std::fmt::Arguments<'_>) {
         if dev == self.root.key.0 {
             return;
         }
@@ -253,10 +263,10 @@ impl Fs {
         let mut crossings = l.crossings.write();
         let recorded: usize = crossings.values().map(Vec::len).sum();
         let names = crossings.entry(dir).or_default();
-        match names.iter_mut().find(|(n, _)| &**n == name) {
+        match names.iter_mut().find(|(n, _, _)| &**n == name) {
             // Mounted over since: the one on top.
-            Some(known) => known.1 = dev,
-            None if recorded < MAX_CROSSINGS => names.push((name.into(), dev)),
+            Some(known) => (known.1, known.2) = (dev, id),
+            None if recorded < MAX_CROSSINGS => names.push((name.into(), dev, id)),
             None => {}
         }
         if names.is_empty() {
@@ -336,8 +346,8 @@ impl Fs {
             .read()
             .get(&dir.key)?
             .iter()
-            .find(|(n, _)| &**n == name)
-            .map(|&(_, dev)| dev)
+            .find(|(n, _, _)| &**n == name)
+            .map(|&(_, dev, _)| dev)
     }
 
     /// Forgets the mount points' names no longer in the mount table, at
@@ -357,19 +367,25 @@ impl Fs {
         let Ok(mounts) = crate::mountinfo::mounts() else {
             return;
         };
-        // Each device mounted, and the last names of its mount points (a
-        // record names the mount point by its directory's inode, which the
-        // table does not show: a record is kept while its device is
-        // mounted on a directory of its name).
-        let mut mounted: HashMap<u64, HashSet<&[u8]>> = HashMap::new();
-        for m in &mounts {
-            let names = mounted.entry(m.st_dev()).or_default();
-            if let Some(n) = m.mount_point.file_name() {
-                names.insert(n.as_bytes());
-            }
-        }
-        let stale = |name: &[u8], dev: u64| !mounted.get(&dev).is_some_and(|names| names.contains(name));
-        if !l.crossings.read().values().flatten().any(|(n, d)| stale(n, *d)) {
+        // A record is kept while its mount is in the table (its id, with
+        // its device: an id the kernel gave a later mount of another
+        // filesystem does not keep it) on a directory of its name (a mount
+        // moved elsewhere keeps its id).
+        let mounted: HashMap<(u64, u64), &[u8]> = mounts
+            .iter()
+            .map(|m| {
+                let name = m.mount_point.file_name().map_or(&[][..], |n| n.as_bytes());
+                ((m.id, m.st_dev()), name)
+            })
+            .collect();
+        let stale = |name: &[u8], dev: u64, id: u64| mounted.get(&(id, dev)) != Some(&name);
+        if !l
+            .crossings
+            .read()
+            .values()
+            .flatten()
+            .any(|(n, d, id)| stale(n, *d, *id))
+        {
             return;
         }
         // Only the names: a filesystem unmounted lazily keeps serving the
@@ -378,8 +394,8 @@ impl Fs {
         let mut crossings = l.crossings.write();
         let mut gone = Vec::new();
         for names in crossings.values_mut() {
-            names.retain(|(n, dev)| {
-                let keep = !stale(n, *dev);
+            names.retain(|(n, dev, id)| {
+                let keep = !stale(n, *dev, *id);
                 if !keep {
                     gone.push(String::from_utf8_lossy(n).into_owned());
                 }

@@ -68,10 +68,10 @@ impl Fs {
     /// [`POLICY_FLAGS`] the mirror does not (module docs). Either way it is
     /// given a lane if it can stop answering (`fs/lanes.rs`).
     pub(super) fn may_enter(&self, parent: &Inode, dir: BorrowedFd<'_>, name: &CStr, dev: u64) -> FsResult<()> {
-        let (flags, f_type) = sys::mount_flags_at(dir, name)?;
+        let mount = sys::mount_flags_at(dir, name)?;
         // Refused or not, lookups of the name reach it.
-        self.note_crossing(parent, name.to_bytes(), dev, f_type);
-        let lost = flags & POLICY_FLAGS & !self.cfg.mirror_flags;
+        self.note_crossing(parent, name.to_bytes(), dev, mount);
+        let lost = mount.flags & POLICY_FLAGS & !self.cfg.mirror_flags;
         if lost == 0 {
             return Ok(());
         }

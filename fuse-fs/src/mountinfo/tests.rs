@@ -17,6 +17,8 @@ fn mountinfo_lines_parse_and_unescape() {
     let m = parse_mountinfo(MOUNTINFO);
     assert_eq!(m.len(), 6, "{m:?}");
     assert_eq!(m[0].dev, (8, 1));
+    let ids: Vec<u64> = m.iter().map(|e| e.id).collect();
+    assert_eq!(ids, [22, 36, 37, 38, 39, 40]);
     assert_eq!(m[0].fstype, "ext4");
     assert_eq!(m[1].mount_point, PathBuf::from("/tmp/my mount"));
     assert_eq!(m[1].source, "/srv/data dir");

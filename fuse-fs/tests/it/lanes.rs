@@ -362,3 +362,52 @@ fn a_killed_caller_of_a_request_queued_in_a_lane_goes_at_once() {
     drop(bind);
     drop(inner);
 }
+
+/// Mount points are recorded by mount: one hidden at the start under a
+/// mount that answers gets no record, and one unmounted leaves even while
+/// the same filesystem stays mounted on a directory of the same name
+/// elsewhere (before, records were matched by device and last name).
+#[test]
+fn mount_points_are_recorded_by_mount_not_by_name() {
+    let Some(inner) = Mount::with(&[], |src| write_tree(src, &[("keep", b"keep")])) else {
+        return;
+    };
+    let top = tempfile::tempdir().unwrap();
+    for dir in ["a/x", "b/x", "h"] {
+        fs::create_dir_all(top.path().join(dir)).unwrap();
+    }
+    let a = Submount::bind(&inner.mnt, &top.path().join("a/x"));
+    let b = Submount::bind(&inner.mnt, &top.path().join("b/x"));
+    let hidden = Submount::bind(&inner.mnt, &top.path().join("h"));
+    // Mounted over: a lookup of `h` reaches the tmpfs, which answers.
+    let over = Submount::tmpfs(&top.path().join("h"));
+    let Some(outer) = Mount::over(top.path(), &["--threads", "2"]) else {
+        return;
+    };
+    assert_eq!(outer.stat("source", "lane_filesystems"), 1);
+    assert_eq!(
+        outer.stat("source", "lane_mount_points"),
+        2,
+        "the mount point hidden under the tmpfs was recorded"
+    );
+    assert_eq!(fs::read(outer.at("a/x/keep")).unwrap(), b"keep");
+    assert_eq!(fs::read(outer.at("b/x/keep")).unwrap(), b"keep");
+    assert!(fs::read_dir(outer.at("h")).unwrap().next().is_none());
+    // `b/x` unmounted; `a/x` still holds the filesystem on a directory
+    // named `x`. A lookup of `b/x` (once the mount table may be read
+    // again, 1 s) drops its record.
+    drop(b);
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(fs::read_dir(outer.at("b/x")).unwrap().next().is_none());
+    assert_eq!(
+        outer.stat("source", "lane_mount_points"),
+        1,
+        "an unmounted mount point kept its record"
+    );
+    fs::remove_dir(outer.at("b/x")).unwrap();
+    drop(outer);
+    drop(over);
+    drop(hidden);
+    drop(a);
+    drop(inner);
+}
