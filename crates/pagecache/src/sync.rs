@@ -59,33 +59,6 @@ mod imp {
 
     pub(crate) mod epoch {
         pub(crate) use crossbeam_epoch::*;
-
-        std::thread_local! {
-            /// The calling thread's participant in the default collector,
-            /// the page cache's own (crossbeam-epoch's `pin` keeps one
-            /// too): so that the common case of [`pin`] is inlined.
-            static HANDLE: LocalHandle = default_collector().register();
-        }
-
-        /// Pins the current thread, as `crossbeam_epoch::pin`, in the
-        /// default collector, with the common case inlined: crossbeam-epoch's
-        /// own `pin` runs through a function the compiler keeps out of line
-        /// (its slow path registers a participant). As the dcache's
-        /// (`dcache::sync::epoch::pin`).
-        #[inline]
-        pub(crate) fn pin() -> Guard {
-            match HANDLE.try_with(LocalHandle::pin) {
-                Ok(guard) => guard,
-                Err(_) => pin_late(),
-            }
-        }
-
-        /// A pin while the thread's thread-locals are dropped.
-        #[cold]
-        #[inline(never)]
-        fn pin_late() -> Guard {
-            crossbeam_epoch::pin()
-        }
     }
 
     pub(crate) fn spin_loop() {
