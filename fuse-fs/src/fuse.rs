@@ -1093,8 +1093,10 @@ pub mod session {
         // polling needs: it switches its descriptor's `O_NONBLOCK`.
         cfg.spin = (!poll.is_zero()).then_some(poll);
         // A filesystem under the source that can stop answering holds at
-        // most half the workers (`fs/lanes.rs`; fuser leaves one out in
-        // any case, and has no lanes with one worker). Over io_uring the
+        // most half the workers (`fs/lanes.rs`; fuser leaves one worker
+        // out, and past the others runs lanes on threads of their own, so
+        // that one stopped filesystem keeps the others from none; with one
+        // worker, every lane's requests run on those). Over io_uring the
         // requests do not go through the workers.
         if io_uring == crate::mount::IoUring::Off {
             cfg.lane_width = (threads / 2).max(1);

@@ -55,8 +55,7 @@
 //!   entry: `--io-uring` mounts have no lanes);
 //! - the kernel's own locks on the mirror's directories, held by a request
 //!   waiting in the filesystem (a change of any name in the mount point's
-//!   directory waits for the LOOKUP holding it);
-//! - with `--threads 1` there is no worker to spare: no lanes.
+//!   directory waits for the LOOKUP holding it).
 //!
 //! A lookup of a recorded mount point's name re-reads the mount table at
 //! most once a second, and an UNLINK, RMDIR or RENAME of one afresh

@@ -411,3 +411,87 @@ fn mount_points_are_recorded_by_mount_not_by_name() {
     drop(a);
     drop(inner);
 }
+
+/// With the workers the lanes may hold all waiting in one stopped
+/// filesystem, the lanes of the others run on threads of their own.
+#[test]
+fn a_stopped_filesystem_keeps_no_other_lane_from_running_with_two_workers() {
+    other_lanes_run_while_one_stops("2");
+}
+
+/// With one worker, every lane's requests run on threads of the lanes'
+/// own: one stopped filesystem holds neither the mount nor the others.
+#[test]
+fn a_stopped_filesystem_holds_its_lane_not_the_mount_with_one_worker() {
+    other_lanes_run_while_one_stops("1");
+}
+
+/// Two rcufs mounts bound under the source, `fuse` and `live`, and one
+/// stopped; with `--threads threads`, while two lookups wait in the stopped
+/// one, reads in the live one and elsewhere are answered.
+fn other_lanes_run_while_one_stops(threads: &str) {
+    let Some(stopping) = Mount::with(&[], |src| write_tree(src, &[("d/keep", b"keep"), ("e/keep", b"keep")])) else {
+        return;
+    };
+    let Some(live) = Mount::with(&[], |src| write_tree(src, &[("keep", b"live")])) else {
+        return;
+    };
+    let top = tempfile::tempdir().unwrap();
+    fs::create_dir(top.path().join("fuse")).unwrap();
+    fs::create_dir(top.path().join("live")).unwrap();
+    write_tree(top.path(), &[("other/f", b"other")]);
+    let bind = Submount::bind(&stopping.mnt, &top.path().join("fuse"));
+    let bind_live = Submount::bind(&live.mnt, &top.path().join("live"));
+    let Some(outer) = Mount::over(top.path(), &["--threads", threads, "--revalidate", "60"]) else {
+        return;
+    };
+    let conn = fuse_connection(&outer.mnt);
+    assert_eq!(outer.stat("source", "lane_filesystems"), 2);
+    for dir in ["d", "e"] {
+        assert_eq!(fs::read(outer.at(&format!("fuse/{dir}/keep"))).unwrap(), b"keep");
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || waiting(&conn) == 0),
+        "requests still in flight on a quiet mount"
+    );
+    let _continue = Continue(stopping.pid());
+    stop(&stopping);
+    let stats: Vec<_> = ["fuse/d/new0", "fuse/e/new1"]
+        .into_iter()
+        .map(|p| {
+            let p = outer.at(p);
+            std::thread::spawn(move || fs::symlink_metadata(p).map_err(|e| e.raw_os_error()))
+        })
+        .collect();
+    let sent = eventually(Duration::from_secs(10), || waiting(&conn) == 2);
+    if !sent {
+        signal(&stopping, libc::SIGCONT);
+        panic!("the two lookups never reached the daemon ({} waiting)", waiting(&conn));
+    }
+    // Names not looked up yet, in the live filesystem and elsewhere.
+    let (tx, rx) = mpsc::channel();
+    let (in_live, elsewhere) = (outer.at("live/keep"), outer.at("other/f"));
+    let reader = std::thread::spawn(move || {
+        tx.send(fs::read(in_live).ok()).unwrap();
+        tx.send(fs::read(elsewhere).ok()).unwrap();
+    });
+    let answers = [
+        rx.recv_timeout(Duration::from_secs(5)),
+        rx.recv_timeout(Duration::from_secs(5)),
+    ];
+    signal(&stopping, libc::SIGCONT);
+    reader.join().unwrap();
+    assert_eq!(
+        answers,
+        [Ok(Some(b"live".to_vec())), Ok(Some(b"other".to_vec()))],
+        "a read in the live filesystem, then one elsewhere, waited for the stopped one"
+    );
+    for s in stats {
+        assert_eq!(s.join().unwrap().map(|_| ()), Err(Some(libc::ENOENT)));
+    }
+    drop(outer);
+    drop(bind_live);
+    drop(bind);
+    drop(live);
+    drop(stopping);
+}

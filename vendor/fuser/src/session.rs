@@ -303,8 +303,13 @@ impl<FS: Filesystem> Session<FS> {
             .spin
             .filter(|s| !s.is_zero() && (config.clone_fd || n_threads == 1));
         let spinner = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        // Lanes leave a worker outside all of them.
-        let lanes = Arc::new(crate::lanes::Lanes::new(config.lane_width, n_threads - 1));
+        // Lanes leave a worker outside all of them, and run on threads of
+        // their own past that.
+        let lanes = Arc::new(crate::lanes::Lanes::new(
+            config.lane_width,
+            n_threads - 1,
+            crate::lanes::SPARE_THREADS,
+        ));
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -342,7 +347,7 @@ impl<FS: Filesystem> Session<FS> {
                     spinner: spinner.clone(),
                     // Requests over io_uring are answered through their
                     // queue entry, which must not wait in a lane.
-                    lanes: Arc::new(crate::lanes::Lanes::new(0, 0)),
+                    lanes: Arc::new(crate::lanes::Lanes::new(0, 0, 0)),
                 };
                 ring_threads.push(
                     thread::Builder::new()
@@ -400,10 +405,17 @@ impl<FS: Filesystem> Session<FS> {
         }
         drop(ring);
 
+        // Threads of the lanes' own (`spawn_lane`) are not joined: one may
+        // still be finishing a request, or wait in a filesystem that
+        // stopped. The first are waited for a moment; past that the
+        // filesystem is not destroyed (the process's exit ends them).
+        let since = std::time::Instant::now();
+        while Arc::strong_count(&filesystem) > 1 && since.elapsed() < std::time::Duration::from_secs(2) {
+            thread::sleep(std::time::Duration::from_millis(10));
+        }
         let Some(filesystem) = Arc::get_mut(&mut filesystem) else {
-            return Err(io::Error::other(
-                "BUG: must have one refcount for filesystem",
-            ));
+            warn!("threads of the lanes still run requests at the end of the session: not destroyed");
+            return reply;
         };
 
         filesystem.destroy();
@@ -684,8 +696,13 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
     /// a caller killed after a first, non-fatal signal (which is when the
     /// kernel sends the one INTERRUPT a request gets).
     fn interrupt(&self, unique: u64) {
-        if cancel_if_killed(&self.lanes, unique) == crate::lanes::Found::Taken(()) {
-            return;
+        match cancel_if_killed(&self.lanes, unique) {
+            crate::lanes::Found::Taken(()) => return,
+            // Not queued, and no lane runs anything, so that it will not be
+            // either (it runs at once): not watched, so that a signalled
+            // wait outside the lanes costs no thread.
+            crate::lanes::Found::Absent if !self.lanes.busy() => return,
+            _ => {}
         }
         if !self.lanes.watch(unique) {
             return;
@@ -696,8 +713,7 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
             .spawn(move || {
                 loop {
                     thread::sleep(INTERRUPT_WATCH);
-                    let left = |u| cancel_if_killed(&lanes, u) == crate::lanes::Found::Left;
-                    if !lanes.watched(left) {
+                    if !lanes.watched(|u| cancel_if_killed(&lanes, u)) {
                         break;
                     }
                 }
@@ -705,7 +721,49 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         if let Err(err) = watch {
             warn!("no thread to watch interrupted requests: {err}");
             // Ends the watch, so that the next INTERRUPT tries again.
-            self.lanes.watched(|_| false);
+            self.lanes.stop_watch();
+        }
+    }
+
+    /// Runs `req` of `lane` on a thread of the lanes' own
+    /// ([`Entry::Spawn`](crate::lanes::Entry::Spawn)), which then runs the
+    /// lane's queue and ends once it has left every lane. If no thread can
+    /// be made, this worker runs it in that thread's place.
+    fn spawn_lane(&self, lane: u64, req: Queued) {
+        let se = SessionEventLoop {
+            thread_name: "fuser-lane".to_string(),
+            filesystem: self.filesystem.clone(),
+            ch: self.ch.clone(),
+            allowed: self.allowed,
+            session_owner: self.session_owner,
+            spin: None,
+            spinner: self.spinner.clone(),
+            lanes: self.lanes.clone(),
+        };
+        // Handed over once the thread exists, so that it is still here if
+        // it cannot be made.
+        let (tx, rx) = std::sync::mpsc::channel::<Queued>();
+        let spawned = thread::Builder::new()
+            .name(se.thread_name.clone())
+            .spawn(move || {
+                if let Ok((data, ch)) = rx.recv()
+                    && let Some(req) = RequestWithSender::new(ch, &data)
+                {
+                    req.dispatch(&se);
+                }
+                se.run_lane(lane, false);
+            });
+        match spawned {
+            Ok(_) => {
+                let _ = tx.send(req);
+            }
+            Err(err) => {
+                warn!("no thread for a lane ({err}): a worker runs its request");
+                if let Some(r) = RequestWithSender::new(req.1, &req.0) {
+                    r.dispatch(self);
+                }
+                self.run_lane(lane, false);
+            }
         }
     }
 
@@ -724,9 +782,10 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
 
     /// After running a request of `lane`: runs the queued requests
     /// [`Lanes::next`](crate::lanes::Lanes::next) hands out until this
-    /// worker has left every lane.
-    fn run_lane(&self, mut lane: u64) {
-        while let Some((now, (data, ch))) = self.lanes.next(lane) {
+    /// worker (or, not `worker`, this lane's own thread) has left every
+    /// lane.
+    fn run_lane(&self, mut lane: u64, worker: bool) {
+        while let Some((now, (data, ch))) = self.lanes.next(lane, worker) {
             lane = now;
             // Parsed once already, when it was read.
             if let Some(req) = RequestWithSender::new(ch, &data) {
@@ -797,7 +856,10 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                                 crate::lanes::Entry::Run => {
                                     self.give_back_polling(holding);
                                     req.dispatch(self);
-                                    self.run_lane(lane);
+                                    self.run_lane(lane, true);
+                                }
+                                crate::lanes::Entry::Spawn => {
+                                    self.spawn_lane(lane, (buf[..size].to_vec(), self.ch.sender()));
                                 }
                                 crate::lanes::Entry::Queued => {}
                                 crate::lanes::Entry::Over => {
@@ -844,16 +906,27 @@ type Queued = (Vec<u8>, ChannelSender);
 
 /// If the request `unique` is queued in a lane and its caller has been
 /// killed: takes it out of its queue and answers it `EINTR` (its caller
-/// is gone, nothing ran).
+/// is gone, nothing ran). Never a FLUSH, RELEASE or RELEASEDIR: the kernel
+/// waits for those whatever the signal (`FR_FORCE`), and they must run
+/// (a FLUSH's write-back, a handle's release).
 fn cancel_if_killed(lanes: &crate::lanes::Lanes<Queued>, unique: u64) -> crate::lanes::Found<()> {
     use crate::lanes::Found;
-    let header = |data: &[u8]| {
-        let req = ll::AnyRequest::try_from(data).ok()?;
-        Some((req.unique().0, req.header().pid))
-    };
+    use crate::ll::fuse_abi::fuse_opcode as op;
+    let forced = [
+        op::FUSE_FLUSH as u32,
+        op::FUSE_RELEASE as u32,
+        op::FUSE_RELEASEDIR as u32,
+    ];
+    // The header's `unique` (bytes 8..16), read without parsing the rest.
+    let unique_of = |data: &[u8]| data.get(8..16).map(|u| u64::from_ne_bytes(u.try_into().expect("8 bytes")));
     let found = lanes.interrupt(
-        |(data, _)| header(data).is_some_and(|(u, _)| u == unique),
-        |(data, _)| header(data).is_some_and(|(_, pid)| crate::lanes::killed(pid)),
+        |(data, _)| unique_of(data) == Some(unique),
+        |(data, _)| {
+            let Ok(req) = ll::AnyRequest::try_from(&data[..]) else {
+                return false;
+            };
+            !forced.contains(&req.header().opcode) && crate::lanes::killed(req.header().pid)
+        },
     );
     match found {
         Found::Taken((data, ch)) => {

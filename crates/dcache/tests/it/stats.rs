@@ -62,12 +62,14 @@ fn counts_made_while_a_thread_exits_are_kept() {
     for first in [true, false] {
         let c2 = c.clone();
         thread::spawn(move || {
-            // Either the thread's first count is made on exit, or it has
-            // counted before (its shard's owner may be dropped first).
+            // Registered first, so dropped last (thread-locals are dropped
+            // newest first): either the thread's first count is made on
+            // exit, or it counted before and its shard's owner is dropped
+            // by then (the count goes to the shared shard).
+            ON_EXIT.with(|e| *e.borrow_mut() = Some(LookupOnExit(c2.clone())));
             if !first {
                 assert_eq!(c2.lookup_with(&c2.root(), b"before", |_| ()), None);
             }
-            ON_EXIT.with(|e| *e.borrow_mut() = Some(LookupOnExit(c2)));
         })
         .join()
         .unwrap();
