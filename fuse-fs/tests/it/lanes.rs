@@ -43,6 +43,20 @@ fn stop(m: &Mount) {
     assert!(eventually(Duration::from_secs(10), stopped), "the daemon did not stop");
 }
 
+/// Once nothing is in flight on the connection `conn` (the RELEASEs of
+/// reads are sent asynchronously), so that what waits afterwards is what
+/// the test sends: stops the daemon of `m`, which the returned guard
+/// continues when dropped.
+fn stop_when_quiet(conn: &Path, m: &Mount) -> Continue {
+    assert!(
+        eventually(Duration::from_secs(10), || waiting(conn) == 0),
+        "requests still in flight on a quiet mount"
+    );
+    let guard = Continue(m.pid());
+    stop(m);
+    guard
+}
+
 /// Continues a stopped daemon when dropped, so that a failing test does not
 /// leave the suite waiting on it.
 struct Continue(i32);
@@ -116,12 +130,7 @@ fn stopped_filesystem_holds_its_lane(entered: bool, args: &[&str]) {
     assert_eq!(fs::read(outer.at("other/f")).unwrap(), b"other");
     // Nothing in flight (the RELEASEs of the reads above are sent
     // asynchronously), so that what waits below is the two lookups.
-    assert!(
-        eventually(Duration::from_secs(10), || waiting(&conn) == 0),
-        "requests still in flight on a quiet mount"
-    );
-    let _continue = Continue(inner.pid());
-    stop(&inner);
+    let _continue = stop_when_quiet(&conn, &inner);
     // Two lookups of names not cached, in the stopped filesystem: each
     // waits.
     let stats: Vec<_> = (0..2)
@@ -247,12 +256,7 @@ fn a_killed_caller_of_a_request_queued_in_a_lane_goes_at_once() {
     for dir in ["d", "e", "f"] {
         assert_eq!(fs::read(outer.at(&format!("fuse/{dir}/keep"))).unwrap(), b"keep");
     }
-    assert!(
-        eventually(Duration::from_secs(10), || waiting(&conn) == 0),
-        "requests still in flight on a quiet mount"
-    );
-    let _continue = Continue(inner.pid());
-    stop(&inner);
+    let _continue = stop_when_quiet(&conn, &inner);
     // The lane's one running request: a lookup in the stopped filesystem.
     let p = outer.at("fuse/d/new0");
     let running = std::thread::spawn(move || fs::symlink_metadata(p).map_err(|e| e.raw_os_error()));
@@ -450,12 +454,7 @@ fn other_lanes_run_while_one_stops(threads: &str) {
     for dir in ["d", "e"] {
         assert_eq!(fs::read(outer.at(&format!("fuse/{dir}/keep"))).unwrap(), b"keep");
     }
-    assert!(
-        eventually(Duration::from_secs(10), || waiting(&conn) == 0),
-        "requests still in flight on a quiet mount"
-    );
-    let _continue = Continue(stopping.pid());
-    stop(&stopping);
+    let _continue = stop_when_quiet(&conn, &stopping);
     let stats: Vec<_> = ["fuse/d/new0", "fuse/e/new1"]
         .into_iter()
         .map(|p| {

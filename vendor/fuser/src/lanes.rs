@@ -205,16 +205,15 @@ impl<T> Lanes<T> {
         Entry::Queued
     }
 
-    /// After running a request of `lane` (entered with [`Entry::Run`], or
-    /// returned by this): the next queued request to run and its lane, or
-    /// `None` once the caller has left every lane. While the budget is
-    /// spent, that is the request that arrived first among this lane's
-    /// and those of lanes with room in their width that wait for the
-    /// budget (so that a busy lane does not keep the budget from the
-    /// others); otherwise this lane's next, then the first arrived of
-    /// any lane's that waited.
-    /// `worker`: whether the caller is a `/dev/fuse` worker (entered with
-    /// [`Entry::Run`]) or a lane's own thread ([`Entry::Spawn`]).
+    /// After running a request of `lane` (entered with [`Entry::Run`] or
+    /// [`Entry::Spawn`], or returned by this): the next queued request to
+    /// run and its lane, or `None` once the caller has left every lane.
+    /// While the capacity is spent, that is the request that arrived first
+    /// among this lane's and those of lanes with room in their width that
+    /// wait for an executor (so that a busy lane does not keep the others
+    /// out); otherwise this lane's next, then the first arrived of any
+    /// lane's that waited. `worker`: whether the caller is a `/dev/fuse`
+    /// worker ([`Entry::Run`]) or a lane's own thread ([`Entry::Spawn`]).
     pub(crate) fn next(&self, lane: u64, worker: bool) -> Option<(u64, T)> {
         let mut inner = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
         let width = self.width;
@@ -226,7 +225,7 @@ impl<T> Lanes<T> {
             Some(lane)
         };
         if to != Some(lane) {
-            // Leaves this lane (the budget stays spent if it moves to
+            // Leaves this lane (the capacity stays spent if it moves to
             // another, so this lane's queue may stay non-empty).
             let l = inner.lanes.get_mut(&lane).expect("a running lane is listed");
             l.running -= 1;
@@ -238,7 +237,7 @@ impl<T> Lanes<T> {
         }
         let to = match to {
             Some(k) => k,
-            // A lane that waited for the budget (its queue is non-empty
+            // A lane that waited for an executor (its queue is non-empty
             // with room in its width).
             None => inner.oldest(|_, l| l.running < width)?,
         };
@@ -283,7 +282,7 @@ impl<T> Lanes<T> {
             return Found::Left;
         }
         let (t, size, _) = l.queued.remove(i).expect("found above");
-        // A lane that waited for the budget with nothing running leaves
+        // A lane that waited for an executor with nothing running leaves
         // with its last queued request.
         if l.running == 0 && l.queued.is_empty() {
             inner.lanes.remove(&k);
