@@ -10,12 +10,13 @@
 //!
 //! So the filesystems that can stop answering are given lanes (the
 //! vendored fuser's `Filesystem::lane`, `Config::lane_width`; PATCHES.md):
-//! at most half the workers (at least one) run requests of one such
-//! filesystem at a time, and all lanes together never the last worker;
-//! a lane's other requests are queued and run in order as workers of the
-//! lanes finish, and the remaining workers serve everything else. A
-//! stopped filesystem then holds its own callers, as natively, and its
-//! lane's workers. LOOKUP of a mount point's name goes to its lane;
+//! at most half as many executors as there are workers (at least one)
+//! run requests of one such filesystem at a time: workers, all lanes
+//! together never the last one, and past those threads of the lanes' own
+//! (at most 32); a lane's other requests are queued and run in order as
+//! its executors finish, and the remaining workers serve everything else.
+//! A stopped filesystem then holds its own callers, as natively, and its
+//! lane's executors. LOOKUP of a mount point's name goes to its lane;
 //! UNLINK, RMDIR and RENAME of it go to the source without the `stat` of
 //! the name that would look into the filesystem (the source answers them
 //! `EBUSY` after its own checks, as natively), and RENAME and LINK into
@@ -179,9 +180,12 @@ impl Fs {
         };
         // The mounts a lookup reaches: of several on one mount point, the
         // last listed (the one on top).
-        let on_top = |i: usize, m: &crate::mountinfo::MountEntry| {
-            !mounts[i + 1..].iter().any(|later| later.mount_point == m.mount_point)
-        };
+        let last: HashMap<&Path, usize> = mounts
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.mount_point.as_path(), i))
+            .collect();
+        let on_top = |i: usize, m: &crate::mountinfo::MountEntry| last.get(m.mount_point.as_path()) == Some(&i);
         let under: Vec<_> = mounts
             .iter()
             .enumerate()
