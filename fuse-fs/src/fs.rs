@@ -754,10 +754,13 @@ impl Fs {
         // (`fs/lanes.rs`): the `stat` would look into it. The removal
         // itself does not, and the source answers it as it would natively:
         // `EBUSY`, after its own checks (`EROFS`, `EPERM`, `EACCES`).
-        let key = (!self.mount_point_now(&parent, name))
-            .then(|| sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW).ok())
-            .flatten()
-            .map(|st| key_of(&st));
+        let key = if self.mount_point_now(&parent, name) {
+            None
+        } else {
+            sys::fstatat(pfd.as_fd(), &cname, libc::AT_SYMLINK_NOFOLLOW)
+                .ok()
+                .map(|st| key_of(&st))
+        };
         let result = {
             let _g = self.creds.act_as(caller)?;
             sys::unlinkat(pfd.as_fd(), &cname, flags)
@@ -805,11 +808,13 @@ impl Fs {
         // A mount point's name on either side: no `stat` of the new name,
         // and the source answers the rename `EBUSY` after its own checks,
         // as for an UNLINK (`remove_entry`).
-        let mount_point = self.mount_point_now(&op, name) || self.mount_point_now(&np, new_name);
-        let replaced = (!mount_point)
-            .then(|| sys::fstatat(nfd.as_fd(), &nname, libc::AT_SYMLINK_NOFOLLOW).ok())
-            .flatten()
-            .map(|st| key_of(&st));
+        let replaced = if self.mount_point_now(&op, name) || self.mount_point_now(&np, new_name) {
+            None
+        } else {
+            sys::fstatat(nfd.as_fd(), &nname, libc::AT_SYMLINK_NOFOLLOW)
+                .ok()
+                .map(|st| key_of(&st))
+        };
         let reads = (op.reading_names(), np.reading_names());
         // Until the moved inode's link is updated below, a reopen by name
         // that fails may only have read the old link (`inode.rs`).

@@ -1110,7 +1110,8 @@ pub fn mount_flags_at(dir: BorrowedFd<'_>, name: &std::ffi::CStr) -> FsResult<Mo
         // `f_flags`).
         flags: fstatvfs(fd.as_fd())?.f_flag as u64,
         f_type: st.f_type as i64,
-        mount_id: statx_mount_id_of(fd.as_raw_fd(), EMPTY, libc::STATX_MNT_ID)?,
+        // 0 where the kernel cannot tell it (before Linux 5.8).
+        mount_id: statx_mount_id_of(fd.as_raw_fd(), EMPTY, libc::STATX_MNT_ID).unwrap_or(0),
     })
 }
 
@@ -1121,7 +1122,7 @@ pub struct MountOf {
     pub flags: u64,
     /// The `statfs` type.
     pub f_type: i64,
-    /// The mount's id as `/proc/self/mountinfo` shows it.
+    /// The mount's id as `/proc/self/mountinfo` shows it (0: unknown).
     pub mount_id: u64,
 }
 

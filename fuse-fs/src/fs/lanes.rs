@@ -373,15 +373,17 @@ impl Fs {
         // A record is kept while its mount is in the table (its id, with
         // its device: an id the kernel gave a later mount of another
         // filesystem does not keep it) on a directory of its name (a mount
-        // moved elsewhere keeps its id).
-        let mounted: HashMap<(u64, u64), &[u8]> = mounts
+        // moved elsewhere keeps its id). A record of id 0 (the kernel could
+        // not tell it at the crossing) is kept while its device is mounted
+        // on a directory of its name.
+        let mounted: HashSet<(u64, u64, &[u8])> = mounts
             .iter()
-            .map(|m| {
+            .flat_map(|m| {
                 let name = m.mount_point.file_name().map_or(&[][..], |n| n.as_bytes());
-                ((m.id, m.st_dev()), name)
+                [(m.id, m.st_dev(), name), (0, m.st_dev(), name)]
             })
             .collect();
-        let stale = |name: &[u8], dev: u64, id: u64| mounted.get(&(id, dev)) != Some(&name);
+        let stale = |name: &[u8], dev: u64, id: u64| !mounted.contains(&(id, dev, name));
         if !l
             .crossings
             .read()
