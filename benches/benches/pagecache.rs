@@ -13,7 +13,8 @@
 //! `memcpy_cached_pages` copies the cache's own pages through slices taken
 //! once before (the same memory without the lookup: it separates what the
 //! lookup costs from where the bytes sit), and `memcpy_cached_pages_pinned`
-//! does the same inside an epoch pin, as the cache's hit paths run: the
+//! does the same inside an epoch pin (`rcu::pin`), as the cache's hit paths
+//! run: the
 //! least any lookup under an epoch can cost, one dependent load (the page's
 //! address) and one pin. `memcpy` copies from boxed
 //! pages, as a heap gives them (16-byte aligned, most spanning two pages of
@@ -156,7 +157,7 @@ fn bench_hits(c: &mut Criterion) {
                     let mut dest = AlignedPages::new(1);
                     let buf = dest.page_mut(0);
                     cycle(&probes, off(t, threads), iters, |&(ino, index)| {
-                        let guard = crossbeam_epoch::pin();
+                        let guard = rcu::pin();
                         buf.copy_from_slice(held[((ino - 1) * PAGES_PER_FILE + index) as usize]);
                         consume(&*buf);
                         drop(guard);

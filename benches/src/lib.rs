@@ -354,7 +354,7 @@ pub fn live_bytes() -> usize {
 /// next does not count garbage still waiting for its grace period.
 pub fn collect_epoch_garbage() {
     for _ in 0..512 {
-        crossbeam_epoch::pin().flush();
+        rcu::flush();
     }
 }
 

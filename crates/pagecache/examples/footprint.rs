@@ -55,8 +55,7 @@ fn main() {
         }
         // Retired entries and pages are freed by the epoch collector: let it run.
         for _ in 0..64 {
-            let _ = crossbeam_epoch::pin();
-            crossbeam_epoch::pin().flush();
+            rcu::flush();
         }
         let left = LIVE.load(Ordering::Relaxed) - base;
         println!(

@@ -28,8 +28,9 @@
 //!   a table of slices (one dependent load, as `held_memcpy` has: the
 //!   least any lookup adds); `aligned_loaded_pinned_memcpy`, that copy
 //!   inside an epoch pin (the least any lookup under an epoch adds: the
-//!   page cache's hit paths pin once per call), and `pin_only`, the pin
-//!   alone;
+//!   page cache's hit paths pin once per call, through `rcu::pin`), and
+//!   `pin_only`, that pin alone; `pin_crossbeam`, `crossbeam_epoch::pin`
+//!   alone (its own participant, pinned through a call);
 //! - every copy lands in a destination that starts on a page boundary
 //!   (see `Dest`), but `aligned_memcpy_16_past`: `aligned_memcpy` into a
 //!   destination 16 bytes past one, the case `Dest` avoids;
@@ -383,7 +384,7 @@ fn main() {
             Box::new(|i| {
                 let (ino, index) = pages[i % total];
                 let p = ((ino - 1) * PAGES_PER_FILE + index) as usize;
-                let g = crossbeam_epoch::pin();
+                let g = rcu::pin();
                 let mut d = buf.borrow_mut();
                 let b = d.page();
                 b.copy_from_slice(aligned_slices[p]);
@@ -393,6 +394,15 @@ fn main() {
         ),
         (
             "pin_only",
+            2_000_000,
+            Box::new(|i| {
+                let g = rcu::pin();
+                black_box((&g, i));
+                drop(g);
+            }),
+        ),
+        (
+            "pin_crossbeam",
             2_000_000,
             Box::new(|i| {
                 let g = crossbeam_epoch::pin();

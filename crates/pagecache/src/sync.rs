@@ -59,6 +59,10 @@ mod imp {
 
     pub(crate) mod epoch {
         pub(crate) use crossbeam_epoch::*;
+
+        /// Pins the calling thread through the participant both cache
+        /// crates share, inlined (`rcu::pin`); shadows crossbeam's `pin`.
+        pub(crate) use rcu::pin;
     }
 
     pub(crate) fn spin_loop() {
@@ -119,88 +123,10 @@ mod imp {
         pub(crate) fn drain(&self) {}
     }
 
-    /// Counter shards a thread can own (see `stats_shard`).
-    pub(crate) const OWNED_SHARDS: usize = 64;
-
-    /// The counter shard of the calling thread, and whether the thread owns
-    /// it. A thread owns one of `OWNED_SHARDS` shard numbers from its first
-    /// count until it exits (then the number is free for another thread);
-    /// while it does, it is the only writer of that shard in every counter
-    /// and may count with a plain load and store, which unlike a
-    /// read-modify-write is no barrier on the hit path. Threads beyond
-    /// those, and threads that count while their thread-locals are torn
-    /// down, share shard `OWNED_SHARDS` and count with `fetch_add`. (The
-    /// same scheme as the dcache's statistics.)
-    ///
-    /// Inlined: the common case is one thread-local load and a test, where
-    /// a thread-local with a destructor is checked for being made or
-    /// dropped on every access (as the dcache's).
-    #[inline]
-    pub(crate) fn stats_shard() -> (usize, bool) {
-        let i = match SHARD_NUMBER.with(std::cell::Cell::get) {
-            0 => claim_shard(),
-            n => n - 1,
-        };
-        (i, i < OWNED_SHARDS)
-    }
-
-    std::thread_local! {
-        /// The calling thread's shard number plus one once it has one (0
-        /// before), and `OWNED_SHARDS + 1` once it gave it back: read on
-        /// every count, and without a destructor, so that reading it is one
-        /// thread-local load (a thread-local with one, as the owner of the
-        /// number in `claim_shard` is, is checked for being made or dropped
-        /// on every access).
-        static SHARD_NUMBER: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    }
-
-    /// The first count of a thread (or one made while its thread-locals
-    /// are dropped): claims a shard number for it, and records it in
-    /// `SHARD_NUMBER`.
-    #[cold]
-    #[inline(never)]
-    fn claim_shard() -> usize {
-        use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
-        /// Bit `i` set: shard number `i` is free.
-        static FREE: StdAtomicU64 = StdAtomicU64::new(u64::MAX);
-        struct Owned(usize);
-        impl Drop for Owned {
-            fn drop(&mut self) {
-                // Counts made while the thread's other thread-locals are
-                // dropped go to the shared shard.
-                SHARD_NUMBER.with(|n| n.set(OWNED_SHARDS + 1));
-                if self.0 < OWNED_SHARDS {
-                    // Release: the exiting owner's counts happen before the
-                    // next owner's; pairs with the Acquire CAS below.
-                    FREE.fetch_or(1 << self.0, StdOrdering::Release);
-                }
-            }
-        }
-        fn claim() -> usize {
-            let mut free = FREE.load(StdOrdering::Relaxed);
-            while free != 0 {
-                let i = free.trailing_zeros() as usize;
-                // Acquire: pairs with the Release `fetch_or` of the number's
-                // previous owner, so its last stores to the shard are seen
-                // by our first load.
-                match FREE.compare_exchange_weak(free, free & !(1 << i), StdOrdering::Acquire, StdOrdering::Relaxed) {
-                    Ok(_) => return i,
-                    Err(now) => free = now,
-                }
-            }
-            OWNED_SHARDS
-        }
-        std::thread_local! {
-            static SHARD: Owned = Owned(claim());
-        }
-        match SHARD.try_with(|s| s.0) {
-            Ok(i) => {
-                SHARD_NUMBER.with(|n| n.set(i + 1));
-                i
-            }
-            Err(_) => OWNED_SHARDS,
-        }
-    }
+    /// The calling thread's statistics shard and whether it owns it, and
+    /// how many shards threads can own: one scheme and one set of shard
+    /// numbers for both cache crates (`rcu::stats_shard`).
+    pub(crate) use rcu::{OWNED_SHARDS, stats_shard};
 }
 
 #[cfg(rcufs_loom)]

@@ -20,7 +20,7 @@ fn payloads_are_dropped() {
     // not a timing check).
     let since = std::time::Instant::now();
     while Arc::strong_count(&token) != 1 && since.elapsed().as_secs() < 30 {
-        crossbeam_epoch::pin().flush();
+        rcu::flush();
         std::thread::yield_now();
     }
     assert_eq!(Arc::strong_count(&token), 1);
@@ -59,7 +59,7 @@ fn a_payload_freed_on_a_thread_that_goes_idle_is_dropped() {
         // too (a liveness bound, not a timing check).
         let since = std::time::Instant::now();
         while Arc::strong_count(&token) != 1 && since.elapsed().as_secs() < 30 {
-            crossbeam_epoch::pin().flush();
+            rcu::flush();
             std::thread::yield_now();
         }
         assert_eq!(Arc::strong_count(&token), 1, "{how}: the payload was never dropped");

@@ -1,4 +1,4 @@
-//! The statistics' per-thread shards (`sync::stats_shard`): no count is
+//! The statistics' per-thread shards (`rcu::stats_shard`, through the crate's `sync` module): no count is
 //! lost by threads beyond the owned shards, by threads that reuse the
 //! shard number of one that exited, or by counts made while a thread's
 //! thread-locals are dropped.

@@ -64,7 +64,7 @@ fn framed_pages_hold_their_bytes_through_fills_writes_drops_and_reclaim() {
         if frame_usage().used_bytes == 0 {
             break;
         }
-        crossbeam_epoch::pin().flush();
+        rcu::flush();
         std::thread::sleep(std::time::Duration::from_micros(100));
     }
     let left = frame_usage();
