@@ -58,6 +58,7 @@ pub mod listing;
 pub mod metrics;
 pub mod metrics_http;
 mod mount;
+pub mod mount_table;
 pub mod mountinfo;
 pub mod names;
 pub mod open_files;
@@ -68,6 +69,8 @@ pub mod ratelog;
 pub mod slow_source;
 pub mod space;
 pub mod sys;
+#[cfg(test)]
+mod testing;
 pub mod uring_guard;
 pub mod watch;
 

@@ -197,8 +197,9 @@ pub struct Mounted {
     running: Option<fuse::session::Running>,
     workers: Vec<JoinHandle<()>>,
     watch_stop: Option<Stopper>,
-    /// Stops the `--io-uring idle` guard (`uring_guard.rs`).
-    guard_stop: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Stops the threads that watch a flag: the `--io-uring idle` guard
+    /// (`uring_guard.rs`) and the mount table's (`fs/lanes.rs`).
+    stop: Arc<std::sync::atomic::AtomicBool>,
     fs: Arc<Fs>,
 }
 
@@ -239,9 +240,8 @@ impl Mounted {
         if let Some(s) = self.watch_stop.take() {
             s.stop();
         }
-        if let Some(s) = self.guard_stop.take() {
-            s.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
+        // Relaxed: a request to end, which publishes nothing.
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         // The adapter closed the invalidation queue when the session
         // dropped it, so the threads' loops have ended or are about to.
         for w in self.workers.drain(..) {
@@ -529,13 +529,22 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         fd_pool,
         "mounted"
     );
+    // The threads that end when this flag is set, at unmount.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // `--io-uring idle`: the guard against starved queue threads.
-    let mut guard_stop = None;
     if opts.io_uring == IoUring::Idle {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        guard_stop = Some(stop.clone());
+        let stop = stop.clone();
         spawn(&mut workers, "rcufs-guard", "the io_uring guard thread", move || {
             crate::uring_guard::run(&stop);
+        })?;
+    }
+    // The lanes (`/dev/fuse` workers only) kept in step with the mount
+    // table: filesystems mounted under the source from now on get theirs
+    // before anything enters them (`fs/lanes.rs`).
+    if opts.io_uring == IoUring::Off {
+        let (stop, f) = (stop.clone(), fs.clone());
+        spawn(&mut workers, "rcufs-mounts", "the mount table's thread", move || {
+            f.lane_mounts_worker(&stop);
         })?;
     }
     Ok(Mounted {
@@ -543,7 +552,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         running: Some(running),
         workers,
         watch_stop,
-        guard_stop,
+        stop,
         fs,
     })
 }

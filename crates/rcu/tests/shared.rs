@@ -29,7 +29,11 @@ fn removed_value_is_freed_by(drain: fn()) {
             let tree: RadixTree<Arc<()>> = RadixTree::new(Mode::Optimistic);
             tree.insert(7, token.clone()).unwrap();
             assert!(tree.remove(7));
-            assert_eq!(Arc::strong_count(&token), 2, "the removed value was dropped at once, not deferred");
+            assert_eq!(
+                Arc::strong_count(&token),
+                2,
+                "the removed value was dropped at once, not deferred"
+            );
             for _ in 0..1000 {
                 crossbeam_epoch::pin().flush();
             }

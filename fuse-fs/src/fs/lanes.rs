@@ -26,14 +26,18 @@
 //! Which filesystems: network and cluster filesystems, FUSE, and autofs
 //! ([`may_stop`] by `statfs` type, [`may_stop_fstype`] by the mount
 //! table's name), mounted under the source (the source's own filesystem is
-//! never one: every request is on it). They are learned twice:
-//! - at the start, from the mount table (`/proc/self/mountinfo`, which
-//!   asks no filesystem anything): each such mount under the source that
-//!   is not mounted over, its device, its id and its mount point's name
-//!   under its directory (that directory's `stat`:
-//!   [`Fs::with_lanes_from_mount_table`]);
-//! - when a lookup crosses into one ([`Fs::note_crossing`], where the
-//!   mount flags are read, `fs/submounts.rs`): those mounted since.
+//! never one: every request is on it). They are learned from the mount
+//! table (`/proc/self/mountinfo`, which asks no filesystem anything): each
+//! such mount under the source that is not mounted over, its device, its
+//! id and its mount point's name under its directory (that directory's
+//! `stat`), at the start ([`Fs::with_lanes_from_mount_table`]) and after
+//! each change of the table, which the kernel signals
+//! ([`crate::mount_table`]; [`Fs::relearn_lanes`], on a thread of its
+//! own), so that one mounted since gets its lane before anything enters
+//! it. And when a lookup crosses into one ([`Fs::note_crossing`], where
+//! the mount flags are read, `fs/submounts.rs`): one whose change of the
+//! table was not read yet, or whose mount point's directory could not be
+//! placed.
 //!
 //! A request belongs to a lane when:
 //! - its node is an inode on such a filesystem (LOOKUP: its parent); or
@@ -44,25 +48,25 @@
 //! kernel asks a LOOKUP when the name is used, which goes to the lane).
 //!
 //! What this does not cover (SEMANTICS.md lists it all):
-//! - the first crossing into a filesystem mounted after the start that
-//!   has already stopped (its type is not known before it answers): that
-//!   request waits in a worker outside any lane (one mounted at the start
-//!   under another such filesystem's mount point is not recorded then, so
-//!   as not to `stat` its directory, and its crossing waits in the outer
-//!   one's lane);
-//! - a mount moved (`mount --move`) onto a directory of the same name
-//!   keeps the record of its old mount point;
+//! - a crossing into a filesystem that has already stopped, mounted the
+//!   moment before (its change of the table not read yet) or where its
+//!   mount point's directory could not be placed: its type is not known
+//!   before it answers, so that request waits in a worker outside any lane
+//!   (one mounted under another such filesystem's mount point is not
+//!   recorded from the table, so as not to `stat` its directory, and its
+//!   crossing waits in the outer one's lane);
 //! - requests served over io_uring (their replies go through their queue
 //!   entry: `--io-uring` mounts have no lanes);
 //! - the kernel's own locks on the mirror's directories, held by a request
 //!   waiting in the filesystem (a change of any name in the mount point's
 //!   directory waits for the LOOKUP holding it).
 //!
-//! A lookup of a recorded mount point's name re-reads the mount table at
-//! most once a second, and an UNLINK, RMDIR or RENAME of one afresh
-//! ([`Fs::forget_unmounted`]), so an unmounted one's name leaves its lane
-//! (the filesystem's inodes do not: unmounted lazily, it still serves
-//! what the kernel holds under it).
+//! A change of the mount table, a lookup of a recorded mount point's name
+//! (at most once a second) and an UNLINK, RMDIR or RENAME of one read the
+//! table again ([`Fs::relearn_lanes`], [`Fs::forget_unmounted`]), so an
+//! unmounted, moved or mounted-over one's name leaves its lane (the
+//! filesystem's inodes do not: unmounted lazily, it still serves what the
+//! kernel holds under it).
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::AsFd;
@@ -113,6 +117,31 @@ pub fn may_stop(f_type: i64) -> bool {
 /// and the mount's id (as the mount table shows it).
 type Crossings = Vec<(Box<[u8]>, u64, u64)>;
 
+/// A mount of a filesystem that can stop answering, as the mount table
+/// places it under the source.
+#[derive(Debug)]
+struct LanePlace {
+    /// Its mount point's directory, `(st_dev, st_ino)`.
+    dir: (u64, u64),
+    /// Its mount point's name in that directory.
+    name: Box<[u8]>,
+    /// The device it serves.
+    dev: u64,
+    /// The mount's id.
+    id: u64,
+    /// Its type, as the table names it.
+    fstype: String,
+}
+
+/// What [`Fs::lane_mounts`] found in the mount table.
+#[derive(Debug)]
+struct LaneMounts {
+    /// The mounts on top of their mount points that could be placed.
+    places: Vec<LanePlace>,
+    /// The ids of those mounted over.
+    covered: HashSet<u64>,
+}
+
 /// Whether a filesystem whose mount-table type is `fstype` can stop
 /// answering (as [`may_stop`]).
 pub fn may_stop_fstype(fstype: &str) -> bool {
@@ -158,6 +187,17 @@ pub(super) struct Lanes {
     checked: parking_lot::Mutex<Option<std::time::Instant>>,
 }
 
+impl Lanes {
+    /// Whether `p` is recorded as it is.
+    fn placed(&self, p: &LanePlace) -> bool {
+        self.crossings.read().get(&p.dir).is_some_and(|names| {
+            names
+                .iter()
+                .any(|(n, dev, id)| **n == *p.name && (*dev, *id) == (p.dev, p.id))
+        })
+    }
+}
+
 /// How often a lookup of a recorded mount point re-reads the mount table.
 const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -178,6 +218,23 @@ impl Fs {
         let Ok(source) = std::fs::canonicalize(source) else {
             return self;
         };
+        for p in self.lane_mounts(&mounts, &source).places {
+            self.note_lane(
+                p.dir,
+                &p.name,
+                (p.dev, p.id),
+                format_args!("{} from the mount table", p.fstype),
+            );
+        }
+        self
+    }
+
+    /// The mounts of filesystems that can stop answering under `source`
+    /// in the table `mounts`: those on top of their mount points, placed
+    /// by their directory's `stat` (not a directory under another such
+    /// mount, whose `stat` could wait on that one), and the ids of those
+    /// mounted over.
+    fn lane_mounts(&self, mounts: &[crate::mountinfo::MountEntry], source: &Path) -> LaneMounts {
         // The mounts a lookup reaches: of several on one mount point, the
         // last listed (the one on top).
         let last: HashMap<&Path, usize> = mounts
@@ -186,36 +243,141 @@ impl Fs {
             .map(|(i, m)| (m.mount_point.as_path(), i))
             .collect();
         let on_top = |i: usize, m: &crate::mountinfo::MountEntry| last.get(m.mount_point.as_path()) == Some(&i);
+        let covered = mounts
+            .iter()
+            .enumerate()
+            .filter(|&(i, m)| !on_top(i, m))
+            .map(|(_, m)| m.id)
+            .collect();
         let under: Vec<_> = mounts
             .iter()
             .enumerate()
             .filter(|&(i, m)| may_stop_fstype(&m.fstype) && on_top(i, m))
             .filter_map(|(_, m)| {
-                let rel = m.mount_point.strip_prefix(&source).ok()?;
+                let rel = m.mount_point.strip_prefix(source).ok()?;
                 (!rel.as_os_str().is_empty()).then(|| (rel.to_path_buf(), m))
             })
             .collect();
+        let mut places = Vec::new();
         for (rel, m) in &under {
-            let dev = m.st_dev();
             let (Some(dir), Some(name)) = (rel.parent(), rel.file_name()) else {
                 continue;
             };
-            // Not the directory of one mounted under another such mount:
-            // its `stat` could wait on that one.
             if under.iter().any(|(other, _)| dir.starts_with(other)) {
                 continue;
             }
             let Ok(st) = self.stat_under_source(dir) else {
                 continue;
             };
+            places.push(LanePlace {
+                dir: (st.st_dev, st.st_ino),
+                name: name.as_bytes().into(),
+                dev: m.st_dev(),
+                id: m.id,
+                fstype: m.fstype.clone(),
+            });
+        }
+        LaneMounts { places, covered }
+    }
+
+    /// The mount table changed ([`crate::mount_table`]): learns the
+    /// filesystems that can stop answering mounted under the source since
+    /// (before any lookup enters one, so that one already stopped gets its
+    /// lane too), and forgets the mount points whose mount is gone, moved
+    /// elsewhere (`mount --move`, even onto a directory of the same name),
+    /// or mounted over. A record whose mount the table shows but could not
+    /// be placed (its directory's `stat` failed) is kept.
+    pub fn relearn_lanes(&self) {
+        let Ok(mounts) = crate::mountinfo::mounts() else {
+            return;
+        };
+        let Some(source) = self.source_path() else {
+            return;
+        };
+        let found = self.lane_mounts(&mounts, &source);
+        for p in &found.places {
+            if self.lanes.placed(p) {
+                continue;
+            }
             self.note_lane(
-                (st.st_dev, st.st_ino),
-                name.as_bytes(),
-                (dev, m.id),
-                format_args!("{} from the mount table", m.fstype),
+                p.dir,
+                &p.name,
+                (p.dev, p.id),
+                format_args!("{}, mounted since the start", p.fstype),
             );
         }
-        self
+        let placed: HashSet<u64> = found.places.iter().map(|p| p.id).collect();
+        let at: HashSet<((u64, u64), &[u8], u64)> = found.places.iter().map(|p| (p.dir, &*p.name, p.id)).collect();
+        let elsewhere = |dir: (u64, u64), name: &[u8], id: u64| {
+            id != 0 && (found.covered.contains(&id) || (placed.contains(&id) && !at.contains(&(dir, name, id))))
+        };
+        let l = &self.lanes;
+        let any_elsewhere = l
+            .crossings
+            .read()
+            .iter()
+            .any(|(&dir, names)| names.iter().any(|(n, _, id)| elsewhere(dir, n, *id)));
+        if any_elsewhere {
+            let mut gone = Vec::new();
+            let mut crossings = l.crossings.write();
+            for (&dir, names) in crossings.iter_mut() {
+                names.retain(|(n, _, id)| {
+                    let keep = !elsewhere(dir, n, *id);
+                    if !keep {
+                        gone.push(String::from_utf8_lossy(n).into_owned());
+                    }
+                    keep
+                });
+            }
+            crossings.retain(|_, names| !names.is_empty());
+            drop(crossings);
+            tracing::info!(
+                ?gone,
+                "mount points under the source moved away or mounted over: their names leave the lanes"
+            );
+        }
+        self.forget_unmounted(true);
+    }
+
+    /// The source's path now (its root descriptor's, which follows a
+    /// rename of a directory above it).
+    fn source_path(&self) -> Option<std::path::PathBuf> {
+        use std::os::fd::AsRawFd;
+        let root = self.table.path_fd(&self.root).ok()?;
+        std::fs::read_link(format!("/proc/self/fd/{}", root.as_raw_fd())).ok()
+    }
+
+    /// The thread that keeps the lanes in step with the mount table
+    /// ([`Fs::relearn_lanes`] after each change, at most 10 times a
+    /// second), until `stop` is set (seen within 250 ms).
+    pub fn lane_mounts_worker(&self, stop: &AtomicBool) {
+        let watch = match crate::mount_table::MountTableWatch::open() {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot watch the mount table ({e}): filesystems mounted under the source from now on get lanes only once entered"
+                );
+                return;
+            }
+        };
+        // Relaxed: a request to end, which publishes nothing.
+        while !stop.load(Ordering::Relaxed) {
+            match watch.wait(std::time::Duration::from_millis(250)) {
+                Ok(false) => {}
+                Ok(true) => {
+                    self.relearn_lanes();
+                    // A burst of changes (a container starting) is learned
+                    // once more at the end of the pause, not once each.
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "watching the mount table failed ({e}): filesystems mounted under the source from now on get lanes only once entered"
+                    );
+                    return;
+                }
+            }
+        }
     }
 
     /// `fstatat` of `rel` (relative, a directory) under the source root.

@@ -506,6 +506,43 @@ impl Submount {
     }
 }
 
+impl Submount {
+    /// Makes the mount on this directory private: nothing mounted under it
+    /// propagates, and a mount under it can be moved (`move_to`).
+    pub fn make_private(&self) {
+        let c = crate::sys::cpath(&self.0);
+        // SAFETY: the path is NUL-terminated; no source, type or data.
+        let rc = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                c.as_ptr(),
+                std::ptr::null(),
+                libc::MS_PRIVATE,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0, "mount --make-private: {}", std::io::Error::last_os_error());
+    }
+
+    /// Moves the mount to `dir` (`mount --move`), which then unmounts it
+    /// when dropped.
+    pub fn move_to(&mut self, dir: &std::path::Path) {
+        let (f, c) = (crate::sys::cpath(&self.0), crate::sys::cpath(dir));
+        // SAFETY: the paths are NUL-terminated; no type or data.
+        let rc = unsafe {
+            libc::mount(
+                f.as_ptr(),
+                c.as_ptr(),
+                std::ptr::null(),
+                libc::MS_MOVE,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0, "mount --move: {}", std::io::Error::last_os_error());
+        self.0 = dir.to_path_buf();
+    }
+}
+
 impl Drop for Submount {
     fn drop(&mut self) {
         let c = crate::sys::cpath(&self.0);

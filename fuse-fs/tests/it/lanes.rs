@@ -368,19 +368,25 @@ fn a_killed_caller_of_a_request_queued_in_a_lane_goes_at_once() {
 }
 
 /// Mount points are recorded by mount: one hidden at the start under a
-/// mount that answers gets no record, and one unmounted leaves even while
+/// mount that answers gets no record, one unmounted leaves even while
 /// the same filesystem stays mounted on a directory of the same name
-/// elsewhere (before, records were matched by device and last name).
+/// elsewhere (before, records were matched by device and last name), and
+/// one moved onto a directory of the same name elsewhere leaves its old
+/// place for the new one.
 #[test]
 fn mount_points_are_recorded_by_mount_not_by_name() {
     let Some(inner) = Mount::with(&[], |src| write_tree(src, &[("keep", b"keep")])) else {
         return;
     };
     let top = tempfile::tempdir().unwrap();
-    for dir in ["a/x", "b/x", "h"] {
+    // The source a private mount of its own, so that a mount under it can
+    // be moved.
+    let private = Submount::bind(top.path(), top.path());
+    private.make_private();
+    for dir in ["a/x", "b/x", "c/x", "h"] {
         fs::create_dir_all(top.path().join(dir)).unwrap();
     }
-    let a = Submount::bind(&inner.mnt, &top.path().join("a/x"));
+    let mut a = Submount::bind(&inner.mnt, &top.path().join("a/x"));
     let b = Submount::bind(&inner.mnt, &top.path().join("b/x"));
     let hidden = Submount::bind(&inner.mnt, &top.path().join("h"));
     // Mounted over: a lookup of `h` reaches the tmpfs, which answers.
@@ -409,10 +415,103 @@ fn mount_points_are_recorded_by_mount_not_by_name() {
         "an unmounted mount point kept its record"
     );
     fs::remove_dir(outer.at("b/x")).unwrap();
+    // `a/x` moved to `c/x`: the same mount (same id and device) on a
+    // directory of the same name. Its record moves with it: a lookup
+    // through `c/x` records the new place if the mount table's change has
+    // not yet, and the old place leaves (before, it stayed, as a mount of
+    // that id and device was still on a directory named `x`).
+    a.move_to(&top.path().join("c/x"));
+    assert_eq!(fs::read(outer.at("c/x/keep")).unwrap(), b"keep");
+    let moved = eventually(Duration::from_secs(5), || {
+        outer.stat("source", "lane_mount_points") == 1
+    });
+    assert!(
+        moved,
+        "a moved mount point kept the record of its old place ({} recorded)",
+        outer.stat("source", "lane_mount_points")
+    );
+    assert!(fs::read_dir(outer.at("a/x")).unwrap().next().is_none());
+    fs::remove_dir(outer.at("a/x")).unwrap();
     drop(outer);
     drop(over);
     drop(hidden);
     drop(a);
+    drop(private);
+    drop(inner);
+}
+
+/// A filesystem mounted under the source after the start, and stopped
+/// before anything entered it through the mount, holds its lane, not the
+/// mount: it is learned from the mount table when it is mounted (before,
+/// the first crossing into it, which must wait for it to learn its type,
+/// took a worker outside any lane).
+#[test]
+fn a_filesystem_mounted_after_the_start_and_stopped_at_once_holds_its_lane() {
+    let Some(inner) = Mount::with(&[], |src| write_tree(src, &[("d/keep", b"keep"), ("e/keep", b"keep")])) else {
+        return;
+    };
+    let top = tempfile::tempdir().unwrap();
+    fs::create_dir(top.path().join("fuse")).unwrap();
+    fs::create_dir(top.path().join("fuse2")).unwrap();
+    write_tree(top.path(), &[("other/f", b"other")]);
+    let Some(outer) = Mount::over(top.path(), &["--threads", "2"]) else {
+        return;
+    };
+    let conn = fuse_connection(&outer.mnt);
+    assert_eq!(outer.stat("source", "lane_filesystems"), 0);
+    // Mounted now, at two names (the kernel sends one LOOKUP of a name in
+    // a directory at a time, so two waiting lookups need two names).
+    let bind = Submount::bind(&inner.mnt, &top.path().join("fuse"));
+    let bind2 = Submount::bind(&inner.mnt, &top.path().join("fuse2"));
+    let learned = eventually(Duration::from_secs(5), || {
+        outer.stat("source", "lane_filesystems") == 1 && outer.stat("source", "lane_mount_points") == 2
+    });
+    assert!(
+        learned,
+        "the filesystem mounted since the start was not learned from the mount table"
+    );
+    assert_eq!(fs::read(outer.at("other/f")).unwrap(), b"other");
+    let _continue = stop_when_quiet(&conn, &inner);
+    // The first lookups of the mount points' names, in the stopped
+    // filesystem: each waits, in the lane.
+    let stats: Vec<_> = ["fuse/d/new0", "fuse2/e/new1"]
+        .into_iter()
+        .map(|p| {
+            let p = outer.at(p);
+            std::thread::spawn(move || fs::symlink_metadata(p).map_err(|e| e.raw_os_error()))
+        })
+        .collect();
+    let sent = eventually(Duration::from_secs(10), || waiting(&conn) >= 2);
+    if !sent {
+        signal(&inner, libc::SIGCONT);
+        panic!("the two lookups never reached the daemon ({} waiting)", waiting(&conn));
+    }
+    let (tx, rx) = mpsc::channel();
+    let p = outer.at("other/f");
+    let other = std::thread::spawn(move || tx.send(fs::read(p).ok()).unwrap());
+    let answered = rx.recv_timeout(Duration::from_secs(5));
+    signal(&inner, libc::SIGCONT);
+    other.join().unwrap();
+    for s in stats {
+        assert_eq!(
+            s.join().unwrap().map(|_| ()),
+            Err(Some(libc::ENOENT)),
+            "a lookup in the continued filesystem"
+        );
+    }
+    assert_eq!(
+        answered,
+        Ok(Some(b"other".to_vec())),
+        "a read elsewhere in the mount waited for the filesystem mounted since the start"
+    );
+    // Unmounted: the names leave the lanes from the mount table too.
+    drop(bind2);
+    let left = eventually(Duration::from_secs(5), || {
+        outer.stat("source", "lane_mount_points") == 1
+    });
+    assert!(left, "an unmounted mount point kept its record");
+    drop(outer);
+    drop(bind);
     drop(inner);
 }
 
