@@ -676,7 +676,7 @@ impl Inode {
     }
 }
 
-type InoShard = RwLock<HashMap<u64, Arc<Inode>>>;
+type InoShard = RwLock<crate::ids::IdMap<u64, Arc<Inode>>>;
 type KeyShard = Mutex<HashMap<Key, Weak<Inode>>>;
 type HandleShard = Mutex<HashMap<Box<[u8]>, Weak<Inode>>>;
 
@@ -751,7 +751,7 @@ impl InodeTable {
     pub fn new(root_fd: OwnedFd, pool_capacity: usize, use_handles: bool) -> FsResult<(Self, Arc<Inode>)> {
         let st = sys::fstat(root_fd.as_fd())?;
         let table = Self {
-            by_ino: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            by_ino: (0..SHARDS).map(|_| RwLock::new(crate::ids::IdMap::default())).collect(),
             by_key: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             next_ino: AtomicU64::new(ROOT_INO + 1),
             mounts: RwLock::new(HashMap::new()),

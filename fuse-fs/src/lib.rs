@@ -52,6 +52,7 @@ pub mod error;
 pub mod fault;
 pub mod fs;
 mod fuse;
+pub mod ids;
 pub mod inode;
 pub mod inval;
 pub mod listing;

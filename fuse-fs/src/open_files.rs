@@ -117,7 +117,7 @@ pub struct OpenDir {
 }
 
 /// A sharded table of open handles (no lock covers all of them).
-type Shard<T> = RwLock<HashMap<u64, Arc<T>>>;
+type Shard<T> = RwLock<crate::ids::IdMap<u64, Arc<T>>>;
 
 /// File handles -> open files or directories.
 #[derive(Debug)]
@@ -129,7 +129,7 @@ pub struct Handles<T> {
 impl<T> Default for Handles<T> {
     fn default() -> Self {
         Self {
-            shards: (0..32).map(|_| RwLock::new(HashMap::new())).collect(),
+            shards: (0..32).map(|_| RwLock::new(crate::ids::IdMap::default())).collect(),
             next: AtomicU64::new(1),
         }
     }

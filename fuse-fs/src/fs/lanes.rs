@@ -72,7 +72,7 @@ use std::collections::{HashMap, HashSet};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::error::FsResult;
 use crate::inode::Inode;
@@ -179,15 +179,49 @@ pub(super) struct Lanes {
     /// Set once one is known: until then no request needs a look.
     any: AtomicBool,
     /// Their devices.
-    devs: parking_lot::RwLock<HashSet<u64>>,
+    devs: parking_lot::RwLock<crate::ids::IdSet<u64>>,
+    /// Bit [`bit`] of each device ever in `devs`: a request on a device
+    /// whose bit is clear is on none, known without taking `devs`'s lock,
+    /// whose count every worker would write (a filter: bits are never
+    /// cleared, and a set one only means a look under the lock).
+    dev_bits: AtomicU64,
     /// Mount points by their directory's `(st_dev, st_ino)`.
-    crossings: parking_lot::RwLock<HashMap<(u64, u64), Crossings>>,
+    crossings: parking_lot::RwLock<crate::ids::IdMap<(u64, u64), Crossings>>,
+    /// Bit [`bit`] of each directory ever in `crossings`, as `dev_bits`.
+    dir_bits: AtomicU64,
     /// When the mount table was last read to forget filesystems no longer
     /// mounted ([`Fs::forget_unmounted`]).
     checked: parking_lot::Mutex<Option<std::time::Instant>>,
 }
 
+/// The bit of `key` in the filters [`Lanes::dev_bits`] and
+/// [`Lanes::dir_bits`]: its top six bits after a multiplication by an odd
+/// constant (Fibonacci hashing), which mixes every bit of the key into them.
+fn bit(key: u64) -> u64 {
+    1 << (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58)
+}
+
+/// A directory's key folded to one word for [`bit`].
+fn dir_word((dev, ino): (u64, u64)) -> u64 {
+    dev.rotate_left(32) ^ ino
+}
+
 impl Lanes {
+    /// Whether device `dev` may have a lane (its filter bit is set).
+    fn may_be_lane(&self, dev: u64) -> bool {
+        // Relaxed: a filter. A device given a lane concurrently with this
+        // load may be missed, as a request that came a moment earlier
+        // would; its bit is set before its lane first holds a request.
+        self.dev_bits.load(Ordering::Relaxed) & bit(dev) != 0
+    }
+
+    /// Whether directory `dir` may hold a recorded mount point (as
+    /// [`may_be_lane`](Self::may_be_lane)).
+    fn may_hold_crossings(&self, dir: (u64, u64)) -> bool {
+        // Relaxed: as in `may_be_lane`.
+        self.dir_bits.load(Ordering::Relaxed) & bit(dir_word(dir)) != 0
+    }
+
     /// Whether `p` is recorded as it is.
     fn placed(&self, p: &LanePlace) -> bool {
         self.crossings.read().get(&p.dir).is_some_and(|names| {
@@ -418,6 +452,9 @@ impl Fs {
             return;
         }
         let l = &self.lanes;
+        // Relaxed: see `Lanes::may_be_lane`.
+        l.dev_bits.fetch_or(bit(dev), Ordering::Relaxed);
+        l.dir_bits.fetch_or(bit(dir_word(dir)), Ordering::Relaxed);
         if l.devs.write().insert(dev) {
             tracing::info!(
                 name = %String::from_utf8_lossy(name),
@@ -463,7 +500,7 @@ impl Fs {
             return Some(dev);
         }
         let dev = inode.key.0;
-        l.devs.read().contains(&dev).then_some(dev)
+        (l.may_be_lane(dev) && l.devs.read().contains(&dev)).then_some(dev)
     }
 
     /// Whether an object on device `a` and a directory on device `b` are
@@ -473,8 +510,9 @@ impl Fs {
     /// overlayfs source a file's `st_dev` may differ from its directory's
     /// while both are on the one filesystem.
     pub(super) fn across_lanes(&self, a: u64, b: u64) -> bool {
-        a != b && self.lanes.any.load(Ordering::Relaxed) && {
-            let devs = self.lanes.devs.read();
+        let l = &self.lanes;
+        a != b && l.any.load(Ordering::Relaxed) && (l.may_be_lane(a) || l.may_be_lane(b)) && {
+            let devs = l.devs.read();
             devs.contains(&a) || devs.contains(&b)
         }
     }
@@ -504,7 +542,7 @@ impl Fs {
     /// recorded (the mount table not read).
     fn recorded(&self, dir: &Inode, name: &[u8]) -> Option<u64> {
         let l = &self.lanes;
-        if !l.any.load(Ordering::Relaxed) {
+        if !l.any.load(Ordering::Relaxed) || !l.may_hold_crossings(dir.key) {
             return None;
         }
         l.crossings

@@ -2,7 +2,7 @@
 //! pinned descriptor: opened on demand (`open_by_handle_at`, or by name),
 //! evicted by CLOCK.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +23,7 @@ pub struct FdPool {
 
 #[derive(Debug, Default)]
 struct PoolShard {
-    map: HashMap<u64, (Arc<OwnedFd>, bool)>,
+    map: crate::ids::IdMap<u64, (Arc<OwnedFd>, bool)>,
     clock: VecDeque<u64>,
 }
 
