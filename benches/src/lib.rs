@@ -351,10 +351,13 @@ pub fn live_bytes() -> usize {
 
 /// Runs crossbeam-epoch's deferred destructors that are due (a few hundred
 /// pins and flushes of the global collector), so that a footprint taken
-/// next does not count garbage still waiting for its grace period.
+/// next does not count garbage still waiting for its grace period: both
+/// this thread's bags, the one the cache crates share (`rcu::flush`) and
+/// crossbeam's own participant's, which the peers (congee) defer into.
 pub fn collect_epoch_garbage() {
     for _ in 0..512 {
         rcu::flush();
+        crossbeam_epoch::pin().flush();
     }
 }
 

@@ -423,6 +423,19 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         workers: threads,
         mirror_flags: crate::fs::submounts::enforced_by(&options),
     };
+    // Opened before `Fs::new` reads the mount table, so that a change
+    // made after that read is reported to the lanes' thread (below).
+    let table_watch = if opts.io_uring == IoUring::Off {
+        crate::mount_table::MountTableWatch::open()
+            .inspect_err(|e| {
+                tracing::warn!(
+                    "cannot watch the mount table ({e}): filesystems mounted under the source from now on get lanes only once entered"
+                );
+            })
+            .ok()
+    } else {
+        None
+    };
     let fs = Arc::new(
         Fs::new(&opts.source, cfg).map_err(|e| anyhow::anyhow!("opening source {}: {e}", opts.source.display()))?,
     );
@@ -540,12 +553,19 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     }
     // The lanes (`/dev/fuse` workers only) kept in step with the mount
     // table: filesystems mounted under the source from now on get theirs
-    // before anything enters them (`fs/lanes.rs`).
-    if opts.io_uring == IoUring::Off {
-        let (stop, f) = (stop.clone(), fs.clone());
-        spawn(&mut workers, "rcufs-mounts", "the mount table's thread", move || {
-            f.lane_mounts_worker(&stop);
-        })?;
+    // before anything enters them (`fs/lanes.rs`). Not joined at unmount
+    // (see `Fs::lane_mounts_worker`); without it, lanes are learned at
+    // crossings only.
+    if let Some(watch) = table_watch {
+        let (stop, f) = (stop.clone(), Arc::downgrade(&fs));
+        let started = std::thread::Builder::new()
+            .name("rcufs-mounts".into())
+            .spawn(move || Fs::lane_mounts_worker(&f, &watch, &stop));
+        if let Err(e) = started {
+            tracing::warn!(
+                "cannot start the mount table's thread ({e}): filesystems mounted under the source from now on get lanes only once entered"
+            );
+        }
     }
     Ok(Mounted {
         mountpoint: opts.mountpoint,

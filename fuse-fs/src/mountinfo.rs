@@ -24,6 +24,9 @@ pub struct MountEntry {
     /// The mount's id (the kernel may give it to a later mount once this
     /// one is gone).
     pub id: u64,
+    /// The id of the mount it is mounted on (its own id for the root of
+    /// the namespace).
+    pub parent_id: u64,
     /// The device number, `(major, minor)`.
     pub dev: (u32, u32),
     /// The directory of the mounted filesystem that is mounted (`/` unless a bind mount).
@@ -53,7 +56,7 @@ fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
     let (left, right) = line.split_once(" - ")?;
     let mut l = left.split(' ');
     let id = l.next()?.parse().ok()?;
-    let _parent = l.next()?;
+    let parent_id = l.next()?.parse().ok()?;
     let (major, minor) = l.next()?.split_once(':')?;
     let root = unescape(l.next()?);
     let mount_point = unescape(l.next()?);
@@ -62,6 +65,7 @@ fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
     let source = String::from_utf8_lossy(&unescape_bytes(r.next().unwrap_or(""))).into_owned();
     Some(MountEntry {
         id,
+        parent_id,
         dev: (major.parse().ok()?, minor.parse().ok()?),
         root,
         mount_point,
@@ -93,6 +97,21 @@ fn unescape_bytes(s: &str) -> Vec<u8> {
 fn unescape(s: &str) -> PathBuf {
     use std::os::unix::ffi::OsStringExt;
     PathBuf::from(std::ffi::OsString::from_vec(unescape_bytes(s)))
+}
+
+/// The ids of the mounts that another mount covers: one mounted on a
+/// mount's root at the same mount point hides it from lookups. (Not the
+/// list's order: since Linux 6.8 the table lists mounts by creation, and a
+/// mount moved onto a directory already mounted over, or slipped beneath
+/// one, is on top of a mount created after it.)
+pub fn covered(mounts: &[MountEntry]) -> std::collections::HashSet<u64> {
+    let by_id: std::collections::HashMap<u64, &MountEntry> = mounts.iter().map(|m| (m.id, m)).collect();
+    mounts
+        .iter()
+        .filter(|m| m.parent_id != m.id)
+        .filter_map(|m| by_id.get(&m.parent_id).filter(|p| p.mount_point == m.mount_point))
+        .map(|p| p.id)
+        .collect()
 }
 
 /// Reads and parses this process's mount table.

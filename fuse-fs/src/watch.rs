@@ -845,6 +845,7 @@ mod tests {
     fn the_filesystems_under_a_source_are_its_own_and_the_mounts_below() {
         let m = |dev: (u32, u32), point: &str, fstype: &str| MountEntry {
             id: 0,
+            parent_id: 1,
             dev,
             root: "/".into(),
             mount_point: point.into(),

@@ -48,6 +48,7 @@ fn stats_table_shows_every_counter() {
         "future": {"thing": 5}, "kernel_cache": true}"#;
     let mount = MountEntry {
         id: 0,
+        parent_id: 1,
         dev: (0, 52),
         root: PathBuf::from("/"),
         mount_point: PathBuf::from("/tmp/my mount"),

@@ -55,6 +55,9 @@
 //!   (one mounted under another such filesystem's mount point is not
 //!   recorded from the table, so as not to `stat` its directory, and its
 //!   crossing waits in the outer one's lane);
+//! - a mount moved to a place under another such mount's mount point,
+//!   or onto a directory whose `stat` fails, keeps the record of its old
+//!   place;
 //! - requests served over io_uring (their replies go through their queue
 //!   entry: `--io-uring` mounts have no lanes);
 //! - the kernel's own locks on the mirror's directories, held by a request
@@ -68,7 +71,7 @@
 //! filesystem's inodes do not: unmounted lazily, it still serves what the
 //! kernel holds under it).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -138,8 +141,10 @@ struct LanePlace {
 struct LaneMounts {
     /// The mounts on top of their mount points that could be placed.
     places: Vec<LanePlace>,
-    /// The ids of those mounted over.
+    /// The ids of the mounts mounted over.
     covered: HashSet<u64>,
+    /// The ids of the mounts outside the source.
+    outside: HashSet<u64>,
 }
 
 /// Whether a filesystem whose mount-table type is `fstype` can stop
@@ -264,34 +269,25 @@ impl Fs {
     }
 
     /// The mounts of filesystems that can stop answering under `source`
-    /// in the table `mounts`: those on top of their mount points, placed
-    /// by their directory's `stat` (not a directory under another such
-    /// mount, whose `stat` could wait on that one), and the ids of those
-    /// mounted over.
+    /// in the table `mounts`: those not mounted over, placed by their
+    /// directory's `stat` (not a directory under another such mount, whose
+    /// `stat` could wait on that one); and the ids of the mounts mounted
+    /// over, and of those outside the source.
     fn lane_mounts(&self, mounts: &[crate::mountinfo::MountEntry], source: &Path) -> LaneMounts {
-        // The mounts a lookup reaches: of several on one mount point, the
-        // last listed (the one on top).
-        let last: HashMap<&Path, usize> = mounts
-            .iter()
-            .enumerate()
-            .map(|(i, m)| (m.mount_point.as_path(), i))
-            .collect();
-        let on_top = |i: usize, m: &crate::mountinfo::MountEntry| last.get(m.mount_point.as_path()) == Some(&i);
-        let covered = mounts
-            .iter()
-            .enumerate()
-            .filter(|&(i, m)| !on_top(i, m))
-            .map(|(_, m)| m.id)
-            .collect();
-        let under: Vec<_> = mounts
-            .iter()
-            .enumerate()
-            .filter(|&(i, m)| may_stop_fstype(&m.fstype) && on_top(i, m))
-            .filter_map(|(_, m)| {
-                let rel = m.mount_point.strip_prefix(source).ok()?;
-                (!rel.as_os_str().is_empty()).then(|| (rel.to_path_buf(), m))
-            })
-            .collect();
+        let covered = crate::mountinfo::covered(mounts);
+        let mut outside = HashSet::new();
+        let mut under = Vec::new();
+        for m in mounts {
+            match m.mount_point.strip_prefix(source) {
+                Err(_) => {
+                    outside.insert(m.id);
+                }
+                Ok(rel) if !rel.as_os_str().is_empty() && may_stop_fstype(&m.fstype) && !covered.contains(&m.id) => {
+                    under.push((rel.to_path_buf(), m));
+                }
+                Ok(_) => {}
+            }
+        }
         let mut places = Vec::new();
         for (rel, m) in &under {
             let (Some(dir), Some(name)) = (rel.parent(), rel.file_name()) else {
@@ -311,16 +307,22 @@ impl Fs {
                 fstype: m.fstype.clone(),
             });
         }
-        LaneMounts { places, covered }
+        LaneMounts {
+            places,
+            covered,
+            outside,
+        }
     }
 
     /// The mount table changed ([`crate::mount_table`]): learns the
     /// filesystems that can stop answering mounted under the source since
     /// (before any lookup enters one, so that one already stopped gets its
     /// lane too), and forgets the mount points whose mount is gone, moved
-    /// elsewhere (`mount --move`, even onto a directory of the same name),
-    /// or mounted over. A record whose mount the table shows but could not
-    /// be placed (its directory's `stat` failed) is kept.
+    /// elsewhere (`mount --move`, out of the source or to another place in
+    /// it, even onto a directory of the same name), or mounted over. A
+    /// record whose mount is still under the source but could not be
+    /// placed (its directory's `stat` failed, or it lies under another
+    /// such mount, where only a crossing records it) is kept.
     pub fn relearn_lanes(&self) {
         let Ok(mounts) = crate::mountinfo::mounts() else {
             return;
@@ -328,9 +330,18 @@ impl Fs {
         let Some(source) = self.source_path() else {
             return;
         };
+        let l = &self.lanes;
+        if !l.any.load(Ordering::Relaxed)
+            && !mounts
+                .iter()
+                .any(|m| may_stop_fstype(&m.fstype) && m.mount_point.starts_with(&source))
+        {
+            // Nothing recorded, nothing to learn.
+            return;
+        }
         let found = self.lane_mounts(&mounts, &source);
         for p in &found.places {
-            if self.lanes.placed(p) {
+            if l.placed(p) {
                 continue;
             }
             self.note_lane(
@@ -343,9 +354,11 @@ impl Fs {
         let placed: HashSet<u64> = found.places.iter().map(|p| p.id).collect();
         let at: HashSet<((u64, u64), &[u8], u64)> = found.places.iter().map(|p| (p.dir, &*p.name, p.id)).collect();
         let elsewhere = |dir: (u64, u64), name: &[u8], id: u64| {
-            id != 0 && (found.covered.contains(&id) || (placed.contains(&id) && !at.contains(&(dir, name, id))))
+            id != 0
+                && (found.covered.contains(&id)
+                    || found.outside.contains(&id)
+                    || (placed.contains(&id) && !at.contains(&(dir, name, id))))
         };
-        let l = &self.lanes;
         let any_elsewhere = l
             .crossings
             .read()
@@ -370,7 +383,8 @@ impl Fs {
                 "mount points under the source moved away or mounted over: their names leave the lanes"
             );
         }
-        self.forget_unmounted(true);
+        *l.checked.lock() = Some(std::time::Instant::now());
+        self.forget_unmounted_in(&mounts);
     }
 
     /// The source's path now (its root descriptor's, which follows a
@@ -381,25 +395,28 @@ impl Fs {
         std::fs::read_link(format!("/proc/self/fd/{}", root.as_raw_fd())).ok()
     }
 
-    /// The thread that keeps the lanes in step with the mount table
-    /// ([`Fs::relearn_lanes`] after each change, at most 10 times a
-    /// second), until `stop` is set (seen within 250 ms).
-    pub fn lane_mounts_worker(&self, stop: &AtomicBool) {
-        let watch = match crate::mount_table::MountTableWatch::open() {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::warn!(
-                    "cannot watch the mount table ({e}): filesystems mounted under the source from now on get lanes only once entered"
-                );
-                return;
-            }
-        };
+    /// The thread that keeps the lanes of `fs` in step with the mount
+    /// table: [`Fs::relearn_lanes`] after each change `watch` reports (at
+    /// most 10 times a second), until `stop` is set (seen within 250 ms) or
+    /// the filesystem is gone. It holds the filesystem only while it
+    /// relearns, and is not joined at unmount: a `stat` of a mount point's
+    /// directory that waited on a filesystem that stopped answering would
+    /// otherwise hold the unmount too.
+    pub fn lane_mounts_worker(
+        fs: &std::sync::Weak<Fs>,
+        watch: &crate::mount_table::MountTableWatch,
+        stop: &AtomicBool,
+    ) {
         // Relaxed: a request to end, which publishes nothing.
         while !stop.load(Ordering::Relaxed) {
             match watch.wait(std::time::Duration::from_millis(250)) {
                 Ok(false) => {}
                 Ok(true) => {
-                    self.relearn_lanes();
+                    let Some(fs) = fs.upgrade() else {
+                        return;
+                    };
+                    fs.relearn_lanes();
+                    drop(fs);
                     // A burst of changes (a container starting) is learned
                     // once more at the end of the pause, not once each.
                     std::thread::sleep(std::time::Duration::from_millis(100));
@@ -567,9 +584,14 @@ impl Fs {
             }
             *checked = Some(std::time::Instant::now());
         }
-        let Ok(mounts) = crate::mountinfo::mounts() else {
-            return;
-        };
+        if let Ok(mounts) = crate::mountinfo::mounts() {
+            self.forget_unmounted_in(&mounts);
+        }
+    }
+
+    /// [`forget_unmounted`](Self::forget_unmounted) by the table `mounts`.
+    fn forget_unmounted_in(&self, mounts: &[crate::mountinfo::MountEntry]) {
+        let l = &self.lanes;
         // A record is kept while its mount is in the table (its id, with
         // its device: an id the kernel gave a later mount of another
         // filesystem does not keep it) on a directory of its name (a mount

@@ -46,3 +46,31 @@ fn this_process_has_a_root_mount() {
     let all = mounts().unwrap();
     assert!(all.iter().any(|m| m.mount_point == Path::new("/")), "{all:?}");
 }
+
+/// A mount is covered by one mounted on it at the same point, whatever
+/// the order of the list (an older mount moved on top of a newer one
+/// comes first), and not by one mounted on it elsewhere.
+#[test]
+fn covered_mounts_are_told_by_parent_not_by_order() {
+    let m = parse_mountinfo(
+        "\
+22 1 8:1 / / rw - ext4 /dev/sda1 rw
+30 41 0:60 / /src/x rw - nfs srv:/a rw
+41 22 0:61 / /src/x rw - tmpfs none rw
+42 22 0:62 / /src/y rw - nfs srv:/b rw
+43 42 0:63 / /src/y/inner rw - tmpfs none rw
+",
+    );
+    let covered = covered(&m);
+    assert!(
+        covered.contains(&41),
+        "the tmpfs under the NFS moved on top of it: {covered:?}"
+    );
+    assert!(!covered.contains(&30));
+    assert!(
+        !covered.contains(&42),
+        "a mount below another's mount point is not covered by it"
+    );
+    assert!(!covered.contains(&22), "the root is its own parent in no sense here");
+    assert_eq!(covered.len(), 1, "{covered:?}");
+}

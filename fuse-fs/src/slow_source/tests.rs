@@ -7,6 +7,7 @@ use crate::mountinfo::MountEntry;
 fn m(mount_point: &str, fstype: &str) -> MountEntry {
     MountEntry {
         id: 0,
+        parent_id: 1,
         dev: (0, 0),
         root: PathBuf::from("/"),
         mount_point: PathBuf::from(mount_point),

@@ -372,7 +372,7 @@ fn a_killed_caller_of_a_request_queued_in_a_lane_goes_at_once() {
 /// the same filesystem stays mounted on a directory of the same name
 /// elsewhere (before, records were matched by device and last name), and
 /// one moved onto a directory of the same name elsewhere leaves its old
-/// place for the new one.
+/// place for the new one, or for none once moved out of the source.
 #[test]
 fn mount_points_are_recorded_by_mount_not_by_name() {
     let Some(inner) = Mount::with(&[], |src| write_tree(src, &[("keep", b"keep")])) else {
@@ -431,11 +431,30 @@ fn mount_points_are_recorded_by_mount_not_by_name() {
         outer.stat("source", "lane_mount_points")
     );
     assert!(fs::read_dir(outer.at("a/x")).unwrap().next().is_none());
+    // Moved again, out of the source onto a directory of the same name:
+    // its record leaves, though a mount of that id and device is still on
+    // a directory named `x`.
+    let out = tempfile::tempdir().unwrap();
+    let private_out = Submount::bind(out.path(), out.path());
+    private_out.make_private();
+    fs::create_dir(out.path().join("x")).unwrap();
+    a.move_to(&out.path().join("x"));
+    let left = eventually(Duration::from_secs(5), || {
+        outer.stat("source", "lane_mount_points") == 0
+    });
+    assert!(
+        left,
+        "a mount point moved out of the source kept its record ({} recorded)",
+        outer.stat("source", "lane_mount_points")
+    );
+    assert!(fs::read_dir(outer.at("c/x")).unwrap().next().is_none());
+    fs::remove_dir(outer.at("c/x")).unwrap();
     fs::remove_dir(outer.at("a/x")).unwrap();
     drop(outer);
     drop(over);
     drop(hidden);
     drop(a);
+    drop(private_out);
     drop(private);
     drop(inner);
 }
