@@ -99,18 +99,42 @@ fn unescape(s: &str) -> PathBuf {
     PathBuf::from(std::ffi::OsString::from_vec(unescape_bytes(s)))
 }
 
-/// The ids of the mounts that another mount covers: one mounted on a
-/// mount's root at the same mount point hides it from lookups. (Not the
-/// list's order: since Linux 6.8 the table lists mounts by creation, and a
-/// mount moved onto a directory already mounted over, or slipped beneath
-/// one, is on top of a mount created after it.)
-pub fn covered(mounts: &[MountEntry]) -> std::collections::HashSet<u64> {
+/// The ids of the mounts that `which` picks that lookups cannot reach:
+/// another mount, not one they are mounted on (directly or further up),
+/// sits at their mount point or at a directory above it. That is one
+/// mounted on a mount's root at the same point (not told by the list's
+/// order: since Linux 6.8 the table lists mounts by creation, and a mount
+/// moved onto a directory already mounted over, or slipped beneath one,
+/// is on top of a mount created after it), or one mounted over a
+/// directory that holds the mount point. Each picked mount is compared
+/// with every other, so `which` should pick few.
+pub fn hidden(mounts: &[MountEntry], which: impl Fn(&MountEntry) -> bool) -> std::collections::HashSet<u64> {
     let by_id: std::collections::HashMap<u64, &MountEntry> = mounts.iter().map(|m| (m.id, m)).collect();
+    // Whether `a` is `m`'s parent, or its parent's, and so on.
+    let below = |m: &MountEntry, a: u64| {
+        let mut cur = m;
+        // The chain is bounded by the table (a namespace's root may name a
+        // parent outside it).
+        for _ in 0..mounts.len() {
+            if cur.parent_id == a {
+                return true;
+            }
+            match by_id.get(&cur.parent_id) {
+                Some(p) if p.id != cur.id => cur = p,
+                _ => return false,
+            }
+        }
+        false
+    };
     mounts
         .iter()
-        .filter(|m| m.parent_id != m.id)
-        .filter_map(|m| by_id.get(&m.parent_id).filter(|p| p.mount_point == m.mount_point))
-        .map(|p| p.id)
+        .filter(|m| which(m))
+        .filter(|m| {
+            mounts
+                .iter()
+                .any(|n| n.id != m.id && m.mount_point.starts_with(&n.mount_point) && !below(m, n.id))
+        })
+        .map(|m| m.id)
         .collect()
 }
 

@@ -102,6 +102,12 @@ fn statx_mount_id_of(dirfd: libc::c_int, name: &CStr, mask: u32) -> FsResult<u64
     Ok(stx.stx_mnt_id)
 }
 
+/// The id `/proc/self/mountinfo` shows for the mount `fd` is on (asks
+/// the filesystem nothing; an error before Linux 5.8).
+pub fn mount_id_of(fd: BorrowedFd<'_>) -> FsResult<u64> {
+    statx_mount_id_of(fd.as_raw_fd(), EMPTY, libc::STATX_MNT_ID)
+}
+
 /// Where a mount is, as [`statmount`] says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountAt {

@@ -55,9 +55,9 @@
 //!   (one mounted under another such filesystem's mount point is not
 //!   recorded from the table, so as not to `stat` its directory, and its
 //!   crossing waits in the outer one's lane);
-//! - a mount moved to a place under another such mount's mount point,
-//!   or onto a directory whose `stat` fails, keeps the record of its old
-//!   place;
+//! - a mount moved onto a directory of the same name under another such
+//!   mount's mount point, or onto one whose directory's `stat` fails,
+//!   keeps the record of its old place;
 //! - requests served over io_uring (their replies go through their queue
 //!   entry: `--io-uring` mounts have no lanes);
 //! - the kernel's own locks on the mirror's directories, held by a request
@@ -141,7 +141,8 @@ struct LanePlace {
 struct LaneMounts {
     /// The mounts on top of their mount points that could be placed.
     places: Vec<LanePlace>,
-    /// The ids of the mounts mounted over.
+    /// The ids of the mounts of filesystems that can stop answering that
+    /// lookups cannot reach (`mountinfo::hidden`).
     covered: HashSet<u64>,
     /// The ids of the mounts outside the source.
     outside: HashSet<u64>,
@@ -214,9 +215,11 @@ fn dir_word((dev, ino): (u64, u64)) -> u64 {
 impl Lanes {
     /// Whether device `dev` may have a lane (its filter bit is set).
     fn may_be_lane(&self, dev: u64) -> bool {
-        // Relaxed: a filter. A device given a lane concurrently with this
-        // load may be missed, as a request that came a moment earlier
-        // would; its bit is set before its lane first holds a request.
+        // Relaxed: a filter. Whether a request that races the learning of
+        // a lane (its bit set, then its record inserted under the lock)
+        // is put in it is open either way, as it was when `any` alone
+        // was checked before the lock: a request that came a moment
+        // earlier would not have been.
         self.dev_bits.load(Ordering::Relaxed) & bit(dev) != 0
     }
 
@@ -274,7 +277,7 @@ impl Fs {
     /// `stat` could wait on that one); and the ids of the mounts mounted
     /// over, and of those outside the source.
     fn lane_mounts(&self, mounts: &[crate::mountinfo::MountEntry], source: &Path) -> LaneMounts {
-        let covered = crate::mountinfo::covered(mounts);
+        let covered = crate::mountinfo::hidden(mounts, |m| may_stop_fstype(&m.fstype));
         let mut outside = HashSet::new();
         let mut under = Vec::new();
         for m in mounts {
@@ -327,7 +330,7 @@ impl Fs {
         let Ok(mounts) = crate::mountinfo::mounts() else {
             return;
         };
-        let Some(source) = self.source_path() else {
+        let Some(source) = self.source_path(&mounts) else {
             return;
         };
         let l = &self.lanes;
@@ -389,10 +392,23 @@ impl Fs {
 
     /// The source's path now (its root descriptor's, which follows a
     /// rename of a directory above it).
-    fn source_path(&self) -> Option<std::path::PathBuf> {
+    ///
+    /// Decoded as `mountinfo::mounts` decodes the table (lossily), so that
+    /// a component that is not UTF-8 compares equal on both sides; and
+    /// only when the mount the root is on is in `mounts` at a prefix of
+    /// that path, so that a path the table cannot be matched with (the
+    /// source deleted, or reached through another root) makes no mount
+    /// look outside the source.
+    fn source_path(&self, mounts: &[crate::mountinfo::MountEntry]) -> Option<std::path::PathBuf> {
         use std::os::fd::AsRawFd;
         let root = self.table.path_fd(&self.root).ok()?;
-        std::fs::read_link(format!("/proc/self/fd/{}", root.as_raw_fd())).ok()
+        let raw = std::fs::read_link(format!("/proc/self/fd/{}", root.as_raw_fd())).ok()?;
+        let path = std::path::PathBuf::from(String::from_utf8_lossy(raw.as_os_str().as_bytes()).into_owned());
+        let id = sys::mount_id_of(root.as_fd()).ok()?;
+        mounts
+            .iter()
+            .any(|m| m.id == id && path.starts_with(&m.mount_point))
+            .then_some(path)
     }
 
     /// The thread that keeps the lanes of `fs` in step with the mount
@@ -401,7 +417,10 @@ impl Fs {
     /// the filesystem is gone. It holds the filesystem only while it
     /// relearns, and is not joined at unmount: a `stat` of a mount point's
     /// directory that waited on a filesystem that stopped answering would
-    /// otherwise hold the unmount too.
+    /// otherwise hold the unmount too. (Such a `stat` keeps the filesystem,
+    /// and so its descriptors of the source, until it returns: a source
+    /// that is itself a network filesystem whose server went away stays
+    /// busy for its own unmount until then.)
     pub fn lane_mounts_worker(
         fs: &std::sync::Weak<Fs>,
         watch: &crate::mount_table::MountTableWatch,
@@ -517,7 +536,9 @@ impl Fs {
             return Some(dev);
         }
         let dev = inode.key.0;
-        (l.may_be_lane(dev) && l.devs.read().contains(&dev)).then_some(dev)
+        // The source's own device never has a lane (`note_lane`): no
+        // look at the filter, whose bit it may share with a lane's.
+        (dev != self.root.key.0 && l.may_be_lane(dev) && l.devs.read().contains(&dev)).then_some(dev)
     }
 
     /// Whether an object on device `a` and a directory on device `b` are

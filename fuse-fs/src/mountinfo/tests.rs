@@ -47,30 +47,40 @@ fn this_process_has_a_root_mount() {
     assert!(all.iter().any(|m| m.mount_point == Path::new("/")), "{all:?}");
 }
 
-/// A mount is covered by one mounted on it at the same point, whatever
+/// A mount is hidden by one mounted on it at the same point, whatever
 /// the order of the list (an older mount moved on top of a newer one
-/// comes first), and not by one mounted on it elsewhere.
+/// comes first), and by one mounted over a directory above it; not by one
+/// it is mounted on, directly or further up, nor by one elsewhere.
 #[test]
-fn covered_mounts_are_told_by_parent_not_by_order() {
+fn hidden_mounts_are_told_by_parents_not_by_order() {
     let m = parse_mountinfo(
         "\
 22 1 8:1 / / rw - ext4 /dev/sda1 rw
 30 41 0:60 / /src/x rw - nfs srv:/a rw
 41 22 0:61 / /src/x rw - tmpfs none rw
 42 22 0:62 / /src/y rw - nfs srv:/b rw
-43 42 0:63 / /src/y/inner rw - tmpfs none rw
+43 42 0:63 / /src/y/inner rw - nfs srv:/c rw
+44 22 0:64 / /src/z/deep rw - nfs srv:/d rw
+45 22 0:65 / /src/z rw - tmpfs none rw
+46 22 0:66 / /other rw - nfs srv:/e rw
 ",
     );
-    let covered = covered(&m);
+    let hidden = hidden(&m, |_| true);
     assert!(
-        covered.contains(&41),
-        "the tmpfs under the NFS moved on top of it: {covered:?}"
+        hidden.contains(&41),
+        "the tmpfs under the NFS moved on top of it: {hidden:?}"
     );
-    assert!(!covered.contains(&30));
     assert!(
-        !covered.contains(&42),
-        "a mount below another's mount point is not covered by it"
+        hidden.contains(&44),
+        "an NFS under a tmpfs mounted over a directory above it: {hidden:?}"
     );
-    assert!(!covered.contains(&22), "the root is its own parent in no sense here");
-    assert_eq!(covered.len(), 1, "{covered:?}");
+    for id in [22, 30, 42, 43, 45, 46] {
+        assert!(!hidden.contains(&id), "{id} is reachable: {hidden:?}");
+    }
+    let picked = super::hidden(&m, |e| e.fstype == "nfs");
+    assert_eq!(
+        picked.into_iter().collect::<Vec<_>>(),
+        [44],
+        "only the picked mounts are told"
+    );
 }

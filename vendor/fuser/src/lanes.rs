@@ -144,7 +144,12 @@ impl LaneHasher {
 
 impl Hasher for LaneHasher {
     fn finish(&self) -> u64 {
-        self.0
+        // The multiplication leaves the low bits (which pick the bucket)
+        // depending on the key's low bits alone: keys that differ only
+        // above them (devices 8:0 and 9:0) would share a bucket. The
+        // rotation brings the well-mixed high bits down, as rustc's
+        // `FxHasher` does since 2.0.
+        self.0.rotate_left(26)
     }
 
     fn write(&mut self, bytes: &[u8]) {
@@ -412,6 +417,18 @@ fn fatal_pending(status: &str) -> bool {
 #[cfg(test)]
 mod test {
     use super::*;
+
+    /// Device numbers that differ only above the low bits (8:0, 9:0, ...:
+    /// a major number is shifted left by 8) still differ in the low bits
+    /// of their hashes, which pick a bucket.
+    #[test]
+    fn lane_keys_differing_high_spread_over_buckets() {
+        use std::hash::BuildHasher;
+        let b = BuildHasherDefault::<LaneHasher>::default();
+        let low: std::collections::HashSet<u64> =
+            (8u64..24).map(|major| b.hash_one(major << 8) & 0xf).collect();
+        assert!(low.len() >= 8, "16 devices fell in {} of 16 buckets", low.len());
+    }
 
     #[test]
     fn a_full_lane_queues_in_order_and_its_last_worker_runs_the_queue() {
