@@ -362,30 +362,10 @@ impl Fs {
                     || found.outside.contains(&id)
                     || (placed.contains(&id) && !at.contains(&(dir, name, id))))
         };
-        let any_elsewhere = l
-            .crossings
-            .read()
-            .iter()
-            .any(|(&dir, names)| names.iter().any(|(n, _, id)| elsewhere(dir, n, *id)));
-        if any_elsewhere {
-            let mut gone = Vec::new();
-            let mut crossings = l.crossings.write();
-            for (&dir, names) in crossings.iter_mut() {
-                names.retain(|(n, _, id)| {
-                    let keep = !elsewhere(dir, n, *id);
-                    if !keep {
-                        gone.push(String::from_utf8_lossy(n).into_owned());
-                    }
-                    keep
-                });
-            }
-            crossings.retain(|_, names| !names.is_empty());
-            drop(crossings);
-            tracing::info!(
-                ?gone,
-                "mount points under the source moved away or mounted over: their names leave the lanes"
-            );
-        }
+        self.drop_records(
+            |dir, name, _, id| elsewhere(dir, name, id),
+            "mount points under the source moved away or mounted over: their names leave the lanes",
+        );
         *l.checked.lock() = Some(std::time::Instant::now());
         self.forget_unmounted_in(&mounts);
     }
@@ -612,7 +592,6 @@ impl Fs {
 
     /// [`forget_unmounted`](Self::forget_unmounted) by the table `mounts`.
     fn forget_unmounted_in(&self, mounts: &[crate::mountinfo::MountEntry]) {
-        let l = &self.lanes;
         // A record is kept while its mount is in the table (its id, with
         // its device: an id the kernel gave a later mount of another
         // filesystem does not keep it) on a directory of its name (a mount
@@ -627,23 +606,34 @@ impl Fs {
             })
             .collect();
         let stale = |name: &[u8], dev: u64, id: u64| !mounted.contains(&(id, dev, name));
-        if !l
-            .crossings
-            .read()
-            .values()
-            .flatten()
-            .any(|(n, d, id)| stale(n, *d, *id))
-        {
-            return;
-        }
         // Only the names: a filesystem unmounted lazily keeps serving the
         // inodes the kernel holds under it (a process's working directory,
         // an open file), whose requests stay in its lane.
+        self.drop_records(
+            |_, name, dev, id| stale(name, dev, id),
+            "mount points under the source no longer mounted: their names leave the lanes",
+        );
+    }
+
+    /// Drops the records of mount points (`doomed(dir, name, dev, id)`),
+    /// and logs their names with `why` if there were any: looked for under
+    /// the read lock first, so that a table read that finds nothing to
+    /// drop takes no write lock.
+    fn drop_records(&self, doomed: impl Fn((u64, u64), &[u8], u64, u64) -> bool, why: &str) {
+        let l = &self.lanes;
+        let any = l
+            .crossings
+            .read()
+            .iter()
+            .any(|(&dir, names)| names.iter().any(|(n, dev, id)| doomed(dir, n, *dev, *id)));
+        if !any {
+            return;
+        }
         let mut crossings = l.crossings.write();
         let mut gone = Vec::new();
-        for names in crossings.values_mut() {
+        for (&dir, names) in crossings.iter_mut() {
             names.retain(|(n, dev, id)| {
-                let keep = !stale(n, *dev, *id);
+                let keep = !doomed(dir, n, *dev, *id);
                 if !keep {
                     gone.push(String::from_utf8_lossy(n).into_owned());
                 }
@@ -652,9 +642,6 @@ impl Fs {
         }
         crossings.retain(|_, names| !names.is_empty());
         drop(crossings);
-        tracing::info!(
-            ?gone,
-            "mount points under the source no longer mounted: their names leave the lanes"
-        );
+        tracing::info!(?gone, "{why}");
     }
 }

@@ -88,6 +88,79 @@ fn a_filesystem_stopped_before_its_first_lookup_holds_its_lane_not_the_mount() {
     stopped_filesystem_holds_its_lane(false, &[]);
 }
 
+/// The lookups' threads (their `lstat` results), the reader's thread, and
+/// what it read within 5 s.
+type Waiting = (
+    Vec<std::thread::JoinHandle<Result<(), Option<i32>>>>,
+    std::thread::JoinHandle<()>,
+    Result<Option<Vec<u8>>, mpsc::RecvTimeoutError>,
+);
+
+/// With the daemon of `inner` stopped, under `outer` (connection `conn`)
+/// bound at `fuse` and `fuse2`: starts a lookup of a name not cached under
+/// each (`fuse/d/new0`, `fuse2/e/new1`), waits until both reached the
+/// daemon (the kernel waits for their two answers), then reads `other/f`.
+fn lookups_wait_and_a_read_elsewhere(outer: &Mount, inner: &Mount, conn: &Path) -> Waiting {
+    let stats: Vec<_> = ["fuse/d/new0", "fuse2/e/new1"]
+        .into_iter()
+        .map(|p| {
+            let p = outer.at(p);
+            std::thread::spawn(move || fs::symlink_metadata(p).map(|_| ()).map_err(|e| e.raw_os_error()))
+        })
+        .collect();
+    let sent = eventually(Duration::from_secs(10), || waiting(conn) >= 2);
+    if !sent {
+        signal(inner, libc::SIGCONT);
+        panic!("the two lookups never reached the daemon ({} waiting)", waiting(conn));
+    }
+    let (tx, rx) = mpsc::channel();
+    let p = outer.at("other/f");
+    let other = std::thread::spawn(move || tx.send(fs::read(p).ok()).unwrap());
+    let answered = rx.recv_timeout(Duration::from_secs(5));
+    (stats, other, answered)
+}
+
+/// The filesystem that stops: another rcufs mount (a FUSE filesystem, so
+/// one that can stop answering) holding `d/keep` and `e/keep`; and a
+/// source for the mount under test, holding `fuse` and `fuse2` to bind it
+/// on, and `other/f`.
+fn stopping_and_source() -> Option<(Mount, tempfile::TempDir)> {
+    let inner = Mount::with(&[], |src| write_tree(src, &[("d/keep", b"keep"), ("e/keep", b"keep")]))?;
+    let top = tempfile::tempdir().unwrap();
+    fs::create_dir(top.path().join("fuse")).unwrap();
+    fs::create_dir(top.path().join("fuse2")).unwrap();
+    write_tree(top.path(), &[("other/f", b"other")]);
+    Some((inner, top))
+}
+
+/// Waits up to 5 s for `m` to record `n` mount points; fails with `why`.
+fn recorded_soon(m: &Mount, n: u64, why: &str) {
+    let recorded = eventually(Duration::from_secs(5), || m.stat("source", "lane_mount_points") == n);
+    assert!(recorded, "{why} ({} recorded)", m.stat("source", "lane_mount_points"));
+}
+
+/// Once the filesystem continued: each lookup of
+/// [`lookups_wait_and_a_read_elsewhere`] ended (`ENOENT`), and its read
+/// elsewhere had been answered while `what` was stopped.
+fn read_elsewhere_was_answered(
+    stats: Vec<std::thread::JoinHandle<Result<(), Option<i32>>>>,
+    answered: Result<Option<Vec<u8>>, mpsc::RecvTimeoutError>,
+    what: &str,
+) {
+    for s in stats {
+        assert_eq!(
+            s.join().unwrap(),
+            Err(Some(libc::ENOENT)),
+            "a lookup in the continued filesystem"
+        );
+    }
+    assert_eq!(
+        answered,
+        Ok(Some(b"other".to_vec())),
+        "a read elsewhere in the mount waited for {what}"
+    );
+}
+
 /// An rcufs mount with `--threads 2` over a source with another rcufs mount
 /// bound under it at `fuse` and `fuse2`, which is stopped (after a first
 /// read through the mount if `entered`); a lookup under each mount point
@@ -98,15 +171,9 @@ fn a_filesystem_stopped_before_its_first_lookup_holds_its_lane_not_the_mount() {
 /// two lookups that share a step whose entry must be looked up again
 /// would be one request. `args`: more options for the mount.
 fn stopped_filesystem_holds_its_lane(entered: bool, args: &[&str]) {
-    // The filesystem that stops: another rcufs mount, bound under the
-    // source (a FUSE filesystem, so one that can stop answering).
-    let Some(inner) = Mount::with(&[], |src| write_tree(src, &[("d/keep", b"keep"), ("e/keep", b"keep")])) else {
+    let Some((inner, top)) = stopping_and_source() else {
         return;
     };
-    let top = tempfile::tempdir().unwrap();
-    fs::create_dir(top.path().join("fuse")).unwrap();
-    fs::create_dir(top.path().join("fuse2")).unwrap();
-    write_tree(top.path(), &[("other/f", b"other")]);
     let bind = Submount::bind(&inner.mnt, &top.path().join("fuse"));
     let bind2 = Submount::bind(&inner.mnt, &top.path().join("fuse2"));
     // Two workers: without lanes, two requests waiting in the stopped
@@ -132,24 +199,8 @@ fn stopped_filesystem_holds_its_lane(entered: bool, args: &[&str]) {
     // asynchronously), so that what waits below is the two lookups.
     let _continue = stop_when_quiet(&conn, &inner);
     // Two lookups of names not cached, in the stopped filesystem: each
-    // waits.
-    let stats: Vec<_> = (0..2)
-        .map(|i| {
-            let p = outer.at(["fuse/d/new0", "fuse2/e/new1"][i]);
-            std::thread::spawn(move || fs::symlink_metadata(p).map_err(|e| e.raw_os_error()))
-        })
-        .collect();
-    // Both reached the daemon: the kernel waits for their two answers.
-    let sent = eventually(Duration::from_secs(10), || waiting(&conn) >= 2);
-    if !sent {
-        signal(&inner, libc::SIGCONT);
-        panic!("the two lookups never reached the daemon ({} waiting)", waiting(&conn));
-    }
-    // A read elsewhere in the mount is still served.
-    let (tx, rx) = mpsc::channel();
-    let p = outer.at("other/f");
-    let other = std::thread::spawn(move || tx.send(fs::read(p).ok()).unwrap());
-    let answered = rx.recv_timeout(Duration::from_secs(5));
+    // waits; and a read elsewhere in the mount.
+    let (stats, other, answered) = lookups_wait_and_a_read_elsewhere(&outer, &inner, &conn);
     // A listing of the directory holding the mount point, once what was
     // cached of the mount point is stale (`--revalidate` 1 s): it lists
     // the name without asking the stopped filesystem for attributes.
@@ -166,18 +217,7 @@ fn stopped_filesystem_holds_its_lane(entered: bool, args: &[&str]) {
         Ok(vec!["fuse".to_string(), "fuse2".to_string(), "other".to_string()]),
         "a listing of the mount point's directory waited for the stopped filesystem"
     );
-    for s in stats {
-        assert_eq!(
-            s.join().unwrap().map(|_| ()),
-            Err(Some(libc::ENOENT)),
-            "a lookup in the continued filesystem"
-        );
-    }
-    assert_eq!(
-        answered,
-        Ok(Some(b"other".to_vec())),
-        "a read elsewhere in the mount waited for the stopped filesystem"
-    );
+    read_elsewhere_was_answered(stats, answered, "the stopped filesystem");
     // The lane's queued request ran once the filesystem answered again, and
     // the lane serves as before.
     assert_eq!(fs::read(outer.at("fuse/d/keep")).unwrap(), b"keep");
@@ -422,14 +462,7 @@ fn mount_points_are_recorded_by_mount_not_by_name() {
     // that id and device was still on a directory named `x`).
     a.move_to(&top.path().join("c/x"));
     assert_eq!(fs::read(outer.at("c/x/keep")).unwrap(), b"keep");
-    let moved = eventually(Duration::from_secs(5), || {
-        outer.stat("source", "lane_mount_points") == 1
-    });
-    assert!(
-        moved,
-        "a moved mount point kept the record of its old place ({} recorded)",
-        outer.stat("source", "lane_mount_points")
-    );
+    recorded_soon(&outer, 1, "a moved mount point kept the record of its old place");
     assert!(fs::read_dir(outer.at("a/x")).unwrap().next().is_none());
     // Moved again, out of the source onto a directory of the same name:
     // its record leaves, though a mount of that id and device is still on
@@ -439,14 +472,7 @@ fn mount_points_are_recorded_by_mount_not_by_name() {
     private_out.make_private();
     fs::create_dir(out.path().join("x")).unwrap();
     a.move_to(&out.path().join("x"));
-    let left = eventually(Duration::from_secs(5), || {
-        outer.stat("source", "lane_mount_points") == 0
-    });
-    assert!(
-        left,
-        "a mount point moved out of the source kept its record ({} recorded)",
-        outer.stat("source", "lane_mount_points")
-    );
+    recorded_soon(&outer, 0, "a mount point moved out of the source kept its record");
     assert!(fs::read_dir(outer.at("c/x")).unwrap().next().is_none());
     fs::remove_dir(outer.at("c/x")).unwrap();
     fs::remove_dir(outer.at("a/x")).unwrap();
@@ -466,13 +492,9 @@ fn mount_points_are_recorded_by_mount_not_by_name() {
 /// took a worker outside any lane).
 #[test]
 fn a_filesystem_mounted_after_the_start_and_stopped_at_once_holds_its_lane() {
-    let Some(inner) = Mount::with(&[], |src| write_tree(src, &[("d/keep", b"keep"), ("e/keep", b"keep")])) else {
+    let Some((inner, top)) = stopping_and_source() else {
         return;
     };
-    let top = tempfile::tempdir().unwrap();
-    fs::create_dir(top.path().join("fuse")).unwrap();
-    fs::create_dir(top.path().join("fuse2")).unwrap();
-    write_tree(top.path(), &[("other/f", b"other")]);
     let Some(outer) = Mount::over(top.path(), &["--threads", "2"]) else {
         return;
     };
@@ -492,43 +514,14 @@ fn a_filesystem_mounted_after_the_start_and_stopped_at_once_holds_its_lane() {
     assert_eq!(fs::read(outer.at("other/f")).unwrap(), b"other");
     let _continue = stop_when_quiet(&conn, &inner);
     // The first lookups of the mount points' names, in the stopped
-    // filesystem: each waits, in the lane.
-    let stats: Vec<_> = ["fuse/d/new0", "fuse2/e/new1"]
-        .into_iter()
-        .map(|p| {
-            let p = outer.at(p);
-            std::thread::spawn(move || fs::symlink_metadata(p).map_err(|e| e.raw_os_error()))
-        })
-        .collect();
-    let sent = eventually(Duration::from_secs(10), || waiting(&conn) >= 2);
-    if !sent {
-        signal(&inner, libc::SIGCONT);
-        panic!("the two lookups never reached the daemon ({} waiting)", waiting(&conn));
-    }
-    let (tx, rx) = mpsc::channel();
-    let p = outer.at("other/f");
-    let other = std::thread::spawn(move || tx.send(fs::read(p).ok()).unwrap());
-    let answered = rx.recv_timeout(Duration::from_secs(5));
+    // filesystem: each waits, in the lane; and a read elsewhere.
+    let (stats, other, answered) = lookups_wait_and_a_read_elsewhere(&outer, &inner, &conn);
     signal(&inner, libc::SIGCONT);
     other.join().unwrap();
-    for s in stats {
-        assert_eq!(
-            s.join().unwrap().map(|_| ()),
-            Err(Some(libc::ENOENT)),
-            "a lookup in the continued filesystem"
-        );
-    }
-    assert_eq!(
-        answered,
-        Ok(Some(b"other".to_vec())),
-        "a read elsewhere in the mount waited for the filesystem mounted since the start"
-    );
+    read_elsewhere_was_answered(stats, answered, "the filesystem mounted since the start");
     // Unmounted: the names leave the lanes from the mount table too.
     drop(bind2);
-    let left = eventually(Duration::from_secs(5), || {
-        outer.stat("source", "lane_mount_points") == 1
-    });
-    assert!(left, "an unmounted mount point kept its record");
+    recorded_soon(&outer, 1, "an unmounted mount point kept its record");
     drop(outer);
     drop(bind);
     drop(inner);
