@@ -19,8 +19,9 @@
 //!   flushes crossbeam's own participant, a different bag.
 //! - **Pinned inline.** `crossbeam_epoch::pin` runs through a function that
 //!   the compiler keeps out of line, because its slow path registers a
-//!   participant: a call and its register saves on every lookup, 12 of 485
-//!   instructions per operation of the churn bench. Here the thread-local
+//!   participant: a call and its register saves on every lookup, 11.4 of
+//!   485.2 instructions per operation of the churn bench (`churnprof`, by
+//!   callgrind). Here the thread-local
 //!   handle is read inline and only its slow path (a pin while the thread's
 //!   thread-locals are being dropped) is out of line.
 //! - **The statistics shard** ([`stats_shard`]): each thread owns one slot of

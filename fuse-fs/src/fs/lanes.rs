@@ -260,6 +260,8 @@ impl Fs {
         let Ok(source) = std::fs::canonicalize(source) else {
             return self;
         };
+        // Decoded as the table is (see `source_path`).
+        let source = std::path::PathBuf::from(String::from_utf8_lossy(source.as_os_str().as_bytes()).into_owned());
         for p in self.lane_mounts(&mounts, &source).places {
             self.note_lane(
                 p.dir,
