@@ -19,7 +19,8 @@ use crate::fuse::{self, FuseAdapter};
 use crate::inval::Lane;
 use crate::slow_source::Profile;
 use crate::sys;
-use crate::watch::{Stopper, Unwatchable, Watcher};
+use crate::sys::Stopper;
+use crate::watch::{Unwatchable, Watcher};
 
 /// How to mount.
 #[derive(Clone, Debug)]
@@ -196,9 +197,11 @@ pub struct Mounted {
     mountpoint: PathBuf,
     running: Option<fuse::session::Running>,
     workers: Vec<JoinHandle<()>>,
-    watch_stop: Option<Stopper>,
-    /// Stops the threads that watch a flag: the `--io-uring idle` guard
-    /// (`uring_guard.rs`) and the mount table's (`fs/lanes.rs`).
+    /// End the loops of the source watcher's thread and of the mount
+    /// table's (`fs/lanes.rs`), at once.
+    stoppers: Vec<Stopper>,
+    /// Stops the `--io-uring idle` guard (`uring_guard.rs`), which watches
+    /// this flag.
     stop: Arc<std::sync::atomic::AtomicBool>,
     fs: Arc<Fs>,
 }
@@ -237,7 +240,7 @@ impl Mounted {
     }
 
     fn join_worker(&mut self) {
-        if let Some(s) = self.watch_stop.take() {
+        for s in self.stoppers.drain(..) {
             s.stop();
         }
         // Relaxed: a request to end, which publishes nothing.
@@ -443,9 +446,9 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     let mut workers = Vec::new();
     // The source watcher's thread: its marks are already in place, so a
     // change made from now on is applied even if it is read later.
-    let mut watch_stop = None;
+    let mut stoppers = Vec::new();
     if let Some(w) = watcher {
-        watch_stop = Some(w.stopper()?);
+        stoppers.push(w.stopper()?);
         fs.set_watch_marker(w.marker()?, w.marked().iter().map(|m| (m.dev, m.mount_id)));
         fs.set_watch_syncer(w.syncer()?);
         let fs = fs.clone();
@@ -513,7 +516,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
             // The adapter was dropped with the failed session, closing the
             // queues; closing them again is harmless.
             fs.close_background();
-            if let Some(s) = &watch_stop {
+            for s in &stoppers {
                 s.stop();
             }
             for w in workers {
@@ -542,7 +545,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         fd_pool,
         "mounted"
     );
-    // The threads that end when this flag is set, at unmount.
+    // The thread that ends when this flag is set, at unmount (the guard).
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // `--io-uring idle`: the guard against starved queue threads.
     if opts.io_uring == IoUring::Idle {
@@ -557,21 +560,25 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     // (see `Fs::lane_mounts_worker`); without it, lanes are learned at
     // crossings only.
     if let Some(watch) = table_watch {
-        let (stop, f) = (stop.clone(), Arc::downgrade(&fs));
-        let started = std::thread::Builder::new()
-            .name("rcufs-mounts".into())
-            .spawn(move || Fs::lane_mounts_worker(&f, &watch, &stop));
-        if let Err(e) = started {
-            tracing::warn!(
+        let f = Arc::downgrade(&fs);
+        let started = watch.stopper().and_then(|stopper| {
+            std::thread::Builder::new()
+                .name("rcufs-mounts".into())
+                .spawn(move || Fs::lane_mounts_worker(&f, &watch))?;
+            Ok(stopper)
+        });
+        match started {
+            Ok(stopper) => stoppers.push(stopper),
+            Err(e) => tracing::warn!(
                 "cannot start the mount table's thread ({e}): filesystems mounted under the source from now on get lanes only once entered"
-            );
+            ),
         }
     }
     Ok(Mounted {
         mountpoint: opts.mountpoint,
         running: Some(running),
         workers,
-        watch_stop,
+        stoppers,
         stop,
         fs,
     })

@@ -13,13 +13,29 @@
 //! the mount points moved away or mounted over.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
 
-/// An open mount table whose changes can be waited for.
+use crate::sys::{self, Stopper};
+
+/// An open mount table whose changes can be waited for, with a descriptor
+/// that ends the wait (see [`stopper`](MountTableWatch::stopper)).
 #[derive(Debug)]
 pub struct MountTableWatch {
     file: File,
+    /// An eventfd, readable once a [`Stopper`] of this watch fired.
+    stop: OwnedFd,
+}
+
+/// What a [`MountTableWatch::wait`] saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// The table changed since the last wait (or since the open).
+    Changed,
+    /// Nothing, within the time given.
+    Quiet,
+    /// A stopper fired: the watcher should end.
+    Stopped,
 }
 
 impl MountTableWatch {
@@ -33,30 +49,63 @@ impl MountTableWatch {
     pub fn open_at(path: &std::path::Path) -> std::io::Result<Self> {
         Ok(Self {
             file: File::open(path)?,
+            stop: sys::eventfd()?,
         })
     }
 
-    /// Waits up to `timeout` for the table to change; whether it changed
-    /// since the last call (or since [`open`](Self::open)).
-    pub fn wait(&self, timeout: Duration) -> std::io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.file.as_raw_fd(),
-            events: libc::POLLPRI,
-            revents: 0,
-        };
-        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        // SAFETY: `pfd` is one valid pollfd for the duration of the call,
-        // and the count passed is 1.
-        let n = unsafe { libc::poll(&raw mut pfd, 1, ms) };
-        if n < 0 {
+    /// A handle that ends this watch's waits, the current one and every
+    /// later one, from any thread.
+    pub fn stopper(&self) -> std::io::Result<Stopper> {
+        Stopper::of(&self.stop)
+    }
+
+    /// Waits up to `timeout` (for ever if `None`) for the table to change
+    /// or a stopper to fire. A stop wins over a change seen in the same
+    /// wait.
+    pub fn wait(&self, timeout: Option<Duration>) -> std::io::Result<Seen> {
+        self.poll(true, timeout)
+    }
+
+    /// Waits up to `timeout` for a stopper only (a pause between two
+    /// readings of the table that a stop still ends at once); whether one
+    /// fired.
+    pub fn stopped_within(&self, timeout: Duration) -> std::io::Result<bool> {
+        Ok(self.poll(false, Some(timeout))? == Seen::Stopped)
+    }
+
+    fn poll(&self, table: bool, timeout: Option<Duration>) -> std::io::Result<Seen> {
+        let mut pfds = [
+            libc::pollfd {
+                fd: self.stop.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.file.as_raw_fd(),
+                events: libc::POLLPRI,
+                revents: 0,
+            },
+        ];
+        let n = if table { 2 } else { 1 };
+        let ms = timeout.map_or(-1, |t| i32::try_from(t.as_millis()).unwrap_or(i32::MAX));
+        // SAFETY: `pfds` holds `n` (at most 2) valid pollfds for the
+        // duration of the call.
+        let r = unsafe { libc::poll(pfds.as_mut_ptr(), n as libc::nfds_t, ms) };
+        if r < 0 {
             let e = std::io::Error::last_os_error();
             return if e.kind() == std::io::ErrorKind::Interrupted {
-                Ok(false)
+                Ok(Seen::Quiet)
             } else {
                 Err(e)
             };
         }
-        Ok(n > 0 && pfd.revents & (libc::POLLPRI | libc::POLLERR) != 0)
+        Ok(if pfds[0].revents != 0 {
+            Seen::Stopped
+        } else if table && pfds[1].revents & (libc::POLLPRI | libc::POLLERR) != 0 {
+            Seen::Changed
+        } else {
+            Seen::Quiet
+        })
     }
 }
 
@@ -75,8 +124,9 @@ mod tests {
         in_own_namespace(|| {
             // The thread's own table: its namespace is not the process's.
             let w = MountTableWatch::open_at(std::path::Path::new("/proc/thread-self/mountinfo")).unwrap();
-            assert!(
-                !w.wait(Duration::from_millis(50)).unwrap(),
+            assert_eq!(
+                w.wait(Some(Duration::from_millis(50))).unwrap(),
+                Seen::Quiet,
                 "a quiet table was reported changed"
             );
             let dir = tempfile::tempdir().unwrap();
@@ -84,14 +134,58 @@ mod tests {
             // SAFETY: NUL-terminated strings; no data.
             let rc = unsafe { libc::mount(c"none".as_ptr(), at.as_ptr(), c"tmpfs".as_ptr(), 0, std::ptr::null()) };
             assert_eq!(rc, 0, "mounting a tmpfs: {}", std::io::Error::last_os_error());
-            assert!(w.wait(Duration::from_secs(5)).unwrap(), "a mount was not reported");
+            assert_eq!(
+                w.wait(Some(Duration::from_secs(5))).unwrap(),
+                Seen::Changed,
+                "a mount was not reported"
+            );
             // Whatever else was reported, quiet again before the unmount,
             // so that its report is its own.
-            let quiet = (0..100).any(|_| !w.wait(Duration::from_millis(50)).unwrap());
+            let quiet = (0..100).any(|_| w.wait(Some(Duration::from_millis(50))).unwrap() == Seen::Quiet);
             assert!(quiet, "the table never went quiet after a mount");
             // SAFETY: a NUL-terminated path.
             assert_eq!(unsafe { libc::umount2(at.as_ptr(), 0) }, 0);
-            assert!(w.wait(Duration::from_secs(5)).unwrap(), "an unmount was not reported");
+            assert_eq!(
+                w.wait(Some(Duration::from_secs(5))).unwrap(),
+                Seen::Changed,
+                "an unmount was not reported"
+            );
         });
+    }
+
+    /// A stopper ends a wait that has no time limit, from another thread,
+    /// and every wait after it; a pause ends at once too.
+    #[test]
+    fn a_stopper_ends_the_waits() {
+        let w = MountTableWatch::open().unwrap();
+        let stopper = w.stopper().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let seen = loop {
+                // A change of the process's table (other tests mount) is
+                // not what this waits for.
+                match w.wait(None).unwrap() {
+                    Seen::Changed | Seen::Quiet => continue,
+                    Seen::Stopped => break Seen::Stopped,
+                }
+            };
+            tx.send(seen).unwrap();
+            (
+                w.wait(None).unwrap(),
+                w.stopped_within(Duration::from_secs(60)).unwrap(),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        stopper.stop();
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(30)),
+            Ok(Seen::Stopped),
+            "a wait without a time limit did not end when stopped"
+        );
+        assert_eq!(
+            waiter.join().unwrap(),
+            (Seen::Stopped, true),
+            "a later wait did not see the stop"
+        );
     }
 }

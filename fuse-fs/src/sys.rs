@@ -449,6 +449,23 @@ pub fn eventfd_signal(fd: BorrowedFd<'_>) -> FsResult<()> {
     Ok(())
 }
 
+/// Ends a thread's loop that polls an eventfd (the source watcher's, the
+/// mount table's): a duplicate of the descriptor, signalled once.
+#[derive(Debug)]
+pub struct Stopper(OwnedFd);
+
+impl Stopper {
+    /// A stopper of the loop that polls `fd` (an eventfd).
+    pub fn of(fd: &OwnedFd) -> std::io::Result<Self> {
+        Ok(Self(fd.try_clone()?))
+    }
+
+    /// Makes the loop return (it sees `fd` readable from now on).
+    pub fn stop(&self) {
+        let _ = eventfd_signal(self.0.as_fd());
+    }
+}
+
 /// Waits until one of `fds` is readable (or hung up); returns which are,
 /// in order. `EINTR` counts as "none".
 pub fn poll_readable(fds: &[BorrowedFd<'_>]) -> FsResult<Vec<bool>> {

@@ -83,7 +83,7 @@ use anyhow::{Context, Result, bail};
 use parking_lot::{Condvar, Mutex};
 
 use crate::mountinfo::{self, MountEntry};
-use crate::sys;
+use crate::sys::{self, Stopper};
 
 mod mounts;
 
@@ -356,11 +356,7 @@ impl Watcher {
 
     /// A handle that ends [`run`](Self::run) when signalled.
     pub fn stopper(&self) -> Result<Stopper> {
-        Ok(Stopper(
-            self.stop
-                .try_clone()
-                .context("duplicating the watcher's stop descriptor")?,
-        ))
+        Stopper::of(&self.stop).context("duplicating the watcher's stop descriptor")
     }
 
     /// A handle that waits for this watch to catch up (see [`Syncer`]).
@@ -561,17 +557,6 @@ impl Marker {
             &path,
         )
         .map_err(|e| format!("fanotify_mark: {e}"))
-    }
-}
-
-/// Ends a [`Watcher::run`].
-#[derive(Debug)]
-pub struct Stopper(OwnedFd);
-
-impl Stopper {
-    /// Makes the watcher's loop return.
-    pub fn stop(&self) {
-        let _ = sys::eventfd_signal(self.0.as_fd());
     }
 }
 

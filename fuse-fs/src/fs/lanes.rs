@@ -395,24 +395,27 @@ impl Fs {
 
     /// The thread that keeps the lanes of `fs` in step with the mount
     /// table: [`Fs::relearn_lanes`] after each change `watch` reports (at
-    /// most 10 times a second), until `stop` is set (seen within 250 ms) or
-    /// the filesystem is gone. It holds the filesystem only while it
-    /// relearns, and is not joined at unmount: a `stat` of a mount point's
-    /// directory that waited on a filesystem that stopped answering would
-    /// otherwise hold the unmount too. (Such a `stat` keeps the filesystem,
-    /// and so its descriptors of the source, until it returns: a source
-    /// that is itself a network filesystem whose server went away stays
-    /// busy for its own unmount until then.)
-    pub fn lane_mounts_worker(
-        fs: &std::sync::Weak<Fs>,
-        watch: &crate::mount_table::MountTableWatch,
-        stop: &AtomicBool,
-    ) {
-        // Relaxed: a request to end, which publishes nothing.
-        while !stop.load(Ordering::Relaxed) {
-            match watch.wait(std::time::Duration::from_millis(250)) {
-                Ok(false) => {}
-                Ok(true) => {
+    /// most 10 times a second), until a stopper of `watch` fires (at
+    /// unmount; seen at once, in a wait or a pause) or the filesystem is
+    /// gone. It holds the filesystem only while it relearns, and is not
+    /// joined at unmount: a `stat` of a mount point's directory that
+    /// waited on a filesystem that stopped answering would otherwise hold
+    /// the unmount too. (Such a `stat` keeps the filesystem, and so its
+    /// descriptors of the source, until it returns: a source that is
+    /// itself a network filesystem whose server went away stays busy for
+    /// its own unmount until then.)
+    pub fn lane_mounts_worker(fs: &std::sync::Weak<Fs>, watch: &crate::mount_table::MountTableWatch) {
+        use crate::mount_table::Seen;
+        let failed = |e: std::io::Error| {
+            tracing::warn!(
+                "watching the mount table failed ({e}): filesystems mounted under the source from now on get lanes only once entered"
+            );
+        };
+        loop {
+            match watch.wait(None) {
+                Ok(Seen::Quiet) => {}
+                Ok(Seen::Stopped) => return,
+                Ok(Seen::Changed) => {
                     let Some(fs) = fs.upgrade() else {
                         return;
                     };
@@ -420,14 +423,13 @@ impl Fs {
                     drop(fs);
                     // A burst of changes (a container starting) is learned
                     // once more at the end of the pause, not once each.
-                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    match watch.stopped_within(std::time::Duration::from_millis(100)) {
+                        Ok(false) => {}
+                        Ok(true) => return,
+                        Err(e) => return failed(e),
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(
-                        "watching the mount table failed ({e}): filesystems mounted under the source from now on get lanes only once entered"
-                    );
-                    return;
-                }
+                Err(e) => return failed(e),
             }
         }
     }

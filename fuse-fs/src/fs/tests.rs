@@ -2288,6 +2288,38 @@ fn opens_racing_the_first_to_find_a_change_invalidate_too() {
     }
 }
 
+/// The mount table's thread ends as soon as it is stopped, while the
+/// filesystem is alive and its table quiet (so neither a change nor a
+/// filesystem gone ends it): an unmount does not leave it behind.
+#[test]
+fn the_mount_table_thread_ends_when_stopped() {
+    crate::testing::in_own_namespace(|| {
+        let t = setup(default_cfg());
+        let fs = std::sync::Arc::new(t.fs);
+        // The thread's own namespace, quiet: nothing else mounts in it.
+        let watch =
+            crate::mount_table::MountTableWatch::open_at(std::path::Path::new("/proc/thread-self/mountinfo")).unwrap();
+        let stopper = watch.stopper().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let weak = std::sync::Arc::downgrade(&fs);
+        std::thread::spawn(move || {
+            Fs::lane_mounts_worker(&weak, &watch);
+            let _ = tx.send(());
+        });
+        assert_eq!(
+            rx.recv_timeout(Duration::from_millis(200)),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout),
+            "the thread ended before it was stopped"
+        );
+        stopper.stop();
+        assert!(
+            rx.recv_timeout(Duration::from_secs(30)).is_ok(),
+            "the thread did not end when stopped"
+        );
+        drop(fs);
+    });
+}
+
 mod coverage;
 mod listing_drops;
 mod stress;
