@@ -443,16 +443,21 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         Fs::new(&opts.source, cfg).map_err(|e| anyhow::anyhow!("opening source {}: {e}", opts.source.display()))?,
     );
     let notifier = Arc::new(OnceLock::new());
-    let mut workers = Vec::new();
+    // Until the mount is up, a failure ends the threads started so far.
+    let mut started = Threads {
+        fs: Some(fs.clone()),
+        workers: Vec::new(),
+        stoppers: Vec::new(),
+    };
+    let workers = &mut started.workers;
     // The source watcher's thread: its marks are already in place, so a
     // change made from now on is applied even if it is read later.
-    let mut stoppers = Vec::new();
     if let Some(w) = watcher {
-        stoppers.push(w.stopper()?);
+        started.stoppers.push(w.stopper()?);
         fs.set_watch_marker(w.marker()?, w.marked().iter().map(|m| (m.dev, m.mount_id)));
         fs.set_watch_syncer(w.syncer()?);
         let fs = fs.clone();
-        spawn(&mut workers, "rcufs-watch", "the source watcher thread", move || {
+        spawn(workers, "rcufs-watch", "the source watcher thread", move || {
             watch_worker(&w, &fs)
         })?;
     }
@@ -465,22 +470,22 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         ("rcufs-inval-i", Lane::Inodes),
     ] {
         let (notifier, fs) = (notifier.clone(), fs.clone());
-        spawn(&mut workers, name, "an invalidation thread", move || {
+        spawn(workers, name, "an invalidation thread", move || {
             fuse::inval_worker(fs, notifier, lane)
         })?;
     }
     let f = fs.clone();
-    spawn(&mut workers, "rcufs-answers", "the drop-answer thread", move || {
+    spawn(workers, "rcufs-answers", "the drop-answer thread", move || {
         crate::inval::answer_worker(f.inval_queue())
     })?;
     let f = fs.clone();
-    spawn(&mut workers, "rcufs-warm", "the warm thread", move || f.warm_worker())?;
+    spawn(workers, "rcufs-warm", "the warm thread", move || f.warm_worker())?;
     if fs.config().source_kind == "network" {
         // The names READDIRPLUS answered without attributes (`fs/prefetch.rs`).
         for i in 0..crate::fs::prefetch::BACKGROUND_THREADS {
             let f = fs.clone();
             spawn(
-                &mut workers,
+                workers,
                 &format!("rcufs-names-{i}"),
                 "a name lookup thread",
                 move || f.name_worker(),
@@ -489,12 +494,9 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         // The listings read ahead of a walk (`fs/walk_ahead.rs`).
         for i in 0..crate::fs::walk_ahead::LIST_THREADS {
             let f = fs.clone();
-            spawn(
-                &mut workers,
-                &format!("rcufs-lists-{i}"),
-                "a listing thread",
-                move || f.list_worker(),
-            )?;
+            spawn(workers, &format!("rcufs-lists-{i}"), "a listing thread", move || {
+                f.list_worker()
+            })?;
         }
     }
     let adapter = FuseAdapter::new(fs.clone(), notifier.clone()).with_io_uring(opts.io_uring);
@@ -512,18 +514,10 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         &notifier,
     ) {
         Ok(r) => r,
-        Err(e) => {
-            // The adapter was dropped with the failed session, closing the
-            // queues; closing them again is harmless.
-            fs.close_background();
-            for s in &stoppers {
-                s.stop();
-            }
-            for w in workers {
-                let _ = w.join();
-            }
-            return Err(anyhow::Error::new(e).context(format!("mounting on {}", opts.mountpoint.display())));
-        }
+        // `started` ends the threads (the adapter was dropped with the
+        // failed session, closing the queues; closing them again is
+        // harmless).
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("mounting on {}", opts.mountpoint.display()))),
     };
     // The one line an operator reads to know what is mounted and how.
     tracing::info!(
@@ -550,9 +544,18 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     // `--io-uring idle`: the guard against starved queue threads.
     if opts.io_uring == IoUring::Idle {
         let stop = stop.clone();
-        spawn(&mut workers, "rcufs-guard", "the io_uring guard thread", move || {
-            crate::uring_guard::run(&stop);
-        })?;
+        let guard = spawn(
+            &mut started.workers,
+            "rcufs-guard",
+            "the io_uring guard thread",
+            move || {
+                crate::uring_guard::run(&stop);
+            },
+        );
+        if let Err(e) = guard {
+            let _ = fuse::session::stop(running);
+            return Err(e);
+        }
     }
     // The lanes (`/dev/fuse` workers only) kept in step with the mount
     // table: filesystems mounted under the source from now on get theirs
@@ -561,19 +564,20 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
     // crossings only.
     if let Some(watch) = table_watch {
         let f = Arc::downgrade(&fs);
-        let started = watch.stopper().and_then(|stopper| {
+        let thread = watch.stopper().and_then(|stopper| {
             std::thread::Builder::new()
                 .name("rcufs-mounts".into())
                 .spawn(move || Fs::lane_mounts_worker(&f, &watch))?;
             Ok(stopper)
         });
-        match started {
-            Ok(stopper) => stoppers.push(stopper),
+        match thread {
+            Ok(stopper) => started.stoppers.push(stopper),
             Err(e) => tracing::warn!(
                 "cannot start the mount table's thread ({e}): filesystems mounted under the source from now on get lanes only once entered"
             ),
         }
     }
+    let (workers, stoppers) = started.keep();
     Ok(Mounted {
         mountpoint: opts.mountpoint,
         running: Some(running),
@@ -582,6 +586,38 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         stop,
         fs,
     })
+}
+
+/// The daemon's threads started by a `mount` that has not succeeded yet:
+/// dropped before [`keep`](Threads::keep) (the start failed), it closes
+/// the background queues, stops the loops and joins them all, so a failed
+/// mount leaves no thread behind.
+struct Threads {
+    /// `None` once kept.
+    fs: Option<Arc<Fs>>,
+    workers: Vec<JoinHandle<()>>,
+    stoppers: Vec<Stopper>,
+}
+
+impl Threads {
+    /// The mount is up: the threads are the `Mounted`'s to end.
+    fn keep(mut self) -> (Vec<JoinHandle<()>>, Vec<Stopper>) {
+        self.fs = None;
+        (std::mem::take(&mut self.workers), std::mem::take(&mut self.stoppers))
+    }
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        let Some(fs) = self.fs.take() else { return };
+        fs.close_background();
+        for s in &self.stoppers {
+            s.stop();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
 }
 
 /// Starts the daemon's thread `name` running `f`, kept in `workers` to be
@@ -632,6 +668,71 @@ fn watch_worker(w: &Watcher, fs: &Fs) {
         Err(_) => {
             crate::fault::record_panic();
             fs.watch_failed("a panic in the watcher's thread");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A start that fails after threads were started ends them all: a
+    /// thread on a background queue (the warm thread) and one that waits
+    /// for a stopper (the mount table's).
+    #[test]
+    fn a_failed_start_ends_the_threads_it_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = Arc::new(Fs::new(dir.path(), FsConfig::default()).unwrap());
+        let watch = crate::mount_table::MountTableWatch::open().unwrap();
+        let mut threads = Threads {
+            fs: Some(fs.clone()),
+            workers: Vec::new(),
+            stoppers: vec![watch.stopper().unwrap()],
+        };
+        let (tx, ended) = std::sync::mpsc::channel();
+        let (f, t) = (fs.clone(), tx.clone());
+        spawn(&mut threads.workers, "t-warm", "a test thread", move || {
+            f.warm_worker();
+            let _ = t.send("the warm thread");
+        })
+        .unwrap();
+        let f = Arc::downgrade(&fs);
+        spawn(&mut threads.workers, "t-mounts", "a test thread", move || {
+            Fs::lane_mounts_worker(&f, &watch);
+            let _ = tx.send("the mount table's thread");
+        })
+        .unwrap();
+        assert!(
+            ended.recv_timeout(Duration::from_millis(100)).is_err(),
+            "a thread ended before the drop"
+        );
+        drop(threads);
+        let mut gone: Vec<_> = (0..2)
+            .map_while(|_| ended.recv_timeout(Duration::from_secs(30)).ok())
+            .collect();
+        gone.sort_unstable();
+        assert_eq!(
+            gone,
+            ["the mount table's thread", "the warm thread"],
+            "dropping the threads of a failed start did not end them all"
+        );
+        // The kept threads are not ended by the guard (a filesystem of
+        // their own: the drop above closed the first one's queues).
+        let fs = Arc::new(Fs::new(dir.path(), FsConfig::default()).unwrap());
+        let f = fs.clone();
+        let mut threads = Threads {
+            fs: Some(fs),
+            workers: Vec::new(),
+            stoppers: Vec::new(),
+        };
+        spawn(&mut threads.workers, "t-warm", "a test thread", move || f.warm_worker()).unwrap();
+        let fs = threads.fs.clone().unwrap();
+        let (workers, _) = threads.keep();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!workers[0].is_finished(), "a kept thread was ended");
+        fs.close_background();
+        for w in workers {
+            w.join().unwrap();
         }
     }
 }
