@@ -676,6 +676,50 @@ fn watch_worker(w: &Watcher, fs: &Fs) {
 mod tests {
     use super::*;
 
+    /// Threads of this process named `name`.
+    fn threads_named(name: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.trim_end() == name)
+            .count()
+    }
+
+    /// A mount's unmount ends its mount table's thread, even while the
+    /// filesystem lives on (here, held by the test), which only the stop
+    /// can do. (No other test of this binary mounts, so the thread's name
+    /// is this mount's alone.)
+    #[test]
+    fn an_unmount_ends_the_mount_tables_thread() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 || !Path::new("/dev/fuse").exists() {
+            eprintln!("SKIPPED: mounting needs root and /dev/fuse");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (source, mountpoint) = (dir.path().join("src"), dir.path().join("mnt"));
+        std::fs::create_dir(&source).unwrap();
+        std::fs::create_dir(&mountpoint).unwrap();
+        let m = mount(MountOptions {
+            source,
+            mountpoint,
+            ..MountOptions::default()
+        })
+        .expect("mounting a temporary directory");
+        // A thread names itself once it runs: waited for.
+        let soon = |n: usize| {
+            (0..3000).any(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                threads_named("rcufs-mounts") == n
+            })
+        };
+        assert!(soon(1), "the mount table's thread is not running");
+        let fs = m.fs().clone();
+        m.unmount().unwrap();
+        assert!(soon(0), "the mount table's thread outlived the unmount by 30 s");
+        drop(fs);
+    }
+
     /// A start that fails after threads were started ends them all: a
     /// thread on a background queue (the warm thread) and one that waits
     /// for a stopper (the mount table's).
