@@ -448,6 +448,7 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         fs: Some(fs.clone()),
         workers: Vec::new(),
         stoppers: Vec::new(),
+        stop: Arc::default(),
     };
     let workers = &mut started.workers;
     // The source watcher's thread: its marks are already in place, so a
@@ -539,8 +540,9 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
         fd_pool,
         "mounted"
     );
-    // The thread that ends when this flag is set, at unmount (the guard).
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The thread that ends when this flag is set (the guard), at unmount
+    // or by `started` if the start fails after it.
+    let stop = started.stop.clone();
     // `--io-uring idle`: the guard against starved queue threads.
     if opts.io_uring == IoUring::Idle {
         let stop = stop.clone();
@@ -590,13 +592,15 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
 
 /// The daemon's threads started by a `mount` that has not succeeded yet:
 /// dropped before [`keep`](Threads::keep) (the start failed), it closes
-/// the background queues, stops the loops and joins them all, so a failed
-/// mount leaves no thread behind.
+/// the background queues, stops the loops, sets the flag and joins them
+/// all, so a failed mount leaves no thread behind.
 struct Threads {
     /// `None` once kept.
     fs: Option<Arc<Fs>>,
     workers: Vec<JoinHandle<()>>,
     stoppers: Vec<Stopper>,
+    /// The flag the io_uring guard's thread watches (`Mounted::stop`).
+    stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Threads {
@@ -614,6 +618,8 @@ impl Drop for Threads {
         for s in &self.stoppers {
             s.stop();
         }
+        // Relaxed: a request to end, which publishes nothing.
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
@@ -721,8 +727,9 @@ mod tests {
     }
 
     /// A start that fails after threads were started ends them all: a
-    /// thread on a background queue (the warm thread) and one that waits
-    /// for a stopper (the mount table's).
+    /// thread on a background queue (the warm thread), one that waits for
+    /// a stopper (the mount table's) and one that watches the flag (as the
+    /// io_uring guard does).
     #[test]
     fn a_failed_start_ends_the_threads_it_started() {
         let dir = tempfile::tempdir().unwrap();
@@ -732,6 +739,7 @@ mod tests {
             fs: Some(fs.clone()),
             workers: Vec::new(),
             stoppers: vec![watch.stopper().unwrap()],
+            stop: Arc::default(),
         };
         let (tx, ended) = std::sync::mpsc::channel();
         let (f, t) = (fs.clone(), tx.clone());
@@ -740,24 +748,35 @@ mod tests {
             let _ = t.send("the warm thread");
         })
         .unwrap();
-        let f = Arc::downgrade(&fs);
+        let (f, t) = (Arc::downgrade(&fs), tx.clone());
         spawn(&mut threads.workers, "t-mounts", "a test thread", move || {
             Fs::lane_mounts_worker(&f, &watch);
-            let _ = tx.send("the mount table's thread");
+            let _ = t.send("the mount table's thread");
+        })
+        .unwrap();
+        // As the io_uring guard watches the flag.
+        let flag = threads.stop.clone();
+        spawn(&mut threads.workers, "t-flag", "a test thread", move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = tx.send("the flag's thread");
         })
         .unwrap();
         assert!(
             ended.recv_timeout(Duration::from_millis(100)).is_err(),
             "a thread ended before the drop"
         );
-        drop(threads);
-        let mut gone: Vec<_> = (0..2)
+        // The drop joins them: on a thread of its own, so that a thread it
+        // fails to end fails the test rather than hanging it.
+        std::thread::spawn(move || drop(threads));
+        let mut gone: Vec<_> = (0..3)
             .map_while(|_| ended.recv_timeout(Duration::from_secs(30)).ok())
             .collect();
         gone.sort_unstable();
         assert_eq!(
             gone,
-            ["the mount table's thread", "the warm thread"],
+            ["the flag's thread", "the mount table's thread", "the warm thread"],
             "dropping the threads of a failed start did not end them all"
         );
         // The kept threads are not ended by the guard (a filesystem of
@@ -768,6 +787,7 @@ mod tests {
             fs: Some(fs),
             workers: Vec::new(),
             stoppers: Vec::new(),
+            stop: Arc::default(),
         };
         spawn(&mut threads.workers, "t-warm", "a test thread", move || f.warm_worker()).unwrap();
         let fs = threads.fs.clone().unwrap();
