@@ -196,13 +196,8 @@ impl Default for MountOptions {
 pub struct Mounted {
     mountpoint: PathBuf,
     running: Option<fuse::session::Running>,
-    workers: Vec<JoinHandle<()>>,
-    /// End the loops of the source watcher's thread and of the mount
-    /// table's (`fs/lanes.rs`), at once.
-    stoppers: Vec<Stopper>,
-    /// Stops the `--io-uring idle` guard (`uring_guard.rs`), which watches
-    /// this flag.
-    stop: Arc<std::sync::atomic::AtomicBool>,
+    /// The daemon's own threads, kept (ended by `join_worker`).
+    threads: Threads,
     fs: Arc<Fs>,
 }
 
@@ -240,16 +235,9 @@ impl Mounted {
     }
 
     fn join_worker(&mut self) {
-        for s in self.stoppers.drain(..) {
-            s.stop();
-        }
-        // Relaxed: a request to end, which publishes nothing.
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        // The adapter closed the invalidation queue when the session
-        // dropped it, so the threads' loops have ended or are about to.
-        for w in self.workers.drain(..) {
-            let _ = w.join();
-        }
+        // The adapter closed the background queues when the session
+        // dropped it, so the queues' threads have ended or are about to.
+        self.threads.end();
     }
 }
 
@@ -579,49 +567,55 @@ pub fn mount(opts: MountOptions) -> Result<Mounted> {
             ),
         }
     }
-    let (workers, stoppers) = started.keep();
+    started.keep();
     Ok(Mounted {
         mountpoint: opts.mountpoint,
         running: Some(running),
-        workers,
-        stoppers,
-        stop,
+        threads: started,
         fs,
     })
 }
 
-/// The daemon's threads started by a `mount` that has not succeeded yet:
-/// dropped before [`keep`](Threads::keep) (the start failed), it closes
-/// the background queues, stops the loops, sets the flag and joins them
-/// all, so a failed mount leaves no thread behind.
+/// The daemon's threads, and what ends each: the background queues
+/// (`Fs::close_background`), the stoppers (the source watcher's loop and
+/// the mount table's, `fs/lanes.rs`) and the flag (the `--io-uring idle`
+/// guard, `uring_guard.rs`). Dropped before [`keep`](Threads::keep) (a
+/// `mount` whose start failed), it closes the queues and ends them all,
+/// so a failed mount leaves no thread behind; once kept, the `Mounted`
+/// ends them ([`end`](Threads::end)).
 struct Threads {
-    /// `None` once kept.
+    /// The filesystem whose queues the drop closes; `None` once kept.
     fs: Option<Arc<Fs>>,
     workers: Vec<JoinHandle<()>>,
     stoppers: Vec<Stopper>,
-    /// The flag the io_uring guard's thread watches (`Mounted::stop`).
     stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Threads {
     /// The mount is up: the threads are the `Mounted`'s to end.
-    fn keep(mut self) -> (Vec<JoinHandle<()>>, Vec<Stopper>) {
+    fn keep(&mut self) {
         self.fs = None;
-        (std::mem::take(&mut self.workers), std::mem::take(&mut self.stoppers))
     }
-}
 
-impl Drop for Threads {
-    fn drop(&mut self) {
-        let Some(fs) = self.fs.take() else { return };
-        fs.close_background();
-        for s in &self.stoppers {
+    /// Stops the loops, sets the flag and joins the threads (those on the
+    /// background queues end once the queues are closed).
+    fn end(&mut self) {
+        for s in self.stoppers.drain(..) {
             s.stop();
         }
         // Relaxed: a request to end, which publishes nothing.
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         for w in self.workers.drain(..) {
             let _ = w.join();
+        }
+    }
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        if let Some(fs) = self.fs.take() {
+            fs.close_background();
+            self.end();
         }
     }
 }
@@ -791,7 +785,10 @@ mod tests {
         };
         spawn(&mut threads.workers, "t-warm", "a test thread", move || f.warm_worker()).unwrap();
         let fs = threads.fs.clone().unwrap();
-        let (workers, _) = threads.keep();
+        threads.keep();
+        // Dropped once kept, it closes nothing (the `Mounted` ends them).
+        let workers = std::mem::take(&mut threads.workers);
+        drop(threads);
         std::thread::sleep(Duration::from_millis(50));
         assert!(!workers[0].is_finished(), "a kept thread was ended");
         fs.close_background();

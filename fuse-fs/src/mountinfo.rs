@@ -138,6 +138,13 @@ pub fn hidden(mounts: &[MountEntry], which: impl Fn(&MountEntry) -> bool) -> std
         .collect()
 }
 
+/// `path` as the mount table's paths are decoded ([`mounts`]: bytes that
+/// are not UTF-8 become U+FFFD), so that it can be compared with them.
+pub fn decoded_as_in_table(path: &std::path::Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    PathBuf::from(String::from_utf8_lossy(path.as_os_str().as_bytes()).into_owned())
+}
+
 /// Reads and parses this process's mount table.
 pub fn mounts() -> Result<Vec<MountEntry>> {
     // Read as bytes: a mount point that is not UTF-8 anywhere in the

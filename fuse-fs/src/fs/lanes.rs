@@ -261,7 +261,7 @@ impl Fs {
             return self;
         };
         // Decoded as the table is (see `source_path`).
-        let source = std::path::PathBuf::from(String::from_utf8_lossy(source.as_os_str().as_bytes()).into_owned());
+        let source = crate::mountinfo::decoded_as_in_table(&source);
         for p in self.lane_mounts(&mounts, &source).places {
             self.note_lane(
                 p.dir,
@@ -385,7 +385,7 @@ impl Fs {
         use std::os::fd::AsRawFd;
         let root = self.table.path_fd(&self.root).ok()?;
         let raw = std::fs::read_link(format!("/proc/self/fd/{}", root.as_raw_fd())).ok()?;
-        let path = std::path::PathBuf::from(String::from_utf8_lossy(raw.as_os_str().as_bytes()).into_owned());
+        let path = crate::mountinfo::decoded_as_in_table(&raw);
         let id = sys::mount_id_of(root.as_fd()).ok()?;
         mounts
             .iter()
